@@ -1,0 +1,23 @@
+# sharflow: NeMo manifests -> NeMo-compatible Lhotse Shar datasets for codec-LM TTS.
+# Run: snakemake --profile profiles/local      Cluster: snakemake --profile profiles/slurm
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config/config.yaml"
+
+
+# ---- Workflow-wide Python: config validation, input functions ----------------------------------
+include: "rules/common.smk"
+
+
+# ---- Stages ------------------------------------------------------------------------------------
+include: "rules/prepare.smk"
+
+
+# ---- Targets -----------------------------------------------------------------------------------
+rule all:
+    input:
+        get_final_outputs(),
+    default_target: True

@@ -1,0 +1,58 @@
+"""Workflow config: loaded safely, checked against the JSON schema, defaults filled in."""
+
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from sharflow.errors import SharflowError
+
+
+def _with_defaults(validator_class):
+    """A validator class that also writes each property's `default` into the instance."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for name, subschema in properties.items():
+                if "default" in subschema:
+                    instance.setdefault(name, subschema["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+_Validator = _with_defaults(jsonschema.Draft202012Validator)
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Load a YAML file with the safe loader; a syntax error names the file and line."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        raise SharflowError(f"{path}: not valid YAML: {e}") from None
+
+
+def validate_config(config: dict, schema_path: str | Path) -> dict:
+    """Validate `config` in place against the schema and fill defaults; return it.
+
+    Raises SharflowError naming the offending key (dotted path), the problem, and the key's
+    description from the schema, so the user knows what to change.
+    """
+    schema = load_yaml(schema_path)
+    errors = sorted(_Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        raise SharflowError("invalid config:\n" + "\n".join(_describe(e, schema) for e in errors))
+    return config
+
+
+def _describe(error: jsonschema.ValidationError, schema: dict) -> str:
+    key = ".".join(str(p) for p in error.absolute_path) or "(top level)"
+    if error.validator == "additionalProperties" and error.instance is not None:
+        allowed = sorted(error.schema.get("properties", {}))
+        return f"  {key}: {error.message}; allowed keys: {', '.join(allowed)}"
+    description = error.schema.get("description")
+    hint = f" ({description})" if description else ""
+    return f"  {key}: {error.message}{hint}"

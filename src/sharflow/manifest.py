@@ -1,0 +1,173 @@
+"""NeMo JSON-lines manifest records: validation and standardization of one line at a time.
+
+`check_line` is a pure function of the raw line, the settings and the file system, so a serial
+and a parallel run give the same answer for every line. Duplicate detection needs the lines
+before it and lives in the prepare stage.
+"""
+
+import json
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from sharflow.audio import PathEscapeError, probe_audio, resolve_audio_path
+from sharflow.speakers import SpeakerFormatError, standardize_speaker
+
+# Reject reason -> what it means, in the order records are checked.
+REASONS: dict[str, str] = {
+    "malformed_json": "the line is not valid UTF-8 JSON (or is blank)",
+    "not_an_object": "the line is JSON but not an object",
+    "missing_field": "a required field (audio_filepath, duration, text, speaker) is absent",
+    "bad_type": "a field has the wrong type (e.g. duration given as a string)",
+    "bad_duration": "duration is not a positive finite number, or offset is negative",
+    "empty_text": "text is empty or only whitespace (datasets with require_text: true)",
+    "bad_speaker": "speaker is neither a plain id nor '| Language:x Dataset:y Speaker:z |'",
+    "path_escapes_root": "audio_filepath points outside the dataset's audio_root",
+    "missing_audio": "the audio file does not exist",
+    "unreadable_audio": "the audio file's header cannot be read (corrupt or unknown format)",
+    "zero_length_audio": "the audio file holds no samples",
+    "duration_mismatch": "manifest offset/duration disagree with the file beyond the tolerance",
+    "duplicate": "same audio file, offset and duration as an earlier line",
+}
+
+# Keys the prepared record sets itself; every other manifest field is carried over unchanged.
+_STANDARD_KEYS = ("audio_filepath", "offset", "duration", "text", "speaker", "source_audio")
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """Per-dataset settings of the record checks."""
+
+    dataset: str
+    audio_root: str
+    language: str = "en"
+    require_text: bool = True
+    duration_tolerance: float = 0.1
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """A valid record: its output line, its duplicate key and its duration."""
+
+    line: str
+    key: tuple[str, int, int]
+    duration: float
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """An invalid line: the reason (a key of REASONS), a detail for people, and the duration if known."""
+
+    reason: str
+    detail: str
+    duration: float | None = None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_line(raw: bytes, settings: CheckSettings) -> Accepted | Rejected:
+    """Validate one manifest line and return the standardized record or the reject reason.
+
+    The prepared record holds `audio_filepath` relative to the audio root, `offset` (0 when
+    absent), `duration`, `text`, the standardized `speaker`, every other manifest field as it was,
+    and `source_audio` ({sampling_rate, num_samples, num_channels} from the header).
+    """
+    try:
+        record = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        return Rejected("malformed_json", f"not valid UTF-8: {e}")
+    except json.JSONDecodeError as e:
+        return Rejected("malformed_json", "blank line" if not raw.strip() else str(e))
+    if not isinstance(record, dict):
+        return Rejected("not_an_object", f"expected a JSON object, got {type(record).__name__}")
+
+    required = ["audio_filepath", "duration", "speaker"] + (["text"] if settings.require_text else [])
+    missing = [k for k in required if k not in record]
+    if missing:
+        return Rejected("missing_field", f"missing {', '.join(missing)}")
+
+    path, duration = record["audio_filepath"], record["duration"]
+    offset, text = record.get("offset", 0.0), record.get("text", "")
+    for name, value, ok in (
+        ("audio_filepath", path, isinstance(path, str) and path != ""),
+        ("duration", duration, _number(duration)),
+        ("offset", offset, _number(offset)),
+        ("text", text, isinstance(text, str)),
+    ):
+        if not ok:
+            return Rejected("bad_type", f"{name} = {value!r} ({type(value).__name__})")
+    if not (math.isfinite(duration) and duration > 0):
+        return Rejected("bad_duration", f"duration = {duration!r} is not a positive number")
+    if not (math.isfinite(offset) and offset >= 0):
+        return Rejected("bad_duration", f"offset = {offset!r} is negative or not finite", duration)
+    if settings.require_text and not text.strip():
+        return Rejected("empty_text", "text is empty", duration)
+    try:
+        speaker = standardize_speaker(record["speaker"], settings.language, settings.dataset)
+    except SpeakerFormatError as e:
+        return Rejected("bad_speaker", str(e), duration)
+
+    try:
+        full, rel = resolve_audio_path(settings.audio_root, path)
+    except PathEscapeError as e:
+        return Rejected("path_escapes_root", str(e), duration)
+    try:
+        info = _probe_cached(full)
+    except FileNotFoundError:
+        return Rejected("missing_audio", f"no file at {full}", duration)
+    except Exception as e:  # libsndfile reports corrupt and unknown files alike
+        if not _exists(full):
+            return Rejected("missing_audio", f"no file at {full}", duration)
+        return Rejected("unreadable_audio", f"{full}: {e}", duration)
+    if info.num_samples == 0:
+        return Rejected("zero_length_audio", f"{full} holds no samples", duration)
+    mismatch = _duration_mismatch(offset, duration, info.duration, "offset" in record)
+    if mismatch > settings.duration_tolerance:
+        return Rejected(
+            "duration_mismatch",
+            f"offset {offset} + duration {duration} vs file duration {info.duration:.4f} s "
+            f"(off by {mismatch:.4f} s > tolerance {settings.duration_tolerance} s)",
+            duration,
+        )
+
+    out = {
+        "audio_filepath": rel,
+        "offset": offset,
+        "duration": duration,
+        "text": text,
+        "speaker": speaker,
+        **{k: v for k, v in record.items() if k not in _STANDARD_KEYS},
+        "source_audio": {
+            "sampling_rate": info.sampling_rate,
+            "num_samples": info.num_samples,
+            "num_channels": info.num_channels,
+        },
+    }
+    key = (rel, round(offset * 1e5), round(duration * 1e5))
+    return Accepted(json.dumps(out, ensure_ascii=False), key, duration)
+
+
+# Segments of one long file share its header: read it once per process (misses are not cached).
+_probe_cached = lru_cache(maxsize=8192)(probe_audio)
+
+
+def _duration_mismatch(offset: float, duration: float, file_duration: float, has_offset: bool) -> float:
+    """How far the record disagrees with the file, in seconds (0 when it fits).
+
+    A record without `offset` stands for the whole file, so its duration must match the file's;
+    a segment (with `offset`) must only end within the file.
+    """
+    if not has_offset:
+        return abs(duration - file_duration)
+    return max(0.0, offset + duration - file_duration)
+
+
+def _exists(path: str) -> bool:
+    try:
+        with open(path, "rb"):
+            return True
+    except OSError:
+        return False

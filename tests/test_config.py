@@ -1,0 +1,68 @@
+import pytest
+import yaml
+
+from sharflow.config import load_yaml, validate_config
+from sharflow.errors import SharflowError
+from testkit import REPO
+
+SCHEMA = REPO / "config" / "schema.yaml"
+
+
+def minimal():
+    return {"datasets": {"d": {"manifest": "m.json", "audio_root": "a"}}}
+
+
+def test_defaults_are_filled_everywhere():
+    config = validate_config(minimal(), SCHEMA)
+    assert config["datasets"]["d"]["language"] == "en"
+    assert config["datasets"]["d"]["require_text"] is True
+    assert config["prepare"] == {"workers": 0, "duration_tolerance": 0.1, "max_rejected_fraction": 0.5}
+
+
+def test_shipped_config_is_valid():
+    validate_config(load_yaml(REPO / "config" / "config.yaml"), SCHEMA)
+
+
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        (lambda c: c["datasets"]["d"].pop("manifest"), "datasets.d"),
+        (lambda c: c.update(prepare={"workers": -1}), "prepare.workers"),
+        (lambda c: c.update(prepare={"duration_tolerance": "a lot"}), "prepare.duration_tolerance"),
+        (lambda c: c["datasets"]["d"].update(langauge="en"), "langauge"),
+        (lambda c: c.update(datasets={"bad name": {"manifest": "m", "audio_root": "a"}}), "datasets"),
+    ],
+)
+def test_bad_config_names_the_key(change, key):
+    config = minimal()
+    change(config)
+    with pytest.raises(SharflowError) as e:
+        validate_config(config, SCHEMA)
+    assert key in str(e.value)
+
+
+def test_every_schema_key_has_a_description_and_optional_keys_a_default():
+    def walk(node, path):
+        for name, sub in node.get("properties", {}).items():
+            assert "description" in sub, f"{path}.{name} has no description"
+            if name not in node.get("required", []):
+                assert "default" in sub, f"{path}.{name} is optional but has no default"
+            walk(sub, f"{path}.{name}")
+        if isinstance(node.get("additionalProperties"), dict):
+            walk(node["additionalProperties"], f"{path}.*")
+
+    walk(yaml.safe_load(SCHEMA.read_text()), "config")
+
+
+def test_yaml_errors_name_the_file(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("datasets: [unclosed\n")
+    with pytest.raises(SharflowError, match="c.yaml"):
+        load_yaml(bad)
+
+
+def test_yaml_is_loaded_safely(tmp_path):
+    evil = tmp_path / "c.yaml"
+    evil.write_text("x: !!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(SharflowError):
+        load_yaml(evil)

@@ -1,0 +1,112 @@
+import filecmp
+import json
+
+import pytest
+
+from sharflow.errors import SharflowError
+from sharflow.manifest import REASONS
+from sharflow.prepare import prepare_dataset
+from testkit import read_jsonl, write_jsonl, write_tone
+
+
+def dirty_manifest(tmp_path):
+    """A manifest with good records and at least one line for every reject reason."""
+    root = tmp_path / "audio"
+    write_tone(root / "a.wav", 2.0)
+    write_tone(root / "b.flac", 3.0, 22050)
+    write_tone(root / "long.wav", 8.0)
+    write_tone(root / "empty.wav", 0.0)
+    (root / "junk.wav").write_bytes(b"RIFF....garbage" * 20)
+    ok = {"audio_filepath": "a.wav", "duration": 2.0, "text": "A sentence.", "speaker": "s1"}
+    lines = [
+        ok,
+        {**ok, "audio_filepath": "b.flac", "duration": 3.0, "speaker": 12},
+        {**ok, "audio_filepath": "long.wav", "offset": 0.0, "duration": 4.0},
+        {**ok, "audio_filepath": "long.wav", "offset": 4.0, "duration": 4.0},
+        "{broken json",
+        "",
+        '"a string"',
+        {"audio_filepath": "a.wav", "text": "x", "speaker": "s1"},
+        {**ok, "duration": "2"},
+        {**ok, "duration": 0},
+        {**ok, "text": ""},
+        {**ok, "speaker": "has space"},
+        {**ok, "audio_filepath": "../../etc/passwd"},
+        {**ok, "audio_filepath": "nope.wav"},
+        {**ok, "audio_filepath": "junk.wav"},
+        {**ok, "audio_filepath": "empty.wav"},
+        {**ok, "duration": 5.0},
+        ok,  # duplicate of line 1
+        {**ok, "audio_filepath": "long.wav", "offset": 4.0, "duration": 4.0},  # duplicate of line 4
+    ]
+    return write_jsonl(tmp_path / "manifest.json", lines), root
+
+
+def run(tmp_path, manifest, root, name="out", **kw):
+    out = tmp_path / name
+    kw.setdefault("max_rejected_fraction", 1.0)
+    stats = prepare_dataset(
+        str(manifest), str(out / "prepared.jsonl"), str(out / "rejected"), str(out / "stats.json"),
+        dataset="dirty", audio_root=str(root), **kw,
+    )
+    return out, stats
+
+
+def test_every_reason_and_nothing_lost(tmp_path):
+    manifest, root = dirty_manifest(tmp_path)
+    out, stats = run(tmp_path, manifest, root)
+    n_lines = len(manifest.read_text().splitlines())
+    assert stats["records_in"] == n_lines == 19
+    assert stats["records_out"] == 4
+    assert stats["records_in"] == stats["records_out"] + stats["rejected_total"]
+    assert set(stats["rejected"]) == set(REASONS), set(REASONS) - set(stats["rejected"])
+    assert stats["rejected"]["duplicate"] == 2
+    assert json.loads((out / "stats.json").read_text()) == stats
+
+    # Every line number appears exactly once across prepared + rejected.
+    prepared = read_jsonl(out / "prepared.jsonl")
+    rejected = [r for f in sorted((out / "rejected").glob("*.jsonl")) for r in read_jsonl(f)]
+    assert len(prepared) + len(rejected) == n_lines
+    assert sorted(r["line"] for r in rejected) == sorted(set(r["line"] for r in rejected))
+    original = manifest.read_text().splitlines()
+    for r in rejected:
+        assert r["original"] == original[r["line"] - 1]
+        assert (out / "rejected" / f"{r['reason']}.jsonl").exists()
+    dup = read_jsonl(out / "rejected" / "duplicate.jsonl")
+    assert [d["line"] for d in dup] == [18, 19]
+    assert "line 1" in dup[0]["detail"] and "line 4" in dup[1]["detail"]
+    assert prepared[1]["speaker"] == "| Language:en Dataset:dirty Speaker:12 |"
+
+
+def test_serial_and_parallel_runs_are_byte_identical(tmp_path, monkeypatch):
+    import sharflow.prepare
+
+    monkeypatch.setattr(sharflow.prepare, "CHUNK_LINES", 3)  # many chunks in flight
+    manifest, root = dirty_manifest(tmp_path)
+    a, _ = run(tmp_path, manifest, root, "serial", workers=1)
+    b, _ = run(tmp_path, manifest, root, "parallel", workers=2)
+    for name in ["prepared.jsonl", "stats.json"]:
+        assert (a / name).read_bytes() == (b / name).read_bytes()
+    cmp = filecmp.dircmp(a / "rejected", b / "rejected")
+    assert cmp.left_list == cmp.right_list and not cmp.diff_files
+    assert (a / "rejected" / "duplicate.jsonl").read_bytes() == (b / "rejected" / "duplicate.jsonl").read_bytes()
+
+
+def test_too_many_rejects_fail_with_a_message(tmp_path):
+    manifest, root = dirty_manifest(tmp_path)
+    with pytest.raises(SharflowError, match="rejected .*max_rejected_fraction"):
+        run(tmp_path, manifest, root, max_rejected_fraction=0.5)
+
+
+def test_missing_audio_root_is_a_config_error(tmp_path):
+    manifest, _ = dirty_manifest(tmp_path)
+    with pytest.raises(SharflowError, match="audio_root"):
+        run(tmp_path, manifest, tmp_path / "nowhere")
+
+
+def test_all_rejected_leaves_no_partial_outputs(tmp_path):
+    manifest, root = dirty_manifest(tmp_path)
+    with pytest.raises(SharflowError):
+        run(tmp_path, manifest, root, max_rejected_fraction=0.0)
+    out = tmp_path / "out"
+    assert not out.exists() or list(out.iterdir()) == []

@@ -1,0 +1,53 @@
+"""The profiles route only rules that exist (a typo silently sends a GPU job to the CPU partition)."""
+
+import subprocess
+import sys
+
+import yaml
+
+from testkit import REPO, demo_config, run_snakemake
+
+
+def rules_in_workflow(tmp_path):
+    proc = run_snakemake(tmp_path / "w", demo_config(), "--list-rules")
+    return {line.strip() for line in proc.stdout.splitlines() if line.strip()}
+
+
+def load_profile(name):
+    return yaml.safe_load((REPO / "profiles" / name / "config.v8+.yaml").read_text())
+
+
+def test_every_rule_named_in_a_profile_exists(tmp_path):
+    rules = rules_in_workflow(tmp_path)
+    assert "prepare" in rules and "all" in rules
+    for name in ("slurm", "local"):
+        profile = load_profile(name)
+        for section in ("set-resources", "set-threads"):
+            for rule in profile.get(section) or {}:
+                assert rule in rules, f"profiles/{name}: {section} names unknown rule {rule!r}"
+
+
+def test_slurm_profile_shape():
+    profile = load_profile("slurm")
+    assert profile["executor"] == "slurm"
+    assert profile["default-resources"]["slurm_partition"] == "cpu"
+    assert "attempt" in str(profile["default-resources"]["mem_mb"])
+    assert not any("slurm_extra" in (r or {}) for r in profile["set-resources"].values())
+
+
+def test_local_profile_caps_gpus():
+    profile = load_profile("local")
+    assert profile["resources"]["gpu"] >= 1
+    assert profile["keep-going"] and profile["rerun-incomplete"] and profile["cores"] == "all"
+
+
+def test_slurm_profile_dry_run_parses(tmp_path):
+    """The plugin is installed and the profile's keys and expressions are accepted."""
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(demo_config()))
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
+         "--configfile", str(tmp_path / "c.yaml"), "--profile", str(REPO / "profiles" / "slurm"), "-n"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "prepare" in proc.stdout

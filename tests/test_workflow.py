@@ -1,0 +1,99 @@
+"""The real snakemake CLI on the demo corpus (plus a dirty dataset) in a temp working directory."""
+
+import json
+import shutil
+
+import matplotlib.image
+import pytest
+import yaml
+
+from sharflow.dag import parse_dot, render_dag
+from testkit import REPO, demo_config, read_jsonl, run_snakemake
+from test_prepare import dirty_manifest
+
+
+@pytest.fixture(scope="module")
+def two_datasets(tmp_path_factory):
+    """One run of the default target over the demo corpus and a dirty manifest."""
+    tmp = tmp_path_factory.mktemp("wf")
+    manifest, root = dirty_manifest(tmp)
+    config = demo_config(prepare={"max_rejected_fraction": 0.9})
+    config["datasets"]["dirty"] = {"manifest": str(manifest), "audio_root": str(root), "language": "de"}
+    work = tmp / "work"
+    proc = run_snakemake(work, config)
+    return work, proc, manifest
+
+
+def test_demo_corpus_is_prepared_whole(two_datasets):
+    work, _, _ = two_datasets
+    prep = work / "results" / "demo" / "prepare"
+    stats = json.loads((prep / "stats.json").read_text())
+    demo_lines = (REPO / "demo" / "manifest.json").read_text().splitlines()
+    assert stats["records_in"] == len(demo_lines) == stats["records_out"] == 56
+    records = read_jsonl(prep / "prepared.jsonl")
+    speakers = {r["speaker"] for r in records}
+    assert len(speakers) >= 6
+    assert all(s.startswith("| Language:en Dataset:demo Speaker:") for s in speakers)
+    rates = {r["source_audio"]["sampling_rate"] for r in records}
+    assert {16000, 22050} <= rates
+    assert any(r["offset"] > 0 for r in records)
+    assert stats["hours_out"] == pytest.approx(sum(r["duration"] for r in records) / 3600, abs=1e-6)
+
+
+def test_dirty_dataset_accounting_through_the_workflow(two_datasets):
+    work, _, manifest = two_datasets
+    prep = work / "results" / "dirty" / "prepare"
+    stats = json.loads((prep / "stats.json").read_text())
+    rejected_lines = sum(len(f.read_text().splitlines()) for f in (prep / "rejected").glob("*.jsonl"))
+    prepared_lines = len((prep / "prepared.jsonl").read_text().splitlines())
+    assert stats["records_in"] == len(manifest.read_text().splitlines())
+    assert stats["records_in"] == prepared_lines + rejected_lines == stats["records_out"] + stats["rejected_total"]
+    assert all(r["speaker"].startswith("| Language:de Dataset:dirty ") for r in read_jsonl(prep / "prepared.jsonl"))
+    log = (work / "logs" / "prepare" / "dirty.log").read_text()
+    assert "duplicate" in log and "first: line" in log  # the human-readable summary
+
+
+def test_rerun_is_a_no_op_and_outputs_are_deterministic(two_datasets, tmp_path):
+    work, _, _ = two_datasets
+    proc = run_snakemake(work, yaml.safe_load((work / "config.yaml").read_text()), "-n")
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+    again = tmp_path / "again"
+    run_snakemake(again, yaml.safe_load((work / "config.yaml").read_text()), "--cores", "1")
+    for ds in ("demo", "dirty"):
+        for name in ("prepared.jsonl", "stats.json"):
+            a = work / "results" / ds / "prepare" / name
+            b = again / "results" / ds / "prepare" / name
+            assert a.read_bytes() == b.read_bytes(), f"{ds}/{name} differs between 2 and 1 cores"
+
+
+def test_dry_run_dag_renders(tmp_path):
+    proc = run_snakemake(tmp_path / "w", demo_config(), "--rulegraph")
+    nodes, edges = parse_dot(proc.stdout)
+    assert {"all", "prepare"} <= set(nodes.values())
+    assert edges
+    out = tmp_path / "dag.png"
+    assert render_dag(proc.stdout, out, engine="matplotlib") == "matplotlib"
+    image = matplotlib.image.imread(out)
+    drawn = (image[..., :3] < 0.9).any(axis=-1)  # non-white pixels: boxes, labels, arrows
+    assert image.shape[0] > 100 and 0.002 < drawn.mean() < 0.5
+    if shutil.which("dot"):
+        svg = tmp_path / "dag.svg"
+        render_dag(proc.stdout, svg, engine="dot")
+        assert "prepare" in svg.read_text()
+
+
+def test_bad_config_fails_at_parse_time_naming_the_key(tmp_path):
+    config = demo_config(prepare={"workers": -3})
+    proc = run_snakemake(tmp_path / "w", config, "-n", check=False)
+    assert proc.returncode != 0
+    assert "prepare.workers" in proc.stdout + proc.stderr
+
+
+def test_job_error_is_readable(tmp_path):
+    config = demo_config()
+    config["datasets"]["demo"]["audio_root"] = str(tmp_path / "missing")
+    proc = run_snakemake(tmp_path / "w", config, check=False)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "sharflow: error: dataset 'demo': audio_root" in out
+    assert "fix datasets.demo.audio_root" in out

@@ -1,0 +1,16 @@
+"""Snakemake adapter of the prepare stage: sharflow.prepare.prepare_dataset."""
+
+from sharflow.logs import job_log
+from sharflow.prepare import prepare_dataset
+
+# The guard keeps spawned worker processes, which re-run this file as __mp_main__, out of the body.
+if __name__ == "__main__":
+    with job_log(snakemake.log[0]):
+        prepare_dataset(
+            snakemake.input.manifest,
+            snakemake.output.prepared,
+            snakemake.output.rejected,
+            snakemake.output.stats,
+            workers=snakemake.threads,
+            **snakemake.params.settings,
+        )
