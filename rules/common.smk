@@ -15,11 +15,15 @@ DATASETS = sorted(config["datasets"])
 
 wildcard_constraints:
     dataset="|".join(re.escape(d) for d in DATASETS),
+    part=r"\d{4}",
 
 
 def get_final_outputs():
     """Every file the default target builds, for every dataset."""
-    return expand("results/{dataset}/prepare/stats.json", dataset=DATASETS)
+    return expand(
+        ["results/{dataset}/prepare/stats.json", "results/{dataset}/context/stats.json"],
+        dataset=DATASETS,
+    )
 
 
 def get_manifest(wildcards):
@@ -41,3 +45,42 @@ def get_prepare_settings(wildcards):
 
 def get_prepare_threads(wildcards):
     return min(resolve_workers(config["prepare"]["workers"]), workflow.cores)
+
+
+def get_grouping(wildcards):
+    """Arguments of sharflow.grouping.group_key_function for the dataset."""
+    ds = config["datasets"][wildcards.dataset]
+    return {
+        "preset": ds["speaker_preset"],
+        "regex": ds["speaker_regex"],
+        "field": ds["speaker_regex_field"],
+    }
+
+
+def get_context_part_settings(wildcards):
+    """Fields of sharflow.context.PartSettings for the dataset."""
+    ctx = config["context"]
+    keys = ["embedder", "embedder_options", "min_similarity", "min_context_duration",
+            "max_context_duration", "top_k", "block_rows", "embed_batch"]
+    return {"audio_root": config["datasets"][wildcards.dataset]["audio_root"], **{k: ctx[k] for k in keys}}
+
+
+def get_context_threads(wildcards):
+    return min(resolve_workers(config["context"]["workers"]), workflow.cores)
+
+
+def get_context_gpus(wildcards):
+    """One GPU per context job unless the config pins the stage to the CPU."""
+    return 0 if config["context"]["device"] == "cpu" else 1
+
+
+def get_context_parts(suffix):
+    """Input function: the files of every context part of a dataset, ending in `suffix`."""
+
+    def parts(wildcards):
+        return [
+            f"results/{wildcards.dataset}/context/parts/part-{p:04d}.{suffix}"
+            for p in range(config["context"]["parts"])
+        ]
+
+    return parts

@@ -33,6 +33,12 @@ def test_slurm_profile_shape():
     assert profile["default-resources"]["slurm_partition"] == "cpu"
     assert "attempt" in str(profile["default-resources"]["mem_mb"])
     assert not any("slurm_extra" in (r or {}) for r in profile["set-resources"].values())
+    gpu_rules = {"context_part"}
+    for rule, res in profile["set-resources"].items():
+        if rule in gpu_rules:
+            assert res["slurm_partition"] == "gpu" and res["gpu"] >= 1, rule
+        else:
+            assert "gpu" not in res and res.get("slurm_partition", "cpu") == "cpu", rule
 
 
 def test_local_profile_caps_gpus():

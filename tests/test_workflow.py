@@ -60,16 +60,27 @@ def test_rerun_is_a_no_op_and_outputs_are_deterministic(two_datasets, tmp_path):
     again = tmp_path / "again"
     run_snakemake(again, yaml.safe_load((work / "config.yaml").read_text()), "--cores", "1")
     for ds in ("demo", "dirty"):
-        for name in ("prepared.jsonl", "stats.json"):
-            a = work / "results" / ds / "prepare" / name
-            b = again / "results" / ds / "prepare" / name
+        for name in ("prepare/prepared.jsonl", "prepare/stats.json", "context/plan.json", "context/with_context.jsonl"):
+            a = work / "results" / ds / name
+            b = again / "results" / ds / name
             assert a.read_bytes() == b.read_bytes(), f"{ds}/{name} differs between 2 and 1 cores"
+
+
+def test_context_stage_in_the_workflow(two_datasets):
+    work, _, _ = two_datasets
+    demo = json.loads((work / "results" / "demo" / "context" / "stats.json").read_text())
+    assert demo["records_in"] == demo["records_out"] == 56
+    assert len(demo["parts"]) == 2  # the shipped config's context.parts
+    dirty = json.loads((work / "results" / "dirty" / "context" / "stats.json").read_text())
+    prepared = json.loads((work / "results" / "dirty" / "prepare" / "stats.json").read_text())["records_out"]
+    assert dirty["records_in"] == prepared == dirty["records_out"] + dirty["rejected_total"]
+    assert dirty["rejected"].get("no_context_candidate") == 1  # speaker 12 has one utterance
 
 
 def test_dry_run_dag_renders(tmp_path):
     proc = run_snakemake(tmp_path / "w", demo_config(), "--rulegraph")
     nodes, edges = parse_dot(proc.stdout)
-    assert {"all", "prepare"} <= set(nodes.values())
+    assert {"all", "prepare", "context_plan", "context_part", "context_merge"} <= set(nodes.values())
     assert edges
     out = tmp_path / "dag.png"
     assert render_dag(proc.stdout, out, engine="matplotlib") == "matplotlib"

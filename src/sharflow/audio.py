@@ -4,7 +4,9 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
 import soundfile as sf
+import soxr
 
 
 class PathEscapeError(ValueError):
@@ -49,3 +51,21 @@ def probe_audio(path: str) -> AudioInfo:
     """Read the header of an audio file (no samples are decoded)."""
     info = sf.info(path)
     return AudioInfo(int(info.samplerate), int(info.frames), int(info.channels))
+
+
+def load_segment(path: str, offset: float, duration: float, sampling_rate: int | None = None) -> np.ndarray:
+    """Decode only the span [offset, offset + duration) of a file as mono float32.
+
+    Channels are averaged; with `sampling_rate`, the span is resampled to it (soxr, HQ). Raises
+    ValueError if the span holds no samples.
+    """
+    with sf.SoundFile(path) as f:
+        rate = f.samplerate
+        f.seek(min(int(round(offset * rate)), f.frames))
+        data = f.read(int(round(duration * rate)), dtype="float32", always_2d=True)
+    if data.shape[0] == 0:
+        raise ValueError(f"{path}: no samples at offset {offset} s")
+    mono = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
+    if sampling_rate is not None and sampling_rate != rate:
+        mono = soxr.resample(mono, rate, sampling_rate, quality="HQ").astype(np.float32, copy=False)
+    return np.ascontiguousarray(mono)

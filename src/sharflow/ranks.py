@@ -1,0 +1,61 @@
+"""Ranks inside one job: one process per visible GPU, or N CPU processes with one torch thread each.
+
+Units of work are bin-packed onto ranks beforehand (sharflow.balance); each rank runs the same
+function over its own units and returns a result. With one torch thread per CPU rank and work
+split along fixed unit boundaries, outputs do not depend on the number of ranks.
+"""
+
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+
+from sharflow.errors import SharflowError
+
+
+def rank_devices(device: str, cpu_workers: int) -> list[str]:
+    """Devices of the ranks: `cuda:i` for each visible GPU (device auto|cuda), else `cpu` × workers."""
+    import torch
+
+    if device not in ("auto", "cpu", "cuda"):
+        raise SharflowError(f"device must be auto, cpu or cuda, got {device!r}")
+    if device != "cpu" and torch.cuda.is_available():
+        return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if device == "cuda":
+        raise SharflowError(
+            "device: cuda was asked for but torch sees no GPU (CUDA_VISIBLE_DEVICES="
+            f"{_visible()}); request GPUs for the job or set device: auto"
+        )
+    return ["cpu"] * max(1, cpu_workers)
+
+
+def _visible() -> str:
+    import os
+
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
+
+
+def _init_rank(device: str) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(device)
+
+
+def _call(fn: Callable, rank: int, device: str, args: tuple):
+    _init_rank(device)
+    return fn(rank, device, *args)
+
+
+def run_ranks(fn: Callable, devices: list[str], args_per_rank: list[tuple]) -> list:
+    """Run fn(rank, device, *args) for each rank and return the results in rank order.
+
+    One rank runs in this process; several run in spawned processes, all at once. `fn` must be
+    importable (a module-level function). An exception in any rank is re-raised here.
+    """
+    if len(devices) == 1:
+        return [_call(fn, 0, devices[0], args_per_rank[0])]
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(len(devices), mp_context=ctx) as pool:
+        futures = [pool.submit(_call, fn, r, d, a) for r, (d, a) in enumerate(zip(devices, args_per_rank))]
+        return [f.result() for f in futures]

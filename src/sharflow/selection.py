@@ -1,0 +1,121 @@
+"""Context selection inside one speaker group, in bounded memory.
+
+For each utterance, walk the other utterances from most to least similar (ties by index): skip
+itself and identical segments, stop once similarity < min_similarity, accept the first whose
+duration is within [min_duration, max_duration]. Similarity is the cosine of L2-normalised
+embeddings, computed `block` rows at a time; each row keeps only its top-k candidates, so memory is
+O(block·n + n·k), never n×n. Only candidates strictly above the k-th value are certain to be
+complete, so a row undecided among them is widened (k ×4, from the same block row) until decided:
+the result equals the exhaustive full-sort walk.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class SelectionRules:
+    min_similarity: float = 0.6
+    min_duration: float = 3.0
+    max_duration: float | None = None
+    top_k: int = 32
+
+
+@dataclass
+class Selection:
+    """Per utterance: chosen index (-1 if none), its similarity, and the best similarity seen."""
+
+    choice: np.ndarray
+    similarity: np.ndarray
+    best_seen: np.ndarray
+    widened_rows: int = 0
+
+
+def _walk(i: int, vals: np.ndarray, idx: np.ndarray, complete: bool, ok_duration: np.ndarray,
+          same_segment: np.ndarray | None, min_similarity: float) -> tuple[int, float, float] | None:
+    """Walk one row's candidates (sorted by -similarity, index). None means: widen and retry.
+
+    `complete` says the candidates are every candidate of the row; otherwise only those strictly
+    above the last value are known to be all there is at that level.
+    """
+    order = np.lexsort((idx, -vals))
+    vals, idx = vals[order], idx[order]
+    boundary = -np.inf if complete else vals[-1]
+    best = -np.inf
+    for v, j in zip(vals.tolist(), idx.tolist()):
+        if not complete and v <= boundary:
+            break
+        if j == i or (same_segment is not None and same_segment[j] == same_segment[i]):
+            continue
+        best = max(best, v)
+        if v < min_similarity:
+            return -1, float("nan"), best
+        if ok_duration[j]:
+            return j, v, best
+    else:
+        return -1, float("nan"), best
+    if boundary < min_similarity and best > -np.inf:
+        # everything not walked is at or below the boundary, hence below the threshold, and the
+        # best similarity seen is already known
+        return -1, float("nan"), best
+    return None
+
+
+def select_context(
+    embeddings: np.ndarray | torch.Tensor,
+    durations: np.ndarray,
+    rules: SelectionRules,
+    same_segment: np.ndarray | None = None,
+    device: str | torch.device = "cpu",
+    block: int = 1024,
+) -> Selection:
+    """Choose a context for each of n utterances of one group.
+
+    embeddings: (n, d), any scale (L2-normalised here). durations: (n,) seconds.
+    same_segment: optional (n,) integer ids; equal ids are identical segments and never chosen.
+    """
+    emb = torch.as_tensor(embeddings, dtype=torch.float32, device=device)
+    emb = torch.nn.functional.normalize(emb, dim=1)
+    n = emb.shape[0]
+    durations = np.asarray(durations, dtype=np.float64)
+    ok = durations >= rules.min_duration
+    if rules.max_duration is not None:
+        ok &= durations <= rules.max_duration
+    choice = np.full(n, -1, dtype=np.int64)
+    similarity = np.full(n, np.nan)
+    best_seen = np.full(n, np.nan)
+    widened = 0
+    for start in range(0, n, block):
+        sims = emb[start:start + block] @ emb.T  # (b, n)
+        k = min(rules.top_k + 1, n)  # +1: the row's own entry is among the top
+        vals, idx = torch.topk(sims, k, dim=1, sorted=False)
+        vals, idx = vals.cpu().numpy(), idx.cpu().numpy()
+        for r in range(sims.shape[0]):
+            i = start + r
+            kk, v, ix = k, vals[r], idx[r]
+            while (res := _walk(i, v, ix, kk == n, ok, same_segment, rules.min_similarity)) is None:
+                widened += kk == k
+                kk = min(4 * kk, n)
+                tv, ti = torch.topk(sims[r], kk, sorted=False)
+                v, ix = tv.cpu().numpy(), ti.cpu().numpy()
+            choice[i], similarity[i], best_seen[i] = res
+    return Selection(choice, similarity, best_seen, widened)
+
+
+def select_context_exhaustive(embeddings: np.ndarray, durations: np.ndarray, rules: SelectionRules,
+                              same_segment: np.ndarray | None = None) -> Selection:
+    """Reference method: the full n×n matrix, each row fully sorted. For tests and benchmarks only."""
+    emb = torch.nn.functional.normalize(torch.as_tensor(embeddings, dtype=torch.float32), dim=1)
+    sims = (emb @ emb.T).numpy()
+    durations = np.asarray(durations, dtype=np.float64)
+    ok = durations >= rules.min_duration
+    if rules.max_duration is not None:
+        ok &= durations <= rules.max_duration
+    n = len(durations)
+    out = Selection(np.full(n, -1, dtype=np.int64), np.full(n, np.nan), np.full(n, np.nan))
+    for i in range(n):
+        res = _walk(i, sims[i], np.arange(n), True, ok, same_segment, rules.min_similarity)
+        out.choice[i], out.similarity[i], out.best_seen[i] = res
+    return out

@@ -1,0 +1,100 @@
+"""GE2E speaker encoder with the pretrained weights shipped in the PyPI package `resemblyzer`.
+
+The network (3-layer LSTM 40→256, linear 256→256, ReLU, L2 norm) and its front end are rebuilt
+here so that resemblyzer's own import chain (webrtcvad → pkg_resources, gone from new setuptools)
+is never imported; only its weights file is read. Front end as the weights were trained with:
+16 kHz, volume raised to -30 dBFS (never lowered), power mel spectrogram (not log) with 40 bands,
+25 ms Hann window, 10 ms hop. An utterance is cut into 1.6 s partial windows (1.3 per second,
+the last kept if at least 75 % covered); its embedding is the L2-normalised mean of the partials'
+embeddings. resemblyzer's VAD silence trimming is not applied (it needs webrtcvad).
+"""
+
+import importlib.util
+import math
+from pathlib import Path
+
+import librosa
+import numpy as np
+import torch
+
+SAMPLE_RATE = 16000
+N_FFT = 400  # 25 ms
+HOP = 160  # 10 ms
+N_MELS = 40
+PARTIAL_FRAMES = 160  # 1.6 s
+TARGET_DBFS = -30.0
+
+
+def pretrained_weights() -> Path:
+    """Path of resemblyzer's pretrained.pt, found without importing resemblyzer."""
+    spec = importlib.util.find_spec("resemblyzer")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the ge2e embedder needs the PyPI package 'resemblyzer' (pip install resemblyzer)")
+    return Path(list(spec.submodule_search_locations)[0]) / "pretrained.pt"
+
+
+class GE2ENetwork(torch.nn.Module):
+    def __init__(self, hidden: int = 256, layers: int = 3, dim: int = 256):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(N_MELS, hidden, layers, batch_first=True)
+        self.linear = torch.nn.Linear(hidden, dim)
+
+    def forward(self, mels: torch.Tensor) -> torch.Tensor:
+        """(B, frames, 40) mel windows -> (B, dim) unit-norm embeddings."""
+        _, (hidden, _) = self.lstm(mels)
+        return torch.nn.functional.normalize(torch.relu(self.linear(hidden[-1])), dim=1)
+
+
+def partial_starts(num_samples: int, rate: float = 1.3, min_coverage: float = 0.75) -> list[int]:
+    """Start frames of the 160-frame partial windows covering an utterance (at least one)."""
+    n_frames = math.ceil((num_samples + 1) / HOP)
+    step = int(round(SAMPLE_RATE / rate / HOP))
+    starts = list(range(0, max(1, n_frames - PARTIAL_FRAMES + step + 1), step))
+    coverage = (num_samples - starts[-1] * HOP) / (PARTIAL_FRAMES * HOP)
+    if coverage < min_coverage and len(starts) > 1:
+        starts.pop()
+    return starts
+
+
+class GE2EEmbedder:
+    sample_rate = SAMPLE_RATE
+    dim = 256
+
+    def __init__(self, device: str = "cpu", weights: str | None = None, batch_partials: int = 256):
+        self.device = torch.device(device)
+        self.batch_partials = batch_partials
+        state = torch.load(weights or pretrained_weights(), map_location="cpu", weights_only=True)
+        self.net = GE2ENetwork()
+        # the GE2E loss's similarity scale and bias are training-only
+        net_state = {k: v for k, v in state["model_state"].items() if not k.startswith("similarity_")}
+        self.net.load_state_dict(net_state, strict=True)
+        self.net.eval().to(self.device)
+        mel = librosa.filters.mel(sr=SAMPLE_RATE, n_fft=N_FFT, n_mels=N_MELS)
+        self.mel_basis = torch.from_numpy(mel).to(self.device)
+        self.window = torch.hann_window(N_FFT, periodic=True, device=self.device)
+
+    def _partials(self, wave: np.ndarray) -> torch.Tensor:
+        """(P, 160, 40) partial mel windows of one utterance."""
+        rms = float(np.sqrt(np.mean(np.square(wave, dtype=np.float64)))) if len(wave) else 0.0
+        if rms > 0:
+            gain_db = TARGET_DBFS - 20 * math.log10(rms)
+            if gain_db > 0:
+                wave = wave * np.float32(10 ** (gain_db / 20))
+        starts = partial_starts(len(wave))
+        padded = np.zeros(max(len(wave), (starts[-1] + PARTIAL_FRAMES) * HOP), dtype=np.float32)
+        padded[: len(wave)] = wave
+        x = torch.from_numpy(padded).to(self.device)
+        spec = torch.stft(x, N_FFT, HOP, window=self.window, center=True, pad_mode="constant",
+                          return_complex=True).abs() ** 2
+        mel = (self.mel_basis @ spec).T  # (frames, 40)
+        return torch.stack([mel[s: s + PARTIAL_FRAMES] for s in starts])
+
+    @torch.inference_mode()
+    def embed(self, waves: list[np.ndarray]) -> np.ndarray:
+        partials = [self._partials(w) for w in waves]
+        counts = [p.shape[0] for p in partials]
+        stacked = torch.cat(partials)
+        embs = torch.cat([self.net(stacked[i: i + self.batch_partials])
+                          for i in range(0, stacked.shape[0], self.batch_partials)])
+        means = torch.stack([chunk.mean(0) for chunk in torch.split(embs, counts)])
+        return torch.nn.functional.normalize(means, dim=1).cpu().numpy().astype(np.float32)

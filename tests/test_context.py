@@ -1,0 +1,107 @@
+"""The context stage's plan, part and merge functions on the demo corpus and on broken inputs."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from sharflow.context import PartSettings, merge_context, plan_context, run_context_part
+from sharflow.prepare import prepare_dataset
+from testkit import DEMO, read_jsonl, write_jsonl
+
+
+def prepare(tmp, manifest=DEMO / "manifest.json", root=DEMO / "audio"):
+    out = tmp / "prepare"
+    prepare_dataset(str(manifest), str(out / "prepared.jsonl"), str(out / "rejected"), str(out / "stats.json"),
+                    dataset="demo", audio_root=str(root), workers=1)
+    return out
+
+
+def run_stage(tmp, prep, root=DEMO / "audio", parts=1, workers=1, **rules):
+    ctx = tmp / f"context-{parts}-{workers}"
+    plan_context(str(prep / "prepared.jsonl"), str(ctx / "plan.json"), parts=parts,
+                 grouping={"preset": "speaker"}, cost_per_audio_second=1e6)
+    settings = PartSettings(audio_root=str(root), top_k=2, embed_batch=5, **rules)
+    files = {k: [] for k in ("records", "rejected", "stats")}
+    for p in range(parts):
+        paths = [str(ctx / "parts" / f"part-{p:04d}.{s}") for s in ("jsonl", "rejected.jsonl", "stats.json")]
+        run_context_part(str(prep / "prepared.jsonl"), str(ctx / "plan.json"), p, *paths,
+                         settings=settings, device="cpu", workers=workers)
+        for k, path in zip(files, paths):
+            files[k].append(path)
+    stats = merge_context(files["records"], files["rejected"], files["stats"], str(prep / "stats.json"),
+                          str(ctx / "with_context.jsonl"), str(ctx / "rejected"), str(ctx / "stats.json"),
+                          dataset="demo")
+    return ctx, stats
+
+
+@pytest.fixture(scope="module")
+def demo_runs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ctx")
+    prep = prepare(tmp)
+    return tmp, prep, run_stage(tmp, prep, parts=1, workers=1), run_stage(tmp, prep, parts=3, workers=2)
+
+
+def test_every_demo_record_gets_a_same_voice_context(demo_runs):
+    _, prep, (ctx, stats), _ = demo_runs
+    records = read_jsonl(ctx / "with_context.jsonl")
+    assert stats["records_in"] == 56 == stats["records_out"] == len(records)
+    for r in records:
+        assert r["context_audio_filepath"].split("/")[0] == r["audio_filepath"].split("/")[0]
+        assert (r["context_audio_filepath"], r["context_audio_offset"]) != (r["audio_filepath"], r["offset"])
+        assert r["context_audio_duration"] >= 3.0
+        assert r["context_speaker_similarity"] >= 0.6
+        assert r["context_audio_text"] and "context_audio_normalized_text" in r
+    # grouped by speaker, in input order inside a group
+    speakers = [r["speaker"] for r in records]
+    assert speakers == sorted(speakers, key=lambda s: s.split("Speaker:")[1])
+    assert sum(stats["similarity_histogram"]["counts"]) == 56
+
+
+def test_parts_and_ranks_do_not_change_the_bytes(demo_runs):
+    _, _, (a, _), (b, stats_b) = demo_runs
+    assert (a / "with_context.jsonl").read_bytes() == (b / "with_context.jsonl").read_bytes()
+    assert len(stats_b["parts"]) == 3
+    assert [len(p["ranks"]) for p in stats_b["parts"]] == [2, 2, 2]
+    assert sum(r["records_in"] for p in stats_b["parts"] for r in p["ranks"]) == 56
+
+
+def test_bad_audio_singletons_and_threshold_are_rejected_with_reasons(tmp_path):
+    root = tmp_path / "audio"
+    shutil.copytree(DEMO / "audio", root)
+    lines = (DEMO / "manifest.json").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    # corrupt the samples of one awb file but keep its header readable: decoding fails here
+    victim = root / records[0]["audio_filepath"]
+    data = bytearray(victim.read_bytes())
+    data[200:] = bytes(len(data) - 200)
+    victim.write_bytes(bytes(data))
+    kal = next(r for r in records if "offset" in r)
+    lone = dict(kal, offset=kal["offset"] + 0.01, duration=kal["duration"] - 0.02, speaker="lonely")
+    manifest = write_jsonl(tmp_path / "m.json", records + [lone])
+    prep = prepare(tmp_path, manifest, root)
+    ctx, stats = run_stage(tmp_path, prep, root, parts=2, workers=1, min_similarity=0.97)
+    assert stats["records_in"] == 57 == stats["records_out"] + stats["rejected_total"]
+    rejected = {r: read_jsonl(ctx / "rejected" / f"{r}.jsonl") for r in stats["rejected"]}
+    assert [r["line"] for r in rejected["unreadable_audio"]] == [1]
+    assert [r["line"] for r in rejected["no_context_candidate"]] == [57]
+    assert rejected["no_context_above_threshold"]
+    assert all("best similarity" in r["detail"] for r in rejected["no_context_above_threshold"])
+    kept = read_jsonl(ctx / "with_context.jsonl")
+    assert all(r["context_speaker_similarity"] >= 0.97 for r in kept)
+    assert all(r["context_audio_filepath"] != records[0]["audio_filepath"] for r in kept)
+    originals = {r["line"]: r["original"] for rs in rejected.values() for r in rs}
+    prepared_lines = (prep / "prepared.jsonl").read_text().splitlines()
+    assert all(prepared_lines[line - 1] == text for line, text in originals.items())
+
+
+def test_stale_plan_is_reported(demo_runs, tmp_path):
+    _, prep, (ctx, _), _ = demo_runs
+    other = tmp_path / "prepared.jsonl"
+    other.write_text("".join((prep / "prepared.jsonl").read_text().splitlines(keepends=True)[:10]))
+    from sharflow.errors import SharflowError
+
+    with pytest.raises(SharflowError, match="rerun the context_plan rule"):
+        run_context_part(str(other), str(ctx / "plan.json"), 0, *(str(tmp_path / f) for f in ("a", "b", "c")),
+                         settings=PartSettings(audio_root=str(DEMO / "audio")), device="cpu")

@@ -1,0 +1,54 @@
+"""The ge2e backend with the real pretrained weights from the resemblyzer package."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from sharflow.audio import load_segment
+from sharflow.speaker_embedders import load_embedder
+from sharflow.speaker_embedders.ge2e import PARTIAL_FRAMES, partial_starts, pretrained_weights
+from testkit import DEMO
+
+
+@pytest.fixture(scope="module")
+def demo_embeddings():
+    torch.set_num_threads(1)
+    records = [json.loads(line) for line in (DEMO / "manifest.json").read_text().splitlines()]
+    embedder = load_embedder("ge2e", "cpu")
+    waves = [load_segment(str(DEMO / "audio" / r["audio_filepath"]), r.get("offset", 0.0), r["duration"], 16000)
+             for r in records]
+    return np.array([r["speaker"] for r in records]), embedder.embed(waves), embedder, waves
+
+
+def test_weights_ship_in_the_package():
+    assert pretrained_weights().is_file() and pretrained_weights().stat().st_size > 10_000_000
+
+
+def test_same_voice_pairs_score_higher_than_cross_voice_pairs(demo_embeddings):
+    speakers, emb, _, _ = demo_embeddings
+    assert emb.shape == (56, 256)
+    np.testing.assert_allclose(np.linalg.norm(emb, axis=1), 1.0, atol=1e-5)
+    sims = emb @ emb.T
+    same = speakers[:, None] == speakers[None, :]
+    np.fill_diagonal(same, False)
+    cross = speakers[:, None] != speakers[None, :]
+    assert sims[same].mean() > sims[cross].mean() + 0.2
+    np.fill_diagonal(sims, -np.inf)
+    nearest_is_same = speakers[sims.argmax(1)] == speakers
+    assert nearest_is_same.mean() >= 0.9
+
+
+def test_batching_does_not_change_embeddings(demo_embeddings):
+    _, emb, embedder, waves = demo_embeddings
+    alone = np.concatenate([embedder.embed([w]) for w in waves[:6]])
+    np.testing.assert_allclose(alone, emb[:6], atol=1e-5)
+
+
+def test_partial_windows_cover_the_utterance():
+    assert partial_starts(8000) == [0]  # shorter than one window: one, zero-padded
+    starts = partial_starts(16000 * 5)
+    assert starts[0] == 0 and all(b - a == 77 for a, b in zip(starts, starts[1:]))
+    last_end = (starts[-1] + PARTIAL_FRAMES) * 160
+    assert last_end >= 16000 * 5 * 0.9
