@@ -46,6 +46,16 @@ def test_batching_does_not_change_embeddings(demo_embeddings):
     np.testing.assert_allclose(alone, emb[:6], atol=1e-5)
 
 
+def test_mel_filterbank_is_librosas():
+    import librosa
+
+    from sharflow.speaker_embedders.ge2e import slaney_mel_filterbank
+
+    for sr, n_fft, n_mels in [(16000, 400, 40), (22050, 1024, 80)]:
+        ours = slaney_mel_filterbank(sr, n_fft, n_mels)
+        np.testing.assert_allclose(ours, librosa.filters.mel(sr=sr, n_fft=n_fft, n_mels=n_mels), rtol=1e-5, atol=1e-7)
+
+
 def test_partial_windows_cover_the_utterance():
     assert partial_starts(8000) == [0]  # shorter than one window: one, zero-padded
     starts = partial_starts(16000 * 5)

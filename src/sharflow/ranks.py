@@ -50,12 +50,14 @@ def _call(fn: Callable, rank: int, device: str, args: tuple):
 def run_ranks(fn: Callable, devices: list[str], args_per_rank: list[tuple]) -> list:
     """Run fn(rank, device, *args) for each rank and return the results in rank order.
 
-    One rank runs in this process; several run in spawned processes, all at once. `fn` must be
-    importable (a module-level function). An exception in any rank is re-raised here.
+    Rank 0 runs in this process (already started, its imports warm); ranks 1.. run in spawned
+    processes at the same time. `fn` must be importable (a module-level function). An exception
+    in any rank is re-raised here.
     """
     if len(devices) == 1:
         return [_call(fn, 0, devices[0], args_per_rank[0])]
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(len(devices), mp_context=ctx) as pool:
-        futures = [pool.submit(_call, fn, r, d, a) for r, (d, a) in enumerate(zip(devices, args_per_rank))]
-        return [f.result() for f in futures]
+    with ProcessPoolExecutor(len(devices) - 1, mp_context=ctx) as pool:
+        futures = [pool.submit(_call, fn, r, devices[r], args_per_rank[r]) for r in range(1, len(devices))]
+        first = _call(fn, 0, devices[0], args_per_rank[0])
+        return [first] + [f.result() for f in futures]

@@ -13,7 +13,6 @@ import importlib.util
 import math
 from pathlib import Path
 
-import librosa
 import numpy as np
 import torch
 
@@ -31,6 +30,29 @@ def pretrained_weights() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError("the ge2e embedder needs the PyPI package 'resemblyzer' (pip install resemblyzer)")
     return Path(list(spec.submodule_search_locations)[0]) / "pretrained.pt"
+
+
+def slaney_mel_filterbank(sample_rate: int, n_fft: int, n_mels: int) -> np.ndarray:
+    """(n_mels, 1 + n_fft // 2) triangular filters on the Slaney mel scale, area-normalised.
+
+    The filterbank librosa builds by default (htk=False, norm="slaney"); written out here so that a
+    rank need not import librosa (and numba) at start-up.
+    """
+    f_sp, min_log_hz = 200.0 / 3, 1000.0
+    min_log_mel, log_step = min_log_hz / f_sp, math.log(6.4) / 27.0
+
+    def hz_to_mel(hz):
+        return hz / f_sp if hz < min_log_hz else min_log_mel + math.log(hz / min_log_hz) / log_step
+
+    mels = np.linspace(hz_to_mel(0.0), hz_to_mel(sample_rate / 2), n_mels + 2)
+    hz = np.where(mels < min_log_mel, mels * f_sp, min_log_hz * np.exp(log_step * (mels - min_log_mel)))
+    fft_hz = np.linspace(0, sample_rate / 2, 1 + n_fft // 2)
+    ramps = hz[:, None] - fft_hz[None, :]
+    widths = np.diff(hz)
+    rising = -ramps[:-2] / widths[:-1, None]
+    falling = ramps[2:] / widths[1:, None]
+    weights = np.maximum(0, np.minimum(rising, falling))
+    return (weights * (2.0 / (hz[2:] - hz[:-2]))[:, None]).astype(np.float32)
 
 
 class GE2ENetwork(torch.nn.Module):
@@ -69,8 +91,7 @@ class GE2EEmbedder:
         net_state = {k: v for k, v in state["model_state"].items() if not k.startswith("similarity_")}
         self.net.load_state_dict(net_state, strict=True)
         self.net.eval().to(self.device)
-        mel = librosa.filters.mel(sr=SAMPLE_RATE, n_fft=N_FFT, n_mels=N_MELS)
-        self.mel_basis = torch.from_numpy(mel).to(self.device)
+        self.mel_basis = torch.from_numpy(slaney_mel_filterbank(SAMPLE_RATE, N_FFT, N_MELS)).to(self.device)
         self.window = torch.hann_window(N_FFT, periodic=True, device=self.device)
 
     def _partials(self, wave: np.ndarray) -> torch.Tensor:
