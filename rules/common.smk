@@ -61,7 +61,7 @@ def get_context_part_settings(wildcards):
     """Fields of sharflow.context.PartSettings for the dataset."""
     ctx = config["context"]
     keys = ["embedder", "embedder_options", "min_similarity", "min_context_duration",
-            "max_context_duration", "top_k", "block_rows", "embed_batch"]
+            "max_context_duration", "top_k", "block_rows", "embed_batch", "save_embeddings"]
     return {"audio_root": config["datasets"][wildcards.dataset]["audio_root"], **{k: ctx[k] for k in keys}}
 
 
@@ -72,6 +72,14 @@ def get_context_threads(wildcards):
 def get_context_gpus(wildcards):
     """One GPU per context job unless the config pins the stage to the CPU."""
     return 0 if config["context"]["device"] == "cpu" else 1
+
+
+def get_embedding_outputs():
+    """Extra outputs of context_part when context.save_embeddings is on."""
+    if not config["context"]["save_embeddings"]:
+        return {}
+    prefix = "results/{dataset}/context/parts/part-{part}"
+    return {"embeddings": f"{prefix}.embeddings.npy", "embedding_ids": f"{prefix}.embedding_ids.jsonl"}
 
 
 def get_context_parts(suffix):

@@ -23,6 +23,7 @@ rule context_part:
         records="results/{dataset}/context/parts/part-{part}.jsonl",
         rejected="results/{dataset}/context/parts/part-{part}.rejected.jsonl",
         stats="results/{dataset}/context/parts/part-{part}.stats.json",
+        **get_embedding_outputs(),
     log:
         "logs/context_part/{dataset}/part-{part}.log",
     benchmark:

@@ -18,16 +18,18 @@ def prepare(tmp, manifest=DEMO / "manifest.json", root=DEMO / "audio"):
     return out
 
 
-def run_stage(tmp, prep, root=DEMO / "audio", parts=1, workers=1, **rules):
+def run_stage(tmp, prep, root=DEMO / "audio", parts=1, workers=1, save_embeddings=False, **rules):
     ctx = tmp / f"context-{parts}-{workers}"
     plan_context(str(prep / "prepared.jsonl"), str(ctx / "plan.json"), parts=parts,
                  grouping={"preset": "speaker"}, cost_per_audio_second=1e6)
-    settings = PartSettings(audio_root=str(root), top_k=2, embed_batch=5, **rules)
+    settings = PartSettings(audio_root=str(root), top_k=2, embed_batch=5, save_embeddings=save_embeddings, **rules)
     files = {k: [] for k in ("records", "rejected", "stats")}
     for p in range(parts):
         paths = [str(ctx / "parts" / f"part-{p:04d}.{s}") for s in ("jsonl", "rejected.jsonl", "stats.json")]
         run_context_part(str(prep / "prepared.jsonl"), str(ctx / "plan.json"), p, *paths,
-                         settings=settings, device="cpu", workers=workers)
+                         settings=settings, device="cpu", workers=workers,
+                         out_embeddings=str(ctx / "parts" / f"part-{p:04d}.embeddings.npy"),
+                         out_embedding_ids=str(ctx / "parts" / f"part-{p:04d}.embedding_ids.jsonl"))
         for k, path in zip(files, paths):
             files[k].append(path)
     stats = merge_context(files["records"], files["rejected"], files["stats"], str(prep / "stats.json"),
@@ -40,7 +42,8 @@ def run_stage(tmp, prep, root=DEMO / "audio", parts=1, workers=1, **rules):
 def demo_runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ctx")
     prep = prepare(tmp)
-    return tmp, prep, run_stage(tmp, prep, parts=1, workers=1), run_stage(tmp, prep, parts=3, workers=2)
+    return (tmp, prep, run_stage(tmp, prep, parts=1, workers=1),
+            run_stage(tmp, prep, parts=3, workers=2, save_embeddings=True))
 
 
 def test_every_demo_record_gets_a_same_voice_context(demo_runs):
@@ -105,3 +108,23 @@ def test_stale_plan_is_reported(demo_runs, tmp_path):
     with pytest.raises(SharflowError, match="rerun the context_plan rule"):
         run_context_part(str(other), str(ctx / "plan.json"), 0, *(str(tmp_path / f) for f in ("a", "b", "c")),
                          settings=PartSettings(audio_root=str(DEMO / "audio")), device="cpu")
+
+
+def test_saved_embeddings_match_their_ids(demo_runs):
+    from sharflow.audio import load_segment
+    from sharflow.speaker_embedders import load_embedder
+
+    _, _, (plain, _), (ctx, _) = demo_runs
+    assert not list((plain / "parts").glob("*.npy"))
+    total = 0
+    embedder = load_embedder("ge2e", "cpu")
+    for p in range(3):
+        emb = np.load(ctx / "parts" / f"part-{p:04d}.embeddings.npy")
+        ids = read_jsonl(ctx / "parts" / f"part-{p:04d}.embedding_ids.jsonl")
+        assert emb.shape == (len(ids), 256)
+        assert [(i["group"], i["line"]) for i in ids] == sorted((i["group"], i["line"]) for i in ids)
+        first = ids[0]
+        wave = load_segment(str(DEMO / "audio" / first["audio_filepath"]), first["offset"], first["duration"], 16000)
+        np.testing.assert_allclose(embedder.embed([wave])[0], emb[0], atol=1e-4)
+        total += len(ids)
+    assert total == 56

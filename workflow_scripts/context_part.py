@@ -16,4 +16,6 @@ if __name__ == "__main__":
             settings=PartSettings(**snakemake.params.settings),
             device=snakemake.params.device,
             workers=snakemake.threads,
+            out_embeddings=snakemake.output.get("embeddings"),
+            out_embedding_ids=snakemake.output.get("embedding_ids"),
         )

@@ -59,6 +59,7 @@ class PartSettings:
     top_k: int = 32
     block_rows: int = 1024
     embed_batch: int = 32
+    save_embeddings: bool = False
 
 
 def _lines(path: str) -> Iterator[tuple[int, int, bytes]]:
@@ -114,8 +115,14 @@ def plan_context(prepared: str, plan_path: str, *, parts: int, grouping: dict, c
 def run_context_part(
     prepared: str, plan_path: str, part: int, out_records: str, out_rejected: str, out_stats: str,
     *, settings: PartSettings, device: str = "auto", workers: int = 1,
+    out_embeddings: str | None = None, out_embedding_ids: str | None = None,
 ) -> dict:
-    """Select contexts for the groups of one part, on as many ranks as devices/workers allow."""
+    """Select contexts for the groups of one part, on as many ranks as devices/workers allow.
+
+    With settings.save_embeddings, also writes the embeddings of the part's decodable records
+    (`out_embeddings`, .npy, rows in (group, line) order) and their ids (`out_embedding_ids`,
+    JSON lines: prepared line number, group, audio_filepath, offset, duration).
+    """
     with open(plan_path, encoding="utf-8") as f:
         plan = json.load(f)
     mine = {k: g for k, g in plan["groups"].items() if g["part"] == part}
@@ -139,7 +146,8 @@ def run_context_part(
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=".ranks.", dir=out_dir)))
         args = [
-            (prepared, [(k, offsets[k]) for k in groups], str(tmp / f"r{r}.jsonl"), str(tmp / f"r{r}.rej.jsonl"), settings)
+            (prepared, [(k, offsets[k]) for k in groups], str(tmp / f"r{r}.jsonl"), str(tmp / f"r{r}.rej.jsonl"),
+             settings, str(tmp / f"r{r}.emb") if settings.save_embeddings else None)
             for r, groups in enumerate(rank_groups)
         ]
         rank_stats = run_ranks(process_groups, devices, args)
@@ -147,6 +155,9 @@ def run_context_part(
             f.writelines(_merge_sorted([a[2] for a in args]))
         with atomic_file(out_rejected, "w", encoding="utf-8") as f:
             f.writelines(_merge_sorted([a[3] for a in args]))
+        if settings.save_embeddings:
+            _merge_embeddings([a[5] for a in args], [s["embedding_dim"] for s in rank_stats],
+                              out_embeddings, out_embedding_ids)
     for r, s in enumerate(rank_stats):
         s["planned_cost"] = loads([rank_groups[r]], costs)[0]
     stats = {
@@ -163,6 +174,37 @@ def run_context_part(
         json.dump(stats, f, indent=1)
         f.write("\n")
     return stats
+
+
+def _merge_embeddings(prefixes: list[str], dims: list[int | None], out_npy: str, out_ids: str) -> None:
+    """Merge the ranks' raw embedding rows (prefix.f32) and ids (prefix.ids.jsonl) by (group, line)."""
+    dim = next((d for d in dims if d), 0)
+    counts = [sum(1 for _ in open(p + ".ids.jsonl", encoding="utf-8")) for p in prefixes]
+    sources = [np.memmap(p + ".f32", dtype=np.float32, mode="r", shape=(n, dim)) if n else None
+               for p, n in zip(prefixes, counts)]
+    final = Path(out_npy)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp_npy = final.with_name(f".{final.name}.tmp.npy")
+    out = np.lib.format.open_memmap(tmp_npy, mode="w+", dtype=np.float32, shape=(sum(counts), dim))
+    try:
+        with atomic_file(out_ids, "w", encoding="utf-8") as ids, ExitStack() as stack:
+            files = [stack.enter_context(open(p + ".ids.jsonl", encoding="utf-8")) for p in prefixes]
+            merged = heapq.merge(*(_keyed_rows(f, r) for r, f in enumerate(files)), key=lambda x: x[0])
+            for row, (_, rank, i, text) in enumerate(merged):
+                out[row] = sources[rank][i]
+                ids.write(text)
+            out.flush()
+            del out
+            os.replace(tmp_npy, final)
+    except BaseException:
+        tmp_npy.unlink(missing_ok=True)
+        raise
+
+
+def _keyed_rows(f, rank: int):
+    for i, text in enumerate(f):
+        item = json.loads(text)
+        yield (item["group"], item["line"]), rank, i, text
 
 
 def _merge_sorted(paths: list[str]) -> Iterator[str]:
@@ -201,8 +243,12 @@ def _decoded_batches(pool, settings, sample_rate, records, batch):
 
 
 def process_groups(rank: int, device: str, prepared: str, groups: list[tuple[str, list[tuple[int, int]]]],
-                   out_records: str, out_rejected: str, settings: PartSettings) -> dict:
-    """One rank: embed and select for its groups; write records and rejects sorted by (group, line)."""
+                   out_records: str, out_rejected: str, settings: PartSettings, embeddings_prefix: str | None) -> dict:
+    """One rank: embed and select for its groups; write records and rejects sorted by (group, line).
+
+    With `embeddings_prefix`, the embeddings of decodable records are appended to prefix.f32 (raw
+    float32 rows) with their ids in prefix.ids.jsonl, in the same order.
+    """
     from sharflow.selection import SelectionRules, select_context
     from sharflow.speaker_embedders import load_embedder
 
@@ -218,7 +264,10 @@ def process_groups(rank: int, device: str, prepared: str, groups: list[tuple[str
         open(prepared, "rb") as src, open(out_records, "w", encoding="utf-8") as out,
         open(out_rejected, "w", encoding="utf-8") as rej, ThreadPoolExecutor(1) as pool,
         tqdm(total=total, desc=f"context rank {rank} ({device})", unit="utt", mininterval=5) as progress,
+        ExitStack() as dump,
     ):
+        emb_rows = dump.enter_context(open(embeddings_prefix + ".f32", "wb")) if embeddings_prefix else None
+        emb_ids = dump.enter_context(open(embeddings_prefix + ".ids.jsonl", "w", encoding="utf-8")) if embeddings_prefix else None
         for key, offs in groups:
             records = []
             for line_no, offset in offs:
@@ -249,7 +298,13 @@ def process_groups(rank: int, device: str, prepared: str, groups: list[tuple[str
                 segments = {}
                 same = np.array([segments.setdefault((r["audio_filepath"], r["offset"], r["duration"]), len(segments))
                                  for _, r in good])
-                sel = select_context(np.concatenate(embeddings), durations, rules, same, device, settings.block_rows)
+                group_embeddings = np.concatenate(embeddings)
+                if emb_rows is not None:
+                    emb_rows.write(group_embeddings.astype(np.float32).tobytes())
+                    for ln, r in good:
+                        emb_ids.write(json.dumps({"group": key, "line": ln, "audio_filepath": r["audio_filepath"],
+                                                  "offset": r["offset"], "duration": r["duration"]}) + "\n")
+                sel = select_context(group_embeddings, durations, rules, same, device, settings.block_rows)
                 widened += sel.widened_rows
                 for i, (ln, rec) in enumerate(good):
                     j = int(sel.choice[i])
@@ -271,6 +326,7 @@ def process_groups(rank: int, device: str, prepared: str, groups: list[tuple[str
         "rank": rank, "device": device, "groups": len(groups), "records_in": total, "records_out": kept,
         "rejected": dict(rejected), "audio_seconds": round(audio_seconds, 3), "widened_rows": widened,
         "seconds": round(time.perf_counter() - start, 3), "similarity_hist": hist.tolist(),
+        "embedding_dim": embedder.dim if embedder else None,
     }
 
 

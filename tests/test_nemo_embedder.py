@@ -1,0 +1,52 @@
+"""The nemo backend through NeMo's real restore_from path, with a small random model from config."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from sharflow.audio import load_segment
+from sharflow.context import PartSettings, plan_context, run_context_part
+from sharflow.errors import SharflowError
+from sharflow.speaker_embedders import load_embedder
+from sharflow.speaker_embedders.nemo import build_random_model
+from testkit import DEMO, REPO
+from test_context import prepare
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    return build_random_model(REPO / "config" / "models" / "tiny_speaker.yaml",
+                              tmp_path_factory.mktemp("nemo") / "tiny_speaker.nemo")
+
+
+def test_embeddings_shape_norm_and_batch_invariance(tiny_model):
+    torch.set_num_threads(1)
+    embedder = load_embedder("nemo", "cpu", model=str(tiny_model))
+    assert (embedder.sample_rate, embedder.dim) == (16000, 64)
+    records = [json.loads(x) for x in (DEMO / "manifest.json").read_text().splitlines()[:6]]
+    waves = [load_segment(str(DEMO / "audio" / r["audio_filepath"]), r.get("offset", 0.0), r["duration"], 16000)
+             for r in records]
+    batch = embedder.embed(waves)
+    assert batch.shape == (6, 64) and batch.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(batch, axis=1), 1.0, atol=1e-5)
+    alone = np.concatenate([embedder.embed([w]) for w in waves])
+    np.testing.assert_allclose(alone, batch, atol=1e-4)
+
+
+def test_context_part_runs_with_the_nemo_backend(tiny_model, tmp_path):
+    prep = prepare(tmp_path)
+    plan_context(str(prep / "prepared.jsonl"), str(tmp_path / "plan.json"), parts=1,
+                 grouping={"preset": "speaker"}, cost_per_audio_second=1e6)
+    settings = PartSettings(audio_root=str(DEMO / "audio"), embedder="nemo",
+                            embedder_options={"model": str(tiny_model)}, min_similarity=-1.0)
+    stats = run_context_part(str(prep / "prepared.jsonl"), str(tmp_path / "plan.json"), 0,
+                             *(str(tmp_path / f) for f in ("r.jsonl", "x.jsonl", "s.json")),
+                             settings=settings, device="cpu", workers=1)
+    assert stats["records_in"] == 56 == stats["records_out"]
+
+
+def test_unloadable_model_is_explained():
+    with pytest.raises(SharflowError, match="local .nemo file"):
+        load_embedder("nemo", "cpu", model="/nonexistent/speaker.nemo")
