@@ -15,6 +15,7 @@ include: "rules/common.smk"
 # ---- Stages ------------------------------------------------------------------------------------
 include: "rules/prepare.smk"
 include: "rules/context.smk"
+include: "rules/shar.smk"
 
 
 # ---- Targets -----------------------------------------------------------------------------------

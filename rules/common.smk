@@ -1,12 +1,17 @@
+import functools
+import json
+import os
 import re
 from pathlib import Path
 
 from sharflow.config import validate_config
 from sharflow.errors import SharflowError
 from sharflow.prepare import resolve_workers
+from sharflow.shar import check_shar_settings
 
 try:
     validate_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
+    check_shar_settings(config["shar"])
 except SharflowError as e:
     raise WorkflowError(str(e)) from None
 
@@ -16,12 +21,17 @@ DATASETS = sorted(config["datasets"])
 wildcard_constraints:
     dataset="|".join(re.escape(d) for d in DATASETS),
     part=r"\d{4}",
+    shard=r"\d{6}",
 
 
 def get_final_outputs():
     """Every file the default target builds, for every dataset."""
     return expand(
-        ["results/{dataset}/prepare/stats.json", "results/{dataset}/context/stats.json"],
+        [
+            "results/{dataset}/prepare/stats.json",
+            "results/{dataset}/context/stats.json",
+            "results/{dataset}/shar_stats.json",
+        ],
         dataset=DATASETS,
     )
 
@@ -92,3 +102,37 @@ def get_context_parts(suffix):
         ]
 
     return parts
+
+
+def get_encode_settings(wildcards):
+    """Fields of sharflow.shar.EncodeSettings for the dataset."""
+    return {
+        "audio_root": config["datasets"][wildcards.dataset]["audio_root"],
+        "audio_format": config["shar"]["audio_format"],
+        "sample_rate": config["shar"]["sample_rate"],
+    }
+
+
+def get_shar_threads(wildcards):
+    return min(resolve_workers(config["shar"]["workers"]), workflow.cores)
+
+
+@functools.lru_cache(maxsize=None)
+def _num_shards(plan_path, mtime):
+    with open(plan_path) as f:
+        return json.load(f)["num_shards"]
+
+
+def num_shards(dataset):
+    """Shard count from the dataset's shar plan (a checkpoint), read once per plan file version."""
+    plan = checkpoints.shar_plan.get(dataset=dataset).output.plan
+    return _num_shards(plan, os.path.getmtime(plan))
+
+
+def get_shard_files(pattern):
+    """Input function: `pattern` for every shard index of the dataset."""
+
+    def files(wildcards):
+        return [pattern.format(dataset=wildcards.dataset, shard=f"{s:06d}") for s in range(num_shards(wildcards.dataset))]
+
+    return files

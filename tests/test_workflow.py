@@ -60,10 +60,28 @@ def test_rerun_is_a_no_op_and_outputs_are_deterministic(two_datasets, tmp_path):
     again = tmp_path / "again"
     run_snakemake(again, yaml.safe_load((work / "config.yaml").read_text()), "--cores", "1")
     for ds in ("demo", "dirty"):
-        for name in ("prepare/prepared.jsonl", "prepare/stats.json", "context/plan.json", "context/with_context.jsonl"):
+        # data outputs; stats.json files of context and shar also hold wall-clock times
+        names = ["prepare/prepared.jsonl", "prepare/stats.json", "context/plan.json", "context/with_context.jsonl",
+                 "shard_plan.json", "shar_index.npy"]
+        names += [str(p.relative_to(work / "results" / ds)) for p in (work / "results" / ds / "shar").rglob("*.*")]
+        for name in names:
             a = work / "results" / ds / name
             b = again / "results" / ds / name
             assert a.read_bytes() == b.read_bytes(), f"{ds}/{name} differs between 2 and 1 cores"
+
+    # a user reruns one shard by naming its file: only that shard's job runs, with the same bytes
+    lost = again / "results" / "demo" / "shar" / "target_audio" / "recording.000001.tar"
+    lost.unlink()
+    proc = run_snakemake(again, yaml.safe_load((work / "config.yaml").read_text()), str(lost.relative_to(again)))
+    assert job_counts(proc.stdout + proc.stderr) == {"shar_shard": 1}
+    assert lost.read_bytes() == (work / "results" / "demo" / "shar" / "target_audio" / "recording.000001.tar").read_bytes()
+
+
+def job_counts(output: str) -> dict[str, int]:
+    """The 'Job stats' table of a snakemake run, without the total."""
+    table = output.split("Job stats:")[1].split("total")[0]
+    rows = [line.split() for line in table.splitlines()[3:] if line.strip()]
+    return {name: int(n) for name, n in rows}
 
 
 def test_context_stage_in_the_workflow(two_datasets):
@@ -77,10 +95,25 @@ def test_context_stage_in_the_workflow(two_datasets):
     assert dirty["rejected"].get("no_context_candidate") == 1  # speaker 12 has one utterance
 
 
+def test_shar_stage_in_the_workflow(two_datasets):
+    from lhotse import CutSet
+
+    work, _, _ = two_datasets
+    stats = json.loads((work / "results" / "demo" / "shar_stats.json").read_text())
+    assert stats["cuts"] == 56 and stats["shards"] == 4  # shipped config: shard_size 16
+    shar = work / "results" / "demo" / "shar"
+    assert sorted(p.name for p in shar.iterdir()) == ["context_audio", "cuts", "target_audio"]
+    fields = {f: sorted(str(p) for p in (shar / f).iterdir()) for f in ("cuts", "target_audio", "context_audio")}
+    assert [len(v) for v in fields.values()] == [4, 4, 4]
+    assert len(list(CutSet.from_shar(fields=fields))) == 56
+
+
 def test_dry_run_dag_renders(tmp_path):
     proc = run_snakemake(tmp_path / "w", demo_config(), "--rulegraph")
     nodes, edges = parse_dot(proc.stdout)
-    assert {"all", "prepare", "context_plan", "context_part", "context_merge"} <= set(nodes.values())
+    # per-shard jobs join the graph once the shar_plan checkpoint has run (see the next test)
+    assert {"all", "prepare", "context_plan", "context_part", "context_merge", "shar_plan",
+            "shar_merge"} <= set(nodes.values())
     assert edges
     out = tmp_path / "dag.png"
     assert render_dag(proc.stdout, out, engine="matplotlib") == "matplotlib"
@@ -91,6 +124,12 @@ def test_dry_run_dag_renders(tmp_path):
         svg = tmp_path / "dag.svg"
         render_dag(proc.stdout, svg, engine="dot")
         assert "prepare" in svg.read_text()
+
+
+def test_rule_graph_after_the_plan_shows_shard_jobs(two_datasets):
+    work, _, _ = two_datasets
+    proc = run_snakemake(work, yaml.safe_load((work / "config.yaml").read_text()), "--rulegraph")
+    assert "shar_shard" in parse_dot(proc.stdout)[0].values()
 
 
 def test_bad_config_fails_at_parse_time_naming_the_key(tmp_path):

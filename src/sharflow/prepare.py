@@ -6,13 +6,10 @@ Memory is bounded by the chunks in flight plus one small key per accepted record
 """
 
 import hashlib
-import itertools
 import json
 import logging
-import multiprocessing
 import os
-from collections import Counter, deque
-from concurrent.futures import Future, ProcessPoolExecutor
+from collections import Counter
 from functools import partial
 from pathlib import Path
 from typing import IO, Iterator
@@ -22,6 +19,7 @@ from tqdm import tqdm
 from sharflow.atomic import atomic_dir, atomic_file
 from sharflow.errors import SharflowError
 from sharflow.manifest import REASONS, Accepted, CheckSettings, Rejected, check_line
+from sharflow.parallel import ordered_map
 
 log = logging.getLogger(__name__)
 
@@ -47,26 +45,8 @@ def _read_chunks(f: IO[bytes], progress: tqdm) -> Iterator[list[bytes]]:
 
 def _checked_lines(chunks, settings: CheckSettings, workers: int) -> Iterator[tuple[bytes, object]]:
     """(raw line, result) in input order; with workers > 1 at most 2×workers chunks in flight."""
-    check = partial(check_chunk, settings)
-    chunks = iter(chunks)
-    first = next(chunks, [])
-    second = next(chunks, None)
-    if workers <= 1 or second is None:  # one chunk is done before worker processes would start
-        for chunk in itertools.chain([first], [second] if second else [], chunks):
-            yield from zip(chunk, check(chunk))
-        return
-    chunks = itertools.chain([first, second], chunks)
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        pending: deque[tuple[list[bytes], Future]] = deque()
-        for chunk in chunks:
-            pending.append((chunk, pool.submit(check, chunk)))
-            if len(pending) >= 2 * workers:
-                chunk, future = pending.popleft()
-                yield from zip(chunk, future.result())
-        while pending:
-            chunk, future = pending.popleft()
-            yield from zip(chunk, future.result())
+    for chunk, results in ordered_map(partial(check_chunk, settings), chunks, workers):
+        yield from zip(chunk, results)
 
 
 def _stable_hash(key: tuple) -> int:

@@ -1,0 +1,223 @@
+"""The shar stage: plan, shard writing, the format read back by lhotse and NeMo, failure behaviour."""
+
+import glob
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import soundfile as sf
+from lhotse import CutSet, Recording
+from lhotse.shar.writers import AudioTarWriter
+
+from sharflow.errors import SharflowError
+from sharflow.shar import (EncodedAudioTarWriter, EncodeSettings, encode, merge_shar_stats, plan_shards,
+                           recording_id, segment_id, write_shard)
+from testkit import DEMO, REPO, read_jsonl, write_jsonl
+from test_context import prepare, run_stage
+
+FIELDS = ("cuts", "target_audio", "context_audio")
+
+
+@pytest.fixture(scope="module")
+def with_context(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("shar")
+    prep = prepare(tmp)
+    ctx, _ = run_stage(tmp, prep)
+    return ctx / "with_context.jsonl", ctx / "stats.json"
+
+
+def write_all(out, with_context, shard_size=16, workers=1, root=DEMO / "audio", **settings):
+    plan = plan_shards(str(with_context), str(out / "plan.json"), str(out / "index.npy"), shard_size=shard_size, seed=7)
+    stats, rejected = [], []
+    for s in range(plan["num_shards"]):
+        paths = {
+            "cuts": out / "shar" / "cuts" / f"cuts.{s:06d}.jsonl.gz",
+            "target": out / "shar" / "target_audio" / f"recording.{s:06d}.tar",
+            "context": out / "shar" / "context_audio" / f"recording.{s:06d}.tar",
+            "stats": out / "jobs" / f"shard-{s:06d}.stats.json",
+            "rejected": out / "jobs" / f"shard-{s:06d}.rejected.jsonl",
+        }
+        write_shard(str(with_context), str(out / "index.npy"), str(out / "plan.json"), s,
+                    *(str(p) for p in paths.values()),
+                    settings=EncodeSettings(audio_root=str(root), **settings), workers=workers)
+        stats.append(str(paths["stats"]))
+        rejected.append(str(paths["rejected"]))
+    return plan, stats, rejected
+
+
+def read_back(out):
+    return CutSet.from_shar(fields={f: sorted(glob.glob(str(out / "shar" / f / "*"))) for f in FIELDS})
+
+
+@pytest.fixture(scope="module")
+def demo_shards(with_context, tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo_shards")
+    plan, stats, rejected = write_all(out, with_context[0])
+    return out, plan, stats, rejected
+
+
+def test_ids():
+    assert recording_id("spk/book/u_01.flac") == "spk-book-u_01"
+    assert segment_id("a/b.wav", 1.5, 2.25) == "a-b-150000-225000"
+    assert segment_id("a/b.wav", 1.50001, 2.25) != segment_id("a/b.wav", 1.5, 2.25)
+
+
+def test_plan_is_a_seeded_shuffle_with_contiguous_shards(with_context, tmp_path):
+    plan = plan_shards(str(with_context[0]), str(tmp_path / "p.json"), str(tmp_path / "i.npy"), shard_size=16, seed=7)
+    assert plan["num_shards"] == 4 and [s["records"] for s in plan["shards"]] == [16, 16, 16, 8]
+    index = np.load(tmp_path / "i.npy")
+    offsets, pos = [], 0
+    for raw in with_context[0].read_bytes().splitlines(keepends=True):
+        offsets.append(pos)
+        pos += len(raw)
+    assert sorted(index.tolist()) == offsets and index.tolist() != offsets
+    again = plan_shards(str(with_context[0]), str(tmp_path / "q.json"), str(tmp_path / "j.npy"), shard_size=16, seed=7)
+    assert again == plan and (tmp_path / "j.npy").read_bytes() == (tmp_path / "i.npy").read_bytes()
+
+
+def test_clashing_cut_ids_are_refused(with_context, tmp_path):
+    records = read_jsonl(with_context[0])[:3]
+    twin = dict(records[1], audio_filepath=records[1]["audio_filepath"].replace("/", "-"))
+    path = write_jsonl(tmp_path / "w.jsonl", records + [twin])
+    with pytest.raises(SharflowError, match="line 2 .* and line 4"):
+        plan_shards(str(path), str(tmp_path / "p.json"), str(tmp_path / "i.npy"), shard_size=4, seed=0)
+
+
+def test_16_bit_audio_is_copied_exactly_and_clipping_is_counted():
+    pcm = np.array([-32768, -1, 0, 1, 32767], dtype=np.int16)
+    data, clipped = encode(pcm.astype(np.float32) / 32768, 16000, "flac")
+    assert clipped == 0 and (sf.read(io.BytesIO(data), dtype="int16")[0] == pcm).all()
+    _, clipped = encode(np.array([1.5, -2.0, 0.5], dtype=np.float32), 16000, "wav")
+    assert clipped == 2
+
+
+def test_tar_members_are_laid_out_as_lhotse_writes_them(tmp_path):
+    pcm = (np.sin(np.arange(8000) / 9) * 20000).astype(np.int16)
+    manifest = Recording(id="x", sources=[], sampling_rate=16000, num_samples=8000, duration=0.5)
+    with AudioTarWriter(str(tmp_path / "lhotse.tar"), shard_size=None, format="flac") as w:
+        w.write("cut-1", pcm[None, :], 16000, manifest)
+    data, _ = encode(pcm.astype(np.float32) / 32768, 16000, "flac")
+    with EncodedAudioTarWriter(str(tmp_path / "ours.tar"), shard_size=None, format="flac") as w:
+        w.write_encoded("cut-1", data, manifest)
+    assert (tmp_path / "ours.tar").read_bytes() == (tmp_path / "lhotse.tar").read_bytes()
+
+
+def test_round_trip_through_from_shar(demo_shards, with_context):
+    out, plan, stats, _ = demo_shards
+    records = {(r["audio_filepath"], r["offset"]): r for r in read_jsonl(with_context[0])}
+    cuts = list(read_back(out))
+    assert len(cuts) == 56 == len({c.id for c in cuts})
+    for c in cuts:
+        rel = os.path.relpath(c.recording.sources[0].source, DEMO / "audio")
+        r = records[(rel, c.start)]
+        target = c.target_audio.load_audio()[0]
+        src, sr = sf.read(DEMO / "audio" / rel, dtype="float32")
+        start = round(r["offset"] * sr)
+        np.testing.assert_array_equal(target, src[start:start + len(target)])
+        assert abs(len(target) / sr - r["duration"]) < 1 / sr
+        ctx = c.context_audio.load_audio()[0]
+        csrc, csr = sf.read(DEMO / "audio" / r["context_audio_filepath"], dtype="float32")
+        cstart = round(r["context_audio_offset"] * csr)
+        np.testing.assert_array_equal(ctx, csrc[cstart:cstart + len(ctx)])
+        assert c.context_audio.duration == r["context_audio_duration"] != c.duration
+        sup = c.supervisions[0]
+        assert sup.speaker == r["speaker"] and sup.language == "en" and sup.text == r["text"]
+        assert sup.custom["context_speaker_similarity"] == r["context_speaker_similarity"]
+        assert sup.custom["context_recording_id"] == recording_id(r["context_audio_filepath"])
+    merged = merge_shar_stats(stats, demo_shards[3], str(with_context[1]), str(out / "s.json"), str(out / "rej"),
+                              dataset="demo")
+    assert merged["cuts"] == 56 and merged["rejected_total"] == 0 and merged["shards"] == 4
+
+
+def test_each_field_holds_the_same_ids_in_the_same_order(demo_shards):
+    import tarfile
+
+    out = demo_shards[0]
+    for s in range(4):
+        ids = [json.loads(line)["id"] for line in
+               __import__("gzip").open(out / "shar" / "cuts" / f"cuts.{s:06d}.jsonl.gz", "rt")]
+        for field in ("target_audio", "context_audio"):
+            with tarfile.open(out / "shar" / field / f"recording.{s:06d}.tar") as t:
+                names = t.getnames()
+            assert names[0::2] == [f"{i}.flac" for i in ids] and names[1::2] == [f"{i}.json" for i in ids]
+
+
+def test_same_bytes_for_any_worker_count(demo_shards, with_context, tmp_path):
+    write_all(tmp_path, with_context[0], workers=2)
+    for path in sorted((demo_shards[0] / "shar").rglob("*.*")):
+        twin = tmp_path / "shar" / path.relative_to(demo_shards[0] / "shar")
+        assert twin.read_bytes() == path.read_bytes(), path.name
+
+
+def test_failing_cut_goes_to_rejects_and_fields_stay_aligned(with_context, tmp_path):
+    root = tmp_path / "audio"
+    shutil.copytree(DEMO / "audio", root)
+    records = read_jsonl(with_context[0])
+    victim = records[5]["context_audio_filepath"]
+    data = bytearray((root / victim).read_bytes())
+    data[200:] = bytes(len(data) - 200)  # header still readable, samples not
+    (root / victim).write_bytes(bytes(data))
+    users = {i for i, r in enumerate(records) if victim in (r["audio_filepath"], r["context_audio_filepath"])}
+    plan, stats, rejected = write_all(tmp_path, with_context[0], root=root)
+    merged = merge_shar_stats(stats, rejected, str(with_context[1]), str(tmp_path / "s.json"), str(tmp_path / "r"),
+                              dataset="demo")
+    assert merged["rejected_total"] == len(users) and merged["cuts"] == 56 - len(users)
+    assert set(merged["rejected"]) <= {"unreadable_audio", "unreadable_context_audio"}
+    cuts = list(read_back(tmp_path))  # lhotse asserts equal ids across fields while reading
+    assert len(cuts) == 56 - len(users)
+    for c in cuts:
+        assert c.target_audio.load_audio().shape[1] == c.target_audio.num_samples
+
+
+def test_empty_dataset_gives_one_valid_empty_shard(tmp_path):
+    empty = tmp_path / "w.jsonl"
+    empty.write_text("")
+    plan, _, _ = write_all(tmp_path, empty)
+    assert plan["num_shards"] == 1
+    assert len(list(read_back(tmp_path))) == 0
+
+
+def test_a_killed_shard_job_leaves_no_file_under_a_final_name(with_context, tmp_path):
+    plan_shards(str(with_context[0]), str(tmp_path / "plan.json"), str(tmp_path / "index.npy"), shard_size=64, seed=0)
+    finals = [tmp_path / "shar" / "cuts" / "c.jsonl.gz", tmp_path / "shar" / "t" / "r.tar",
+              tmp_path / "shar" / "x" / "r.tar", tmp_path / "jobs" / "s.json", tmp_path / "jobs" / "r.jsonl"]
+    code = (
+        "from sharflow.shar import write_shard, EncodeSettings\n"
+        f"write_shard({str(with_context[0])!r}, {str(tmp_path / 'index.npy')!r}, {str(tmp_path / 'plan.json')!r}, 0,"
+        f" *{[str(p) for p in finals]!r}, settings=EncodeSettings(audio_root={str(DEMO / 'audio')!r}, audio_format='wav'))\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.time() + 60
+    partial = None
+    while time.time() < deadline and partial is None:
+        for tmp in (tmp_path / "jobs").glob(".shard-000000.*"):
+            tar = tmp / "target.tar"
+            if tar.exists() and tar.stat().st_size > 0:
+                partial = tar
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert partial is not None, "the shard finished before it could be killed"
+    assert not any(p.exists() for p in finals)
+
+
+def test_nemo_magpietts_dataset_reads_a_batch(demo_shards):
+    from nemo.collections.tts.data.text_to_speech_dataset_lhotse import MagpieTTSLhotseDataset
+    from omegaconf import OmegaConf
+
+    tokenizers = OmegaConf.create({"english_phoneme": {
+        "_target_": "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.EnglishCharsTokenizer"}})
+    dataset = MagpieTTSLhotseDataset(sample_rate=22050, codec_model_samples_per_frame=1024, num_audio_codebooks=8,
+                                     tokenizer_config=tokenizers, load_16khz_audio=True)
+    cuts = CutSet(list(read_back(demo_shards[0]))[:4])
+    batch = dataset[cuts]
+    assert batch["audio"].shape[0] == 4 and batch["context_audio"].shape[0] == 4
+    assert batch["text"].shape[0] == 4 and (batch["text_lens"] > 5).all()
+    assert batch["dataset_names"] == ["demo"] * 4

@@ -1,0 +1,13 @@
+"""Snakemake adapter: sharflow.shar.plan_shards."""
+
+from sharflow.logs import job_log
+from sharflow.shar import plan_shards
+
+with job_log(snakemake.log[0]):
+    plan_shards(
+        snakemake.input.with_context,
+        snakemake.output.plan,
+        snakemake.output.index,
+        shard_size=snakemake.params.shard_size,
+        seed=snakemake.params.seed,
+    )
