@@ -7,11 +7,9 @@ from pathlib import Path
 from sharflow.config import validate_config
 from sharflow.errors import SharflowError
 from sharflow.prepare import resolve_workers
-from sharflow.shar import check_shar_settings
 
 try:
     validate_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
-    check_shar_settings(config["shar"])
 except SharflowError as e:
     raise WorkflowError(str(e)) from None
 
@@ -105,7 +103,7 @@ def get_context_parts(suffix):
 
 
 def get_encode_settings(wildcards):
-    """Fields of sharflow.shar.EncodeSettings for the dataset."""
+    """Fields of sharflow.shar_audio.EncodeSettings for the dataset."""
     return {
         "audio_root": config["datasets"][wildcards.dataset]["audio_root"],
         "audio_format": config["shar"]["audio_format"],

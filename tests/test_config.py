@@ -17,6 +17,8 @@ def test_defaults_are_filled_everywhere():
     assert config["datasets"]["d"]["language"] == "en"
     assert config["datasets"]["d"]["require_text"] is True
     assert config["prepare"] == {"workers": 0, "duration_tolerance": 0.1, "max_rejected_fraction": 0.5}
+    assert config["shar"]["shard_size"] == 4096 and config["context"]["min_similarity"] == 0.6
+    assert validate_config({**minimal(), "shar": {"audio_format": "opus", "sample_rate": 24000}}, SCHEMA)
 
 
 def test_shipped_config_is_valid():
@@ -31,6 +33,8 @@ def test_shipped_config_is_valid():
         (lambda c: c.update(prepare={"duration_tolerance": "a lot"}), "prepare.duration_tolerance"),
         (lambda c: c["datasets"]["d"].update(langauge="en"), "langauge"),
         (lambda c: c.update(datasets={"bad name": {"manifest": "m", "audio_root": "a"}}), "datasets"),
+        (lambda c: c.update(shar={"audio_format": "opus", "sample_rate": 22050}), "shar.sample_rate"),
+        (lambda c: c.update(context={"min_similarity": 2}), "context.min_similarity"),
     ],
 )
 def test_bad_config_names_the_key(change, key):

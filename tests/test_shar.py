@@ -14,11 +14,13 @@ import numpy as np
 import pytest
 import soundfile as sf
 from lhotse import CutSet, Recording
+from lhotse.shar.utils import to_shar_placeholder
 from lhotse.shar.writers import AudioTarWriter
 
 from sharflow.errors import SharflowError
-from sharflow.shar import (EncodedAudioTarWriter, EncodeSettings, encode, merge_shar_stats, plan_shards,
-                           recording_id, segment_id, write_shard)
+from sharflow.shar import (EncodedAudioTarWriter, merge_shar_stats, plan_shards, recording_id, segment_id,
+                           write_shard)
+from sharflow.shar_audio import EncodeSettings, compute_num_samples, encode, read_span
 from testkit import DEMO, REPO, read_jsonl, write_jsonl
 from test_context import prepare, run_stage
 
@@ -90,10 +92,32 @@ def test_clashing_cut_ids_are_refused(with_context, tmp_path):
         plan_shards(str(path), str(tmp_path / "p.json"), str(tmp_path / "i.npy"), shard_size=4, seed=0)
 
 
+def test_sample_counts_match_lhotse():
+    from lhotse.utils import compute_num_samples as lhotse_count
+
+    rng = np.random.default_rng(0)
+    for duration in [0.0, 1.0, 2.635, 1 / 3, 4.999999999, *rng.uniform(0, 30, 200)]:
+        for rate in (8000, 16000, 22050, 44100):
+            assert compute_num_samples(duration, rate) == lhotse_count(duration, rate)
+
+
+def test_read_span_is_exact_for_16_bit_and_resamples_float(tmp_path):
+    pcm = (np.sin(np.arange(22050) / 7) * 30000).astype(np.int16)
+    sf.write(tmp_path / "a.flac", pcm, 22050, subtype="PCM_16")
+    samples, rate, padded = read_span(str(tmp_path / "a.flac"), 0.5, 0.25)
+    assert samples.dtype == np.int16 and rate == 22050 and padded == 0
+    np.testing.assert_array_equal(samples, pcm[11025:11025 + 5513])
+    resampled, rate, _ = read_span(str(tmp_path / "a.flac"), 0.5, 0.25, sample_rate=16000)
+    assert resampled.dtype == np.float32 and rate == 16000 and len(resampled) == 4000
+    tail, _, padded = read_span(str(tmp_path / "a.flac"), 0.9, 0.2)
+    assert len(tail) == 4410 and padded == 2205 and not tail[-2205:].any()
+
+
 def test_16_bit_audio_is_copied_exactly_and_clipping_is_counted():
     pcm = np.array([-32768, -1, 0, 1, 32767], dtype=np.int16)
-    data, clipped = encode(pcm.astype(np.float32) / 32768, 16000, "flac")
-    assert clipped == 0 and (sf.read(io.BytesIO(data), dtype="int16")[0] == pcm).all()
+    for samples in (pcm, pcm.astype(np.float32) / 32768):
+        data, clipped = encode(samples, 16000, "flac")
+        assert clipped == 0 and (sf.read(io.BytesIO(data), dtype="int16")[0] == pcm).all()
     _, clipped = encode(np.array([1.5, -2.0, 0.5], dtype=np.float32), 16000, "wav")
     assert clipped == 2
 
@@ -103,9 +127,9 @@ def test_tar_members_are_laid_out_as_lhotse_writes_them(tmp_path):
     manifest = Recording(id="x", sources=[], sampling_rate=16000, num_samples=8000, duration=0.5)
     with AudioTarWriter(str(tmp_path / "lhotse.tar"), shard_size=None, format="flac") as w:
         w.write("cut-1", pcm[None, :], 16000, manifest)
-    data, _ = encode(pcm.astype(np.float32) / 32768, 16000, "flac")
+    data, _ = encode(pcm, 16000, "flac")
     with EncodedAudioTarWriter(str(tmp_path / "ours.tar"), shard_size=None, format="flac") as w:
-        w.write_encoded("cut-1", data, manifest)
+        w.write_encoded("cut-1", data, to_shar_placeholder(manifest))
     assert (tmp_path / "ours.tar").read_bytes() == (tmp_path / "lhotse.tar").read_bytes()
 
 
@@ -189,7 +213,7 @@ def test_a_killed_shard_job_leaves_no_file_under_a_final_name(with_context, tmp_
     finals = [tmp_path / "shar" / "cuts" / "c.jsonl.gz", tmp_path / "shar" / "t" / "r.tar",
               tmp_path / "shar" / "x" / "r.tar", tmp_path / "jobs" / "s.json", tmp_path / "jobs" / "r.jsonl"]
     code = (
-        "from sharflow.shar import write_shard, EncodeSettings\n"
+        "from sharflow.shar import write_shard\nfrom sharflow.shar_audio import EncodeSettings\n"
         f"write_shard({str(with_context[0])!r}, {str(tmp_path / 'index.npy')!r}, {str(tmp_path / 'plan.json')!r}, 0,"
         f" *{[str(p) for p in finals]!r}, settings=EncodeSettings(audio_root={str(DEMO / 'audio')!r}, audio_format='wav'))\n"
     )

@@ -1,10 +1,13 @@
 """Snakemake adapter: sharflow.shar.write_shard."""
 
 from sharflow.logs import job_log
-from sharflow.shar import EncodeSettings, write_shard
 
-# The guard keeps spawned worker processes, which re-run this file as __mp_main__, out of the body.
+# Spawned worker processes re-run this file as __mp_main__: the guard keeps them out of the body,
+# and importing sharflow.shar (lhotse, torch) inside it keeps their start-up light.
 if __name__ == "__main__":
+    from sharflow.shar import write_shard
+    from sharflow.shar_audio import EncodeSettings
+
     with job_log(snakemake.log[0]):
         write_shard(
             snakemake.input.with_context,

@@ -7,6 +7,7 @@ import jsonschema
 import yaml
 
 from sharflow.errors import SharflowError
+from sharflow.shar_audio import OPUS_RATES
 
 
 def _with_defaults(validator_class):
@@ -43,9 +44,19 @@ def validate_config(config: dict, schema_path: str | Path) -> dict:
     """
     schema = load_yaml(schema_path)
     errors = sorted(_Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
-    if errors:
-        raise SharflowError("invalid config:\n" + "\n".join(_describe(e, schema) for e in errors))
+    messages = [_describe(e, schema) for e in errors] or _cross_checks(config)
+    if messages:
+        raise SharflowError("invalid config:\n" + "\n".join(messages))
     return config
+
+
+def _cross_checks(config: dict) -> list[str]:
+    """Rules between keys that the schema cannot express."""
+    shar = config.get("shar", {})
+    if shar.get("audio_format") == "opus" and shar.get("sample_rate") not in OPUS_RATES:
+        return [f"  shar.sample_rate: opus needs one of {', '.join(map(str, OPUS_RATES))} Hz (got "
+                f"{shar.get('sample_rate')}); set shar.sample_rate or use audio_format flac"]
+    return []
 
 
 def _describe(error: jsonschema.ValidationError, schema: dict) -> str:

@@ -29,15 +29,11 @@ import tarfile
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import numpy as np
-import soundfile as sf
-import soxr
-from lhotse import AudioSource, MonoCut, Recording, SupervisionSegment, compute_num_samples
-from lhotse.shar.utils import to_shar_placeholder
+from lhotse import AudioSource, MonoCut, Recording, SupervisionSegment
 from lhotse.shar.writers import AudioTarWriter, JsonlShardWriter
 from tqdm import tqdm
 
@@ -45,6 +41,7 @@ from sharflow.atomic import atomic_dir, atomic_file
 from sharflow.audio import resolve_audio_path
 from sharflow.errors import SharflowError
 from sharflow.parallel import ordered_map
+from sharflow.shar_audio import EncodedAudio, EncodeSettings, encode_records
 from sharflow.speakers import parse_speaker
 
 log = logging.getLogger(__name__)
@@ -53,18 +50,9 @@ REASONS: dict[str, str] = {
     "unreadable_audio": "the target span could not be decoded or encoded",
     "unreadable_context_audio": "the context span could not be decoded or encoded",
 }
-OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
 # Manifest keys the cut holds in its own fields; every other key goes to supervision.custom.
+TASK_RECORDS = 8  # records per worker task
 _CUT_KEYS = {"audio_filepath", "context_audio_filepath", "text", "offset", "duration", "speaker", "source_audio"}
-
-
-def check_shar_settings(shar: dict) -> None:
-    """Config checks the schema cannot express; raises SharflowError naming the key."""
-    if shar["audio_format"] == "opus" and shar["sample_rate"] not in OPUS_RATES:
-        raise SharflowError(
-            f"invalid config:\n  shar.sample_rate: opus needs one of {', '.join(map(str, OPUS_RATES))} Hz "
-            f"(got {shar['sample_rate']}); set shar.sample_rate or use audio_format flac"
-        )
 
 
 # ---- ids ----------------------------------------------------------------------------------------
@@ -146,82 +134,6 @@ def _check_unique_ids(hashes: np.ndarray, path: str) -> None:
         )
 
 
-# ---- encoding (worker processes) ----------------------------------------------------------------
-
-@dataclass(frozen=True)
-class EncodeSettings:
-    audio_root: str
-    audio_format: str = "flac"
-    sample_rate: int | None = None
-
-
-@dataclass(frozen=True)
-class EncodedAudio:
-    data: bytes
-    sampling_rate: int
-    num_samples: int
-    clipped: int
-    padded: int
-
-
-def read_span(path: str, offset: float, duration: float, sample_rate: int | None) -> tuple[np.ndarray, int, int]:
-    """Channel 0 of [offset, offset + duration), decoding only that span, as lhotse counts samples.
-
-    Returns (float32 samples, rate, samples padded with zeros past the end of the file). With
-    `sample_rate`, the span is resampled (soxr HQ) and trimmed/padded to lhotse's sample count.
-    """
-    with sf.SoundFile(path) as f:
-        rate = f.samplerate
-        start, n = compute_num_samples(offset, rate), compute_num_samples(duration, rate)
-        f.seek(min(start, f.frames))
-        data = f.read(n, dtype="float32", always_2d=True)[:, 0]
-    padded = n - len(data)
-    if sample_rate and sample_rate != rate:
-        data = soxr.resample(data, rate, sample_rate, quality="HQ").astype(np.float32, copy=False)
-        rate, n = sample_rate, compute_num_samples(duration, sample_rate)
-    if len(data) != n:
-        data = np.pad(data[:n], (0, max(0, n - len(data))))
-    if len(data) == 0:
-        raise ValueError(f"no samples at offset {offset} s")
-    return np.ascontiguousarray(data), rate, padded
-
-
-def encode(samples: np.ndarray, rate: int, audio_format: str) -> tuple[bytes, int]:
-    """Encode mono float32 samples; returns (bytes, samples beyond [-1, 1] that were clipped).
-
-    flac and wav are 16-bit PCM, converted here by rounding to the nearest step of 1/32768, so a
-    16-bit source is copied bit-exactly.
-    """
-    clipped = int(np.count_nonzero(np.abs(samples) > 1.0))
-    buf = io.BytesIO()
-    if audio_format == "opus":
-        sf.write(buf, np.clip(samples, -1.0, 1.0), rate, format="OGG", subtype="OPUS")
-    else:
-        pcm = np.clip(np.round(samples * 32768.0), -32768, 32767).astype(np.int16)
-        sf.write(buf, pcm, rate, format=audio_format.upper(), subtype="PCM_16")
-    return buf.getvalue(), clipped
-
-
-def encode_record(settings: EncodeSettings, record: dict) -> tuple[EncodedAudio, EncodedAudio] | tuple[str, str]:
-    """Decode and encode the target and context spans of one record (runs in a worker process).
-
-    Returns the two encoded audios, or (reject reason, detail).
-    """
-    out = []
-    for keys, reason in ((("audio_filepath", "offset", "duration"), "unreadable_audio"),
-                         (("context_audio_filepath", "context_audio_offset", "context_audio_duration"),
-                          "unreadable_context_audio")):
-        path, offset, duration = (record[k] for k in keys)
-        try:
-            full, _ = resolve_audio_path(settings.audio_root, path)
-            samples, rate, padded = read_span(full, offset, duration, settings.sample_rate)
-            data, clipped = encode(samples, rate, settings.audio_format)
-        except Exception as e:  # reported per cut; the shard goes on
-            return reason, f"{path}: {e}"
-        out.append(EncodedAudio(data, rate, len(samples), clipped, padded))
-    return out[0], out[1]
-
-
 # ---- cuts ---------------------------------------------------------------------------------------
 
 def build_cut(record: dict, audio_root: str) -> MonoCut:
@@ -248,22 +160,22 @@ def build_cut(record: dict, audio_root: str) -> MonoCut:
 
 
 def audio_placeholder(segment: str, audio: EncodedAudio, duration: float) -> Recording:
-    """The Recording stored beside an audio tar member: the segment alone, with its own length."""
-    return to_shar_placeholder(Recording(
-        id=segment, sources=[AudioSource(type="file", channels=[0], source="")],
-        sampling_rate=audio.sampling_rate, num_samples=audio.num_samples, duration=duration,
-    ))
+    """The Recording stored beside an audio tar member: the segment alone, with its own length,
+    its source a Shar placeholder (what lhotse's to_shar_placeholder makes of it)."""
+    return Recording(id=segment, sources=[AudioSource(type="shar", channels=[0], source="")],
+                     sampling_rate=audio.sampling_rate, num_samples=audio.num_samples, duration=duration)
 
 
 class EncodedAudioTarWriter(AudioTarWriter):
     """lhotse's AudioTarWriter, taking audio already encoded (in worker processes).
 
-    Members and manifests are laid out exactly as AudioTarWriter.write lays them out.
+    Members and manifests are laid out exactly as AudioTarWriter.write lays them out; `manifest`
+    must already be a Shar placeholder (see audio_placeholder).
     """
 
     def write_encoded(self, key: str, data: bytes, manifest: Recording) -> None:
         self.tar_writer.write(f"{key}.{self.format}", io.BytesIO(data))
-        meta = io.BytesIO((json.dumps(to_shar_placeholder(manifest).to_dict()) + "\n").encode("utf-8"))
+        meta = io.BytesIO((json.dumps(manifest.to_dict()) + "\n").encode("utf-8"))
         self.tar_writer.write(f"{key}.json", meta, count=False)
 
 
@@ -302,7 +214,9 @@ def write_shard(
             EncodedAudioTarWriter(str(tmp / "context.tar"), shard_size=None, format=settings.audio_format) as context_w,
             tqdm(total=len(records), desc=f"shard {shard:06d}", unit="cut", mininterval=5) as progress,
         ):
-            for record, result in ordered_map(partial(encode_record, settings), records, workers):
+            batches = [records[i:i + TASK_RECORDS] for i in range(0, len(records), TASK_RECORDS)]
+            encoded = ordered_map(partial(encode_records, settings), batches, workers)
+            for record, result in ((r, e) for batch, results in encoded for r, e in zip(batch, results)):
                 progress.update()
                 if isinstance(result[0], str):
                     rejected.append({"cut_id": cut_id(record), "reason": result[0], "detail": result[1],
