@@ -245,3 +245,18 @@ def test_nemo_magpietts_dataset_reads_a_batch(demo_shards):
     assert batch["audio"].shape[0] == 4 and batch["context_audio"].shape[0] == 4
     assert batch["text"].shape[0] == 4 and (batch["text_lens"] > 5).all()
     assert batch["dataset_names"] == ["demo"] * 4
+
+
+@pytest.mark.parametrize("audio_format, sample_rate", [("wav", None), ("opus", 24000), ("flac", 16000)])
+def test_other_formats_and_rates_read_back(with_context, tmp_path, audio_format, sample_rate):
+    records = read_jsonl(with_context[0])[:6]
+    small = write_jsonl(tmp_path / "w.jsonl", records)
+    write_all(tmp_path, small, shard_size=8, audio_format=audio_format, sample_rate=sample_rate)
+    cuts = list(read_back(tmp_path))
+    assert len(cuts) == 6
+    for c in cuts:
+        audio = c.target_audio.load_audio()
+        assert audio.shape[1] == c.target_audio.num_samples
+        if sample_rate:
+            assert c.target_audio.sampling_rate == c.context_audio.sampling_rate == sample_rate
+        assert abs(audio.shape[1] / c.target_audio.sampling_rate - c.duration) < 0.01
