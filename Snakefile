@@ -16,6 +16,7 @@ include: "rules/common.smk"
 include: "rules/prepare.smk"
 include: "rules/context.smk"
 include: "rules/shar.smk"
+include: "rules/codes.smk"
 
 
 # ---- Targets -----------------------------------------------------------------------------------

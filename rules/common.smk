@@ -20,10 +20,11 @@ wildcard_constraints:
     dataset="|".join(re.escape(d) for d in DATASETS),
     part=r"\d{4}",
     shard=r"\d{6}",
+    codec="|".join(re.escape(c) for c in sorted(config["codecs"])) or "(?!)",
 
 
 def get_final_outputs():
-    """Every file the default target builds, for every dataset."""
+    """Every file the default target builds, for every dataset (and codec)."""
     return expand(
         [
             "results/{dataset}/prepare/stats.json",
@@ -31,7 +32,7 @@ def get_final_outputs():
             "results/{dataset}/shar_stats.json",
         ],
         dataset=DATASETS,
-    )
+    ) + expand("results/{dataset}/codes_stats/{codec}.json", dataset=DATASETS, codec=sorted(config["codecs"]))
 
 
 def get_manifest(wildcards):
@@ -128,9 +129,46 @@ def num_shards(dataset):
 
 
 def get_shard_files(pattern):
-    """Input function: `pattern` for every shard index of the dataset."""
+    """Input function: `pattern`, with the job's wildcards, for every shard index of the dataset."""
 
     def files(wildcards):
-        return [pattern.format(dataset=wildcards.dataset, shard=f"{s:06d}") for s in range(num_shards(wildcards.dataset))]
+        values = dict(wildcards.items())
+        return [pattern.format(**values, shard=f"{s:06d}") for s in range(num_shards(wildcards.dataset))]
 
     return files
+
+
+def get_random_codec_config(wildcards):
+    path = config["codecs"][wildcards.codec]["random_from_config"]
+    if path is None:
+        raise WorkflowError(f"codec {wildcards.codec} has a model; nothing to build")
+    return path
+
+
+def _codec_model_path(codec):
+    """Where the codec's model is, and whether the workflow builds it."""
+    spec = config["codecs"][codec]
+    if spec["random_from_config"]:
+        return f"results/models/{codec}.nemo", True
+    return spec["model"], False
+
+
+def get_codec_model_file(wildcards):
+    """The codec's model file as an input (so a new model reruns the codes), if it is a local file."""
+    path, built = _codec_model_path(wildcards.codec)
+    return [path] if built or os.path.exists(path) else []
+
+
+def get_codec_spec(wildcards):
+    """Fields of sharflow.codes.CodecSpec."""
+    spec = config["codecs"][wildcards.codec]
+    path, _ = _codec_model_path(wildcards.codec)
+    return {"name": wildcards.codec, "backend": spec["backend"], "model": path, "precision": spec["precision"]}
+
+
+def get_codes_threads(wildcards):
+    return min(resolve_workers(config["codes"]["workers"]), workflow.cores)
+
+
+def get_codes_gpus(wildcards):
+    return 0 if config["codes"]["device"] == "cpu" else config["codes"]["gpus_per_job"]

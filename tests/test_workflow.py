@@ -69,10 +69,20 @@ def test_rerun_is_a_no_op_and_outputs_are_deterministic(two_datasets, tmp_path):
             b = again / "results" / ds / name
             assert a.read_bytes() == b.read_bytes(), f"{ds}/{name} differs between 2 and 1 cores"
 
+    # adding a codec runs only that codec's jobs and touches nothing that exists
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in (again / "results").rglob("*") if p.is_file()}
+    config = yaml.safe_load((work / "config.yaml").read_text())
+    config["codecs"]["second"] = dict(config["codecs"]["tiny_nemo"])
+    proc = run_snakemake(again, config)
+    assert job_counts(proc.stdout + proc.stderr) == {
+        "all": 1, "build_random_codec": 1, "codes_shard": 5, "codes_merge": 2}  # demo: 4 shards, dirty: 1
+    assert all((p.stat().st_mtime_ns, p.read_bytes()) == v for p, v in before.items())
+    assert len(list((again / "results" / "demo" / "shar" / "codes_second" / "target_codes").iterdir())) == 4
+
     # a user reruns one shard by naming its file: only that shard's job runs, with the same bytes
     lost = again / "results" / "demo" / "shar" / "target_audio" / "recording.000001.tar"
     lost.unlink()
-    proc = run_snakemake(again, yaml.safe_load((work / "config.yaml").read_text()), str(lost.relative_to(again)))
+    proc = run_snakemake(again, config, str(lost.relative_to(again)))
     assert job_counts(proc.stdout + proc.stderr) == {"shar_shard": 1}
     assert lost.read_bytes() == (work / "results" / "demo" / "shar" / "target_audio" / "recording.000001.tar").read_bytes()
 
@@ -102,10 +112,26 @@ def test_shar_stage_in_the_workflow(two_datasets):
     stats = json.loads((work / "results" / "demo" / "shar_stats.json").read_text())
     assert stats["cuts"] == 56 and stats["shards"] == 4  # shipped config: shard_size 16
     shar = work / "results" / "demo" / "shar"
-    assert sorted(p.name for p in shar.iterdir()) == ["context_audio", "cuts", "target_audio"]
+    assert sorted(p.name for p in shar.iterdir()) == ["codes_tiny_nemo", "context_audio", "cuts", "target_audio"]
     fields = {f: sorted(str(p) for p in (shar / f).iterdir()) for f in ("cuts", "target_audio", "context_audio")}
     assert [len(v) for v in fields.values()] == [4, 4, 4]
     assert len(list(CutSet.from_shar(fields=fields))) == 56
+
+
+def test_codes_stage_in_the_workflow(two_datasets):
+    from lhotse import CutSet
+
+    work, _, _ = two_datasets
+    stats = json.loads((work / "results" / "demo" / "codes_stats" / "tiny_nemo.json").read_text())
+    assert stats["cuts"] == 56 and stats["shards"] == 4 and stats["dtype"] == "int16"
+    shar = work / "results" / "demo" / "shar"
+    fields = {f: sorted(str(p) for p in (shar / f).iterdir()) for f in ("cuts", "target_audio")}
+    fields.update({f: sorted(str(p) for p in (shar / "codes_tiny_nemo" / f).iterdir())
+                   for f in ("target_codes", "context_codes")})
+    cuts = list(CutSet.from_shar(fields=fields))
+    assert len(cuts) == 56 and all(c.target_codes.load().shape[0] == 8 for c in cuts)
+    log = (work / "logs" / "build_random_codec" / "tiny_nemo.log").read_text()
+    assert "RANDOMLY INITIALISED" in log
 
 
 def test_dry_run_dag_renders(tmp_path):
@@ -113,7 +139,7 @@ def test_dry_run_dag_renders(tmp_path):
     nodes, edges = parse_dot(proc.stdout)
     # per-shard jobs join the graph once the shar_plan checkpoint has run (see the next test)
     assert {"all", "prepare", "context_plan", "context_part", "context_merge", "shar_plan",
-            "shar_merge"} <= set(nodes.values())
+            "shar_merge", "codes_merge"} <= set(nodes.values())
     assert edges
     out = tmp_path / "dag.png"
     assert render_dag(proc.stdout, out, engine="matplotlib") == "matplotlib"
@@ -129,7 +155,7 @@ def test_dry_run_dag_renders(tmp_path):
 def test_rule_graph_after_the_plan_shows_shard_jobs(two_datasets):
     work, _, _ = two_datasets
     proc = run_snakemake(work, yaml.safe_load((work / "config.yaml").read_text()), "--rulegraph")
-    assert "shar_shard" in parse_dot(proc.stdout)[0].values()
+    assert {"shar_shard", "codes_shard", "build_random_codec"} <= set(parse_dot(proc.stdout)[0].values())
 
 
 def test_bad_config_fails_at_parse_time_naming_the_key(tmp_path):

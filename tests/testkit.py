@@ -42,6 +42,9 @@ def demo_config(**overrides) -> dict:
     for ds in config["datasets"].values():
         ds["manifest"] = str(REPO / ds["manifest"])
         ds["audio_root"] = str(REPO / ds["audio_root"])
+    for codec in config.get("codecs", {}).values():
+        if codec.get("random_from_config"):
+            codec["random_from_config"] = str(REPO / codec["random_from_config"])
     for section, values in overrides.items():
         config.setdefault(section, {}).update(values)
     return config

@@ -52,11 +52,17 @@ def validate_config(config: dict, schema_path: str | Path) -> dict:
 
 def _cross_checks(config: dict) -> list[str]:
     """Rules between keys that the schema cannot express."""
+    problems = []
     shar = config.get("shar", {})
     if shar.get("audio_format") == "opus" and shar.get("sample_rate") not in OPUS_RATES:
-        return [f"  shar.sample_rate: opus needs one of {', '.join(map(str, OPUS_RATES))} Hz (got "
-                f"{shar.get('sample_rate')}); set shar.sample_rate or use audio_format flac"]
-    return []
+        problems.append(f"  shar.sample_rate: opus needs one of {', '.join(map(str, OPUS_RATES))} Hz (got "
+                        f"{shar.get('sample_rate')}); set shar.sample_rate or use audio_format flac")
+    for name, codec in config.get("codecs", {}).items():
+        if (codec.get("model") is None) == (codec.get("random_from_config") is None):
+            problems.append(f"  codecs.{name}: give exactly one of model or random_from_config")
+        elif codec.get("random_from_config") and codec["backend"] != "nemo":
+            problems.append(f"  codecs.{name}.random_from_config: only the nemo backend builds random codecs")
+    return problems
 
 
 def _describe(error: jsonschema.ValidationError, schema: dict) -> str:

@@ -1,0 +1,111 @@
+"""The codes stage on the demo shards: format read back by lhotse and NeMo, ranks, failures."""
+
+import glob
+import io
+import shutil
+import tarfile
+
+import numpy as np
+import pytest
+from lhotse import CutSet
+
+from sharflow.codes import CodecSpec, Item, encode_shard, padding_efficiency, plan_batches
+from sharflow.errors import SharflowError
+from sharflow.shar_audio import compute_num_samples
+from test_codecs import tiny_nemo_codec  # noqa: F401 (fixture)
+from test_shar import demo_shards, with_context  # noqa: F401 (fixtures)
+
+
+def run_codes(shards_dir, out, codec_path, shards=(0, 1), workers=1, name="tiny"):
+    spec = CodecSpec(name=name, backend="nemo", model=str(codec_path))
+    stats = []
+    for s in shards:
+        stats.append(encode_shard(
+            str(shards_dir / "shar" / "target_audio" / f"recording.{s:06d}.tar"),
+            str(shards_dir / "shar" / "context_audio" / f"recording.{s:06d}.tar"), s,
+            str(out / "shar" / f"codes_{name}" / "target_codes" / f"codes.{s:06d}.tar"),
+            str(out / "shar" / f"codes_{name}" / "context_codes" / f"codes.{s:06d}.tar"),
+            str(out / "jobs" / f"{s}.json"), codec=spec, batch_seconds=8.0, device="cpu", workers=workers))
+    return stats
+
+
+@pytest.fixture(scope="module")
+def coded(demo_shards, tiny_nemo_codec, tmp_path_factory):  # noqa: F811
+    out = tmp_path_factory.mktemp("codes")
+    return out, run_codes(demo_shards[0], out, tiny_nemo_codec)
+
+
+def test_batches_are_sorted_within_budget_and_pad_little():
+    rng = np.random.default_rng(0)
+    items = [Item(i, "target", "", int(n)) for i, n in enumerate(rng.integers(8000, 300000, 400))]
+    budget, spf = 22050 * 60, 1024
+    batches = plan_batches(items, budget, spf)
+    assert sorted(i.cut for b in batches for i in b) == list(range(400))
+    for b in batches:
+        assert len(b) * -(-max(i.samples for i in b) // spf) * spf <= budget or len(b) == 1
+    in_order = plan_batches(items, budget, spf, by_length=False)
+    for b in in_order:
+        assert len(b) * -(-max(i.samples for i in b) // spf) * spf <= budget or len(b) == 1
+    assert padding_efficiency(batches, spf) > 0.97 > padding_efficiency(in_order, spf)
+
+
+def test_codes_round_trip_with_shapes_dtype_and_frame_shift(coded, demo_shards):  # noqa: F811
+    out, stats = coded
+    fields = {"cuts": sorted(glob.glob(str(demo_shards[0] / "shar" / "cuts" / "*")))[:2]}
+    for f in ("target_audio", "context_audio"):
+        fields[f] = sorted(glob.glob(str(demo_shards[0] / "shar" / f / "*")))[:2]
+    for f in ("target_codes", "context_codes"):
+        fields[f] = sorted(glob.glob(str(out / "shar" / "codes_tiny" / f / "*")))
+    cuts = list(CutSet.from_shar(fields=fields))
+    assert len(cuts) == 32 == sum(s["cuts"] for s in stats)
+    for c in cuts:
+        for audio, codes in ((c.target_audio, c.target_codes), (c.context_audio, c.context_codes)):
+            array = codes.load()
+            samples_22k = compute_num_samples(audio.num_samples / audio.sampling_rate, 22050)
+            assert array.dtype == np.int16 and array.shape == (8, -(-samples_22k // 1024))
+            assert codes.frame_shift == 1024 / 22050 and codes.temporal_dim == -1
+    assert all(s["dtype"] == "int16" and s["padding_efficiency"] > 0.5 for s in stats)
+
+
+def test_codes_do_not_depend_on_batching_or_ranks(coded, demo_shards, tiny_nemo_codec, tmp_path):  # noqa: F811
+    out, _ = coded
+    run_codes(demo_shards[0], tmp_path, tiny_nemo_codec, shards=(0,), workers=2)
+    for kind in ("target_codes", "context_codes"):
+        a = out / "shar" / "codes_tiny" / kind / "codes.000000.tar"
+        assert (tmp_path / "shar" / "codes_tiny" / kind / "codes.000000.tar").read_bytes() == a.read_bytes()
+
+
+def test_undecodable_audio_fails_naming_shard_and_cut(demo_shards, tiny_nemo_codec, tmp_path):  # noqa: F811
+    shar = tmp_path / "in" / "shar"
+    for f in ("target_audio", "context_audio"):
+        (shar / f).mkdir(parents=True)
+        shutil.copy(demo_shards[0] / "shar" / f / "recording.000000.tar", shar / f)
+    src = shar / "target_audio" / "recording.000000.tar"
+    with tarfile.open(src) as t:
+        members = [(m, t.extractfile(m).read()) for m in t.getmembers()]
+    victim = members[4][0].name.rsplit(".", 1)[0]
+    with tarfile.open(src, "w") as t:
+        for m, data in members:
+            if m.name == members[4][0].name:
+                data = b"not flac" * 10
+                m.size = len(data)
+            t.addfile(m, io.BytesIO(data))
+    with pytest.raises(SharflowError, match=f"shard 0, cut {victim}: target audio does not decode"):
+        run_codes(tmp_path / "in", tmp_path / "out", tiny_nemo_codec, shards=(0,))
+    assert not list(tmp_path.glob("out/shar/**/*.tar"))
+
+
+def test_nemo_dataset_loads_target_and_context_codes(coded, demo_shards):  # noqa: F811
+    from nemo.collections.tts.data.text_to_speech_dataset_lhotse import MagpieTTSLhotseDataset
+    from omegaconf import OmegaConf
+
+    out, _ = coded
+    fields = {f: sorted(glob.glob(str(demo_shards[0] / "shar" / f / "*")))[:2] for f in ("cuts", "target_audio", "context_audio")}
+    fields.update({f: sorted(glob.glob(str(out / "shar" / "codes_tiny" / f / "*"))) for f in ("target_codes", "context_codes")})
+    tokenizers = OmegaConf.create({"english_phoneme": {
+        "_target_": "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.EnglishCharsTokenizer"}})
+    dataset = MagpieTTSLhotseDataset(sample_rate=22050, codec_model_samples_per_frame=1024, num_audio_codebooks=8,
+                                     tokenizer_config=tokenizers, load_16khz_audio=False)
+    batch = dataset[CutSet(list(CutSet.from_shar(fields=fields))[:4])]
+    assert batch["audio_codes"].shape[:2] == (4, 8) and batch["context_audio_codes"].shape[:2] == (4, 8)
+    assert "audio" not in batch

@@ -1,0 +1,22 @@
+"""Snakemake adapter: sharflow.codes.encode_shard."""
+
+from sharflow.logs import job_log
+
+# Spawned rank processes re-run this file as __mp_main__: the guard keeps them out of the body.
+if __name__ == "__main__":
+    from sharflow.codes import CodecSpec, encode_shard
+
+    with job_log(snakemake.log[0]):
+        encode_shard(
+            snakemake.input.target,
+            snakemake.input.context,
+            int(snakemake.wildcards.shard),
+            snakemake.output.target,
+            snakemake.output.context,
+            snakemake.output.stats,
+            codec=CodecSpec(**snakemake.params.codec),
+            batch_seconds=snakemake.params.batch_seconds,
+            device=snakemake.params.device,
+            workers=snakemake.threads,
+            gpus=snakemake.resources.gpu,
+        )
