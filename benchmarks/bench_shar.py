@@ -14,8 +14,6 @@ Usage: python benchmarks/bench_shar.py [--copies 18] [--shard-size 256]
 
 import argparse
 import io
-import json
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -23,40 +21,12 @@ from pathlib import Path
 import soundfile as sf
 from sharflow.shar_audio import compute_num_samples
 
+from _corpus import repeated_with_context
 from sharflow.shar_audio import EncodeSettings
 
 # sharflow.shar and sharflow.context (lhotse, torch) are imported inside the functions: spawned
 # workers re-run this file's top level, and a real shard job's adapter keeps them light the same way.
 
-DEMO = Path(__file__).resolve().parents[1] / "demo"
-
-
-def build_corpus(tmp: Path, copies: int) -> tuple[Path, Path, list[dict]]:
-    from sharflow.context import PartSettings, merge_context, plan_context, run_context_part
-    from sharflow.prepare import prepare_dataset
-
-    prep = tmp / "prep"
-    prepare_dataset(str(DEMO / "manifest.json"), str(prep / "p.jsonl"), str(prep / "r"), str(prep / "s.json"),
-                    dataset="demo", audio_root=str(DEMO / "audio"), workers=1)
-    ctx = tmp / "ctx"
-    plan_context(str(prep / "p.jsonl"), str(ctx / "plan.json"), parts=1, grouping={"preset": "speaker"},
-                 cost_per_audio_second=1e6)
-    parts = [str(ctx / f) for f in ("part.jsonl", "part.rej.jsonl", "part.stats.json")]
-    run_context_part(str(prep / "p.jsonl"), str(ctx / "plan.json"), 0, *parts,
-                     settings=PartSettings(audio_root=str(DEMO / "audio")), device="cpu", workers=1)
-    merge_context([parts[0]], [parts[1]], [parts[2]], str(prep / "s.json"), str(ctx / "w.jsonl"), str(ctx / "rej"),
-                  str(ctx / "stats.json"), dataset="demo")
-    base = [json.loads(x) for x in (ctx / "w.jsonl").read_text().splitlines()]
-    root = tmp / "audio"
-    records = []
-    for i in range(copies):
-        shutil.copytree(DEMO / "audio", root / f"copy{i:02d}")
-        for r in base:
-            records.append(dict(r, audio_filepath=f"copy{i:02d}/{r['audio_filepath']}",
-                                context_audio_filepath=f"copy{i:02d}/{r['context_audio_filepath']}"))
-    path = tmp / "with_context.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    return path, root, records
 
 
 def floor(records: list[dict], root: Path, context: bool = True) -> float:
@@ -108,7 +78,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        with_context, root, records = build_corpus(tmp, args.copies)
+        with_context, root, records = repeated_with_context(tmp, args.copies)
         target = sum(r["duration"] for r in records)
         audio = target + sum(r["context_audio_duration"] for r in records)
         floor(records[:50], root)  # warm the page cache

@@ -1,18 +1,10 @@
 """Codec backends through their real loading paths, with small random models built from configs."""
 
-import numpy as np
 import pytest
 import torch
 
 from sharflow.codecs import frames, load_codec
-from sharflow.codecs.nemo import build_random_codec
 from sharflow.errors import SharflowError
-from testkit import REPO
-
-
-@pytest.fixture(scope="session")
-def tiny_nemo_codec(tmp_path_factory):
-    return build_random_codec(REPO / "config" / "models" / "tiny_codec.yaml", tmp_path_factory.mktemp("codec") / "tiny.nemo")
 
 
 @pytest.fixture(scope="session")

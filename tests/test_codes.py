@@ -12,8 +12,6 @@ from lhotse import CutSet
 from sharflow.codes import CodecSpec, Item, encode_shard, padding_efficiency, plan_batches
 from sharflow.errors import SharflowError
 from sharflow.shar_audio import compute_num_samples
-from test_codecs import tiny_nemo_codec  # noqa: F401 (fixture)
-from test_shar import demo_shards, with_context  # noqa: F401 (fixtures)
 
 
 def run_codes(shards_dir, out, codec_path, shards=(0, 1), workers=1, name="tiny"):
@@ -30,7 +28,7 @@ def run_codes(shards_dir, out, codec_path, shards=(0, 1), workers=1, name="tiny"
 
 
 @pytest.fixture(scope="module")
-def coded(demo_shards, tiny_nemo_codec, tmp_path_factory):  # noqa: F811
+def coded(demo_shards, tiny_nemo_codec, tmp_path_factory):
     out = tmp_path_factory.mktemp("codes")
     return out, run_codes(demo_shards[0], out, tiny_nemo_codec)
 
@@ -49,7 +47,7 @@ def test_batches_are_sorted_within_budget_and_pad_little():
     assert padding_efficiency(batches, spf) > 0.97 > padding_efficiency(in_order, spf)
 
 
-def test_codes_round_trip_with_shapes_dtype_and_frame_shift(coded, demo_shards):  # noqa: F811
+def test_codes_round_trip_with_shapes_dtype_and_frame_shift(coded, demo_shards):
     out, stats = coded
     fields = {"cuts": sorted(glob.glob(str(demo_shards[0] / "shar" / "cuts" / "*")))[:2]}
     for f in ("target_audio", "context_audio"):
@@ -67,7 +65,7 @@ def test_codes_round_trip_with_shapes_dtype_and_frame_shift(coded, demo_shards):
     assert all(s["dtype"] == "int16" and s["padding_efficiency"] > 0.5 for s in stats)
 
 
-def test_codes_do_not_depend_on_batching_or_ranks(coded, demo_shards, tiny_nemo_codec, tmp_path):  # noqa: F811
+def test_codes_do_not_depend_on_batching_or_ranks(coded, demo_shards, tiny_nemo_codec, tmp_path):
     out, _ = coded
     run_codes(demo_shards[0], tmp_path, tiny_nemo_codec, shards=(0,), workers=2)
     for kind in ("target_codes", "context_codes"):
@@ -75,7 +73,7 @@ def test_codes_do_not_depend_on_batching_or_ranks(coded, demo_shards, tiny_nemo_
         assert (tmp_path / "shar" / "codes_tiny" / kind / "codes.000000.tar").read_bytes() == a.read_bytes()
 
 
-def test_undecodable_audio_fails_naming_shard_and_cut(demo_shards, tiny_nemo_codec, tmp_path):  # noqa: F811
+def test_undecodable_audio_fails_naming_shard_and_cut(demo_shards, tiny_nemo_codec, tmp_path):
     shar = tmp_path / "in" / "shar"
     for f in ("target_audio", "context_audio"):
         (shar / f).mkdir(parents=True)
@@ -95,7 +93,7 @@ def test_undecodable_audio_fails_naming_shard_and_cut(demo_shards, tiny_nemo_cod
     assert not list(tmp_path.glob("out/shar/**/*.tar"))
 
 
-def test_nemo_dataset_loads_target_and_context_codes(coded, demo_shards):  # noqa: F811
+def test_nemo_dataset_loads_target_and_context_codes(coded, demo_shards):
     from nemo.collections.tts.data.text_to_speech_dataset_lhotse import MagpieTTSLhotseDataset
     from omegaconf import OmegaConf
 

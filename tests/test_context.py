@@ -6,42 +6,14 @@ import shutil
 import numpy as np
 import pytest
 
-from sharflow.context import PartSettings, merge_context, plan_context, run_context_part
-from sharflow.prepare import prepare_dataset
-from testkit import DEMO, read_jsonl, write_jsonl
-
-
-def prepare(tmp, manifest=DEMO / "manifest.json", root=DEMO / "audio"):
-    out = tmp / "prepare"
-    prepare_dataset(str(manifest), str(out / "prepared.jsonl"), str(out / "rejected"), str(out / "stats.json"),
-                    dataset="demo", audio_root=str(root), workers=1)
-    return out
-
-
-def run_stage(tmp, prep, root=DEMO / "audio", parts=1, workers=1, save_embeddings=False, **rules):
-    ctx = tmp / f"context-{parts}-{workers}"
-    plan_context(str(prep / "prepared.jsonl"), str(ctx / "plan.json"), parts=parts,
-                 grouping={"preset": "speaker"}, cost_per_audio_second=1e6)
-    settings = PartSettings(audio_root=str(root), top_k=2, embed_batch=5, save_embeddings=save_embeddings, **rules)
-    files = {k: [] for k in ("records", "rejected", "stats")}
-    for p in range(parts):
-        paths = [str(ctx / "parts" / f"part-{p:04d}.{s}") for s in ("jsonl", "rejected.jsonl", "stats.json")]
-        run_context_part(str(prep / "prepared.jsonl"), str(ctx / "plan.json"), p, *paths,
-                         settings=settings, device="cpu", workers=workers,
-                         out_embeddings=str(ctx / "parts" / f"part-{p:04d}.embeddings.npy"),
-                         out_embedding_ids=str(ctx / "parts" / f"part-{p:04d}.embedding_ids.jsonl"))
-        for k, path in zip(files, paths):
-            files[k].append(path)
-    stats = merge_context(files["records"], files["rejected"], files["stats"], str(prep / "stats.json"),
-                          str(ctx / "with_context.jsonl"), str(ctx / "rejected"), str(ctx / "stats.json"),
-                          dataset="demo")
-    return ctx, stats
+from sharflow.context import PartSettings, run_context_part
+from testkit import DEMO, prepare_demo, read_jsonl, run_stage, write_jsonl
 
 
 @pytest.fixture(scope="module")
 def demo_runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ctx")
-    prep = prepare(tmp)
+    prep = prepare_demo(tmp)
     return (tmp, prep, run_stage(tmp, prep, parts=1, workers=1),
             run_stage(tmp, prep, parts=3, workers=2, save_embeddings=True))
 
@@ -83,7 +55,7 @@ def test_bad_audio_singletons_and_threshold_are_rejected_with_reasons(tmp_path):
     kal = next(r for r in records if "offset" in r)
     lone = dict(kal, offset=kal["offset"] + 0.01, duration=kal["duration"] - 0.02, speaker="lonely")
     manifest = write_jsonl(tmp_path / "m.json", records + [lone])
-    prep = prepare(tmp_path, manifest, root)
+    prep = prepare_demo(tmp_path, manifest, root)
     ctx, stats = run_stage(tmp_path, prep, root, parts=2, workers=1, min_similarity=0.97)
     assert stats["records_in"] == 57 == stats["records_out"] + stats["rejected_total"]
     rejected = {r: read_jsonl(ctx / "rejected" / f"{r}.jsonl") for r in stats["rejected"]}

@@ -11,8 +11,7 @@ from sharflow.context import PartSettings, plan_context, run_context_part
 from sharflow.errors import SharflowError
 from sharflow.speaker_embedders import load_embedder
 from sharflow.speaker_embedders.nemo import build_random_model
-from testkit import DEMO, REPO
-from test_context import prepare
+from testkit import DEMO, REPO, prepare_demo
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +35,7 @@ def test_embeddings_shape_norm_and_batch_invariance(tiny_model):
 
 
 def test_context_part_runs_with_the_nemo_backend(tiny_model, tmp_path):
-    prep = prepare(tmp_path)
+    prep = prepare_demo(tmp_path)
     plan_context(str(prep / "prepared.jsonl"), str(tmp_path / "plan.json"), parts=1,
                  grouping={"preset": "speaker"}, cost_per_audio_second=1e6)
     settings = PartSettings(audio_root=str(DEMO / "audio"), embedder="nemo",

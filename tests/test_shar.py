@@ -1,6 +1,5 @@
 """The shar stage: plan, shard writing, the format read back by lhotse and NeMo, failure behaviour."""
 
-import glob
 import io
 import json
 import os
@@ -18,51 +17,9 @@ from lhotse.shar.utils import to_shar_placeholder
 from lhotse.shar.writers import AudioTarWriter
 
 from sharflow.errors import SharflowError
-from sharflow.shar import (EncodedAudioTarWriter, merge_shar_stats, plan_shards, recording_id, segment_id,
-                           write_shard)
-from sharflow.shar_audio import EncodeSettings, compute_num_samples, encode, read_span
-from testkit import DEMO, REPO, read_jsonl, write_jsonl
-from test_context import prepare, run_stage
-
-FIELDS = ("cuts", "target_audio", "context_audio")
-
-
-@pytest.fixture(scope="module")
-def with_context(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("shar")
-    prep = prepare(tmp)
-    ctx, _ = run_stage(tmp, prep)
-    return ctx / "with_context.jsonl", ctx / "stats.json"
-
-
-def write_all(out, with_context, shard_size=16, workers=1, root=DEMO / "audio", **settings):
-    plan = plan_shards(str(with_context), str(out / "plan.json"), str(out / "index.npy"), shard_size=shard_size, seed=7)
-    stats, rejected = [], []
-    for s in range(plan["num_shards"]):
-        paths = {
-            "cuts": out / "shar" / "cuts" / f"cuts.{s:06d}.jsonl.gz",
-            "target": out / "shar" / "target_audio" / f"recording.{s:06d}.tar",
-            "context": out / "shar" / "context_audio" / f"recording.{s:06d}.tar",
-            "stats": out / "jobs" / f"shard-{s:06d}.stats.json",
-            "rejected": out / "jobs" / f"shard-{s:06d}.rejected.jsonl",
-        }
-        write_shard(str(with_context), str(out / "index.npy"), str(out / "plan.json"), s,
-                    *(str(p) for p in paths.values()),
-                    settings=EncodeSettings(audio_root=str(root), **settings), workers=workers)
-        stats.append(str(paths["stats"]))
-        rejected.append(str(paths["rejected"]))
-    return plan, stats, rejected
-
-
-def read_back(out):
-    return CutSet.from_shar(fields={f: sorted(glob.glob(str(out / "shar" / f / "*"))) for f in FIELDS})
-
-
-@pytest.fixture(scope="module")
-def demo_shards(with_context, tmp_path_factory):
-    out = tmp_path_factory.mktemp("demo_shards")
-    plan, stats, rejected = write_all(out, with_context[0])
-    return out, plan, stats, rejected
+from sharflow.shar import EncodedAudioTarWriter, merge_shar_stats, plan_shards, recording_id, segment_id
+from sharflow.shar_audio import compute_num_samples, encode, read_span
+from testkit import DEMO, read_back, read_jsonl, write_all, write_jsonl
 
 
 def test_ids():

@@ -1,5 +1,6 @@
 """Helpers shared by the tests: test audio, JSON lines, and real snakemake runs."""
 
+import glob
 import json
 import subprocess
 import sys
@@ -9,6 +10,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 import yaml
+from lhotse import CutSet
+
+from sharflow.context import PartSettings, merge_context, plan_context, run_context_part
+from sharflow.prepare import prepare_dataset
+from sharflow.shar import plan_shards, write_shard
+from sharflow.shar_audio import EncodeSettings
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "demo"
@@ -63,3 +70,58 @@ def run_snakemake(workdir: Path, config: dict, *args: str, check: bool = True) -
     if check and proc.returncode != 0:
         pytest.fail(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
     return proc
+
+
+# ---- running stages directly (package functions, no snakemake) ---------------------------------
+
+def prepare_demo(tmp, manifest=DEMO / "manifest.json", root=DEMO / "audio"):
+    out = tmp / "prepare"
+    prepare_dataset(str(manifest), str(out / "prepared.jsonl"), str(out / "rejected"), str(out / "stats.json"),
+                    dataset="demo", audio_root=str(root), workers=1)
+    return out
+
+
+def run_stage(tmp, prep, root=DEMO / "audio", parts=1, workers=1, save_embeddings=False, **rules):
+    ctx = tmp / f"context-{parts}-{workers}"
+    plan_context(str(prep / "prepared.jsonl"), str(ctx / "plan.json"), parts=parts,
+                 grouping={"preset": "speaker"}, cost_per_audio_second=1e6)
+    settings = PartSettings(audio_root=str(root), top_k=2, embed_batch=5, save_embeddings=save_embeddings, **rules)
+    files = {k: [] for k in ("records", "rejected", "stats")}
+    for p in range(parts):
+        paths = [str(ctx / "parts" / f"part-{p:04d}.{s}") for s in ("jsonl", "rejected.jsonl", "stats.json")]
+        run_context_part(str(prep / "prepared.jsonl"), str(ctx / "plan.json"), p, *paths,
+                         settings=settings, device="cpu", workers=workers,
+                         out_embeddings=str(ctx / "parts" / f"part-{p:04d}.embeddings.npy"),
+                         out_embedding_ids=str(ctx / "parts" / f"part-{p:04d}.embedding_ids.jsonl"))
+        for k, path in zip(files, paths):
+            files[k].append(path)
+    stats = merge_context(files["records"], files["rejected"], files["stats"], str(prep / "stats.json"),
+                          str(ctx / "with_context.jsonl"), str(ctx / "rejected"), str(ctx / "stats.json"),
+                          dataset="demo")
+    return ctx, stats
+
+
+FIELDS = ("cuts", "target_audio", "context_audio")
+
+
+def write_all(out, with_context, shard_size=16, workers=1, root=DEMO / "audio", **settings):
+    plan = plan_shards(str(with_context), str(out / "plan.json"), str(out / "index.npy"), shard_size=shard_size, seed=7)
+    stats, rejected = [], []
+    for s in range(plan["num_shards"]):
+        paths = {
+            "cuts": out / "shar" / "cuts" / f"cuts.{s:06d}.jsonl.gz",
+            "target": out / "shar" / "target_audio" / f"recording.{s:06d}.tar",
+            "context": out / "shar" / "context_audio" / f"recording.{s:06d}.tar",
+            "stats": out / "jobs" / f"shard-{s:06d}.stats.json",
+            "rejected": out / "jobs" / f"shard-{s:06d}.rejected.jsonl",
+        }
+        write_shard(str(with_context), str(out / "index.npy"), str(out / "plan.json"), s,
+                    *(str(p) for p in paths.values()),
+                    settings=EncodeSettings(audio_root=str(root), **settings), workers=workers)
+        stats.append(str(paths["stats"]))
+        rejected.append(str(paths["rejected"]))
+    return plan, stats, rejected
+
+
+def read_back(out):
+    return CutSet.from_shar(fields={f: sorted(glob.glob(str(out / "shar" / f / "*"))) for f in FIELDS})

@@ -35,6 +35,7 @@ from sharflow.errors import SharflowError
 from sharflow.grouping import group_key_function
 from sharflow.prepare import resolve_workers
 from sharflow.ranks import rank_devices, run_ranks
+from sharflow.rejects import RejectWriter
 
 log = logging.getLogger(__name__)
 
@@ -361,17 +362,12 @@ def merge_context(part_records: list[str], part_rejected: list[str], part_stats:
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
             kept += 1
             seconds_out += record["duration"]
-    with atomic_dir(rejected_dir) as rej_dir, ExitStack() as stack:
-        files = {}
+    with atomic_dir(rejected_dir) as rej_dir, RejectWriter(rej_dir) as rejects:
         for text in _merge_sorted(part_rejected):
             item = json.loads(text)
-            reason = item["reason"]
-            if reason not in files:
-                files[reason] = stack.enter_context(open(rej_dir / f"{reason}.jsonl", "w", encoding="utf-8"))
-            counts[reason] += 1
-            entry = {"line": item["line"], "reason": reason, "detail": item["detail"],
-                     "original": json.dumps(item["record"], ensure_ascii=False)}
-            files[reason].write(json.dumps(entry, ensure_ascii=False) + "\n")
+            counts[item["reason"]] += 1
+            rejects.write(item["reason"], {"line": item["line"], "reason": item["reason"], "detail": item["detail"],
+                                           "original": json.dumps(item["record"], ensure_ascii=False)})
     rejected_total = sum(counts.values())
     if kept + rejected_total != records_in:
         raise SharflowError(

@@ -20,6 +20,7 @@ from sharflow.atomic import atomic_dir, atomic_file
 from sharflow.errors import SharflowError
 from sharflow.manifest import REASONS, Accepted, CheckSettings, Rejected, check_line
 from sharflow.parallel import ordered_map
+from sharflow.rejects import RejectWriter
 
 log = logging.getLogger(__name__)
 
@@ -94,50 +95,41 @@ def prepare_dataset(
     seconds_in = seconds_out = 0.0
     records_in = records_out = 0
     seen: dict[int, int] = {}  # hash of duplicate key -> first line number
-    reject_files: dict[str, IO[str]] = {}
 
     with (
         open(manifest, "rb") as src,
         atomic_file(prepared, "w", encoding="utf-8") as out,
         atomic_dir(rejected_dir) as rej_dir,
+        RejectWriter(rej_dir) as rejects,
         tqdm(total=os.path.getsize(manifest), unit="B", unit_scale=True, desc="prepare",
              mininterval=5, file=None) as progress,
     ):
-        try:
-            for line_no, (raw, result) in enumerate(
-                _checked_lines(_read_chunks(src, progress), settings, workers), start=1
-            ):
-                records_in += 1
-                if isinstance(result, Accepted):
-                    first = seen.setdefault(_stable_hash(result.key), line_no)
-                    if first != line_no:
-                        result = Rejected(
-                            "duplicate", f"same audio_filepath, offset and duration as line {first}",
-                            result.duration,
-                        )
-                if result.duration is not None:
-                    seconds_in += result.duration
-                if isinstance(result, Accepted):
-                    out.write(result.line + "\n")
-                    records_out += 1
-                    seconds_out += result.duration
-                    continue
-                counts[result.reason] += 1
-                examples.setdefault(result.reason, f"line {line_no}: {result.detail}")
-                if result.reason not in reject_files:
-                    reject_files[result.reason] = open(
-                        rej_dir / f"{result.reason}.jsonl", "w", encoding="utf-8"
+        for line_no, (raw, result) in enumerate(
+            _checked_lines(_read_chunks(src, progress), settings, workers), start=1
+        ):
+            records_in += 1
+            if isinstance(result, Accepted):
+                first = seen.setdefault(_stable_hash(result.key), line_no)
+                if first != line_no:
+                    result = Rejected(
+                        "duplicate", f"same audio_filepath, offset and duration as line {first}",
+                        result.duration,
                     )
-                entry = {
-                    "line": line_no,
-                    "reason": result.reason,
-                    "detail": result.detail,
-                    "original": raw.decode("utf-8", errors="replace"),
-                }
-                reject_files[result.reason].write(json.dumps(entry, ensure_ascii=False) + "\n")
-        finally:
-            for f in reject_files.values():
-                f.close()
+            if result.duration is not None:
+                seconds_in += result.duration
+            if isinstance(result, Accepted):
+                out.write(result.line + "\n")
+                records_out += 1
+                seconds_out += result.duration
+                continue
+            counts[result.reason] += 1
+            examples.setdefault(result.reason, f"line {line_no}: {result.detail}")
+            rejects.write(result.reason, {
+                "line": line_no,
+                "reason": result.reason,
+                "detail": result.detail,
+                "original": raw.decode("utf-8", errors="replace"),
+            })
 
         summary = {
             "dataset": dataset,

@@ -6,6 +6,7 @@ split along fixed unit boundaries, outputs do not depend on the number of ranks.
 """
 
 import multiprocessing
+import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
@@ -29,8 +30,6 @@ def rank_devices(device: str, cpu_workers: int) -> list[str]:
 
 
 def _visible() -> str:
-    import os
-
     return os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
 
 

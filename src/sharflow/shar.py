@@ -41,6 +41,7 @@ from sharflow.atomic import atomic_dir, atomic_file
 from sharflow.audio import resolve_audio_path
 from sharflow.errors import SharflowError
 from sharflow.parallel import ordered_map
+from sharflow.rejects import RejectWriter
 from sharflow.shar_audio import EncodedAudio, EncodeSettings, encode_records
 from sharflow.speakers import parse_speaker
 
@@ -308,19 +309,11 @@ def merge_shar_stats(shard_stats: list[str], shard_rejected: list[str], context_
             totals[key] += s[key]
         for field, n in s["bytes"].items():
             totals[f"bytes.{field}"] += n
-    with atomic_dir(rejected_dir) as out_dir:
-        files = {}
-        try:
-            for path in shard_rejected:
-                with open(path, encoding="utf-8") as f:
-                    for text in f:
-                        reason = json.loads(text)["reason"]
-                        if reason not in files:
-                            files[reason] = open(out_dir / f"{reason}.jsonl", "w", encoding="utf-8")
-                        files[reason].write(text)
-        finally:
-            for f in files.values():
-                f.close()
+    with atomic_dir(rejected_dir) as out_dir, RejectWriter(out_dir) as rejects:
+        for path in shard_rejected:
+            with open(path, encoding="utf-8") as f:
+                for text in f:
+                    rejects.write(json.loads(text)["reason"], text)
     summary = {
         "dataset": dataset,
         "records_in": records_in,

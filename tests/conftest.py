@@ -1,0 +1,27 @@
+"""Fixtures shared by several test modules: the demo corpus through the stages, a tiny codec."""
+
+import pytest
+
+from sharflow.codecs.nemo import build_random_codec
+from testkit import REPO, prepare_demo, run_stage, write_all
+
+
+@pytest.fixture(scope="session")
+def with_context(tmp_path_factory):
+    """(with_context.jsonl, context stats.json) of the demo corpus."""
+    tmp = tmp_path_factory.mktemp("with_context")
+    ctx, _ = run_stage(tmp, prepare_demo(tmp))
+    return ctx / "with_context.jsonl", ctx / "stats.json"
+
+
+@pytest.fixture(scope="session")
+def demo_shards(with_context, tmp_path_factory):
+    """(folder, plan, shard stats paths, shard reject paths) of the demo in 4 shards of 16."""
+    out = tmp_path_factory.mktemp("demo_shards")
+    plan, stats, rejected = write_all(out, with_context[0])
+    return out, plan, stats, rejected
+
+
+@pytest.fixture(scope="session")
+def tiny_nemo_codec(tmp_path_factory):
+    return build_random_codec(REPO / "config" / "models" / "tiny_codec.yaml", tmp_path_factory.mktemp("codec") / "tiny.nemo")
