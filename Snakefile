@@ -17,6 +17,7 @@ include: "rules/prepare.smk"
 include: "rules/context.smk"
 include: "rules/shar.smk"
 include: "rules/codes.smk"
+include: "rules/training.smk"
 
 
 # ---- Targets -----------------------------------------------------------------------------------

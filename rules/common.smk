@@ -32,7 +32,9 @@ def get_final_outputs():
             "results/{dataset}/shar_stats.json",
         ],
         dataset=DATASETS,
-    ) + expand("results/{dataset}/codes_stats/{codec}.json", dataset=DATASETS, codec=sorted(config["codecs"]))
+    ) + expand("results/{dataset}/codes_stats/{codec}.json", dataset=DATASETS, codec=sorted(config["codecs"])) + expand(
+        "results/{dataset}/buckets.yaml", dataset=DATASETS
+    ) + ["results/input_cfg.yaml"]
 
 
 def get_manifest(wildcards):
@@ -172,3 +174,33 @@ def get_codes_threads(wildcards):
 
 def get_codes_gpus(wildcards):
     return 0 if config["codes"]["device"] == "cpu" else config["codes"]["gpus_per_job"]
+
+
+def get_training_codec():
+    """The codec input_cfg points at: training.codec, else the first codec as listed, else none."""
+    return config["training"]["codec"] or next(iter(config["codecs"]), None)
+
+
+def get_training_codes_stats(wildcards):
+    codec = get_training_codec()
+    return expand("results/{dataset}/codes_stats/{codec}.json", dataset=DATASETS, codec=[codec] if codec else [])
+
+
+def get_all_cut_files(wildcards):
+    return [
+        f"results/{ds}/shar/cuts/cuts.{s:06d}.jsonl.gz" for ds in DATASETS for s in range(num_shards(ds))
+    ]
+
+
+def get_training_datasets(wildcards):
+    """Arguments of sharflow.training.write_input_cfg for every dataset."""
+    return {
+        ds: {
+            "shar_dir": f"results/{ds}/shar",
+            "num_shards": num_shards(ds),
+            "cut_files": [f"results/{ds}/shar/cuts/cuts.{s:06d}.jsonl.gz" for s in range(num_shards(ds))],
+            "weight": config["datasets"][ds]["weight"],
+            "tags": config["datasets"][ds]["tags"],
+        }
+        for ds in DATASETS
+    }

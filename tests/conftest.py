@@ -3,7 +3,7 @@
 import pytest
 
 from sharflow.codecs.nemo import build_random_codec
-from testkit import REPO, prepare_demo, run_stage, write_all
+from testkit import REPO, prepare_demo, run_codes, run_stage, write_all
 
 
 @pytest.fixture(scope="session")
@@ -25,3 +25,10 @@ def demo_shards(with_context, tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_nemo_codec(tmp_path_factory):
     return build_random_codec(REPO / "config" / "models" / "tiny_codec.yaml", tmp_path_factory.mktemp("codec") / "tiny.nemo")
+
+
+@pytest.fixture(scope="session")
+def coded(demo_shards, tiny_nemo_codec, tmp_path_factory):
+    """(folder, stats) of tiny-codec codes for demo shards 0 and 1, codec name "tiny"."""
+    out = tmp_path_factory.mktemp("codes")
+    return out, run_codes(demo_shards[0], out, tiny_nemo_codec)

@@ -9,28 +9,10 @@ import numpy as np
 import pytest
 from lhotse import CutSet
 
-from sharflow.codes import CodecSpec, Item, encode_shard, padding_efficiency, plan_batches
+from sharflow.codes import Item, padding_efficiency, plan_batches
 from sharflow.errors import SharflowError
 from sharflow.shar_audio import compute_num_samples
-
-
-def run_codes(shards_dir, out, codec_path, shards=(0, 1), workers=1, name="tiny"):
-    spec = CodecSpec(name=name, backend="nemo", model=str(codec_path))
-    stats = []
-    for s in shards:
-        stats.append(encode_shard(
-            str(shards_dir / "shar" / "target_audio" / f"recording.{s:06d}.tar"),
-            str(shards_dir / "shar" / "context_audio" / f"recording.{s:06d}.tar"), s,
-            str(out / "shar" / f"codes_{name}" / "target_codes" / f"codes.{s:06d}.tar"),
-            str(out / "shar" / f"codes_{name}" / "context_codes" / f"codes.{s:06d}.tar"),
-            str(out / "jobs" / f"{s}.json"), codec=spec, batch_seconds=8.0, device="cpu", workers=workers))
-    return stats
-
-
-@pytest.fixture(scope="module")
-def coded(demo_shards, tiny_nemo_codec, tmp_path_factory):
-    out = tmp_path_factory.mktemp("codes")
-    return out, run_codes(demo_shards[0], out, tiny_nemo_codec)
+from testkit import run_codes
 
 
 def test_batches_are_sorted_within_budget_and_pad_little():

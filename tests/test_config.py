@@ -35,6 +35,8 @@ def test_shipped_config_is_valid():
         (lambda c: c.update(datasets={"bad name": {"manifest": "m", "audio_root": "a"}}), "datasets"),
         (lambda c: c.update(shar={"audio_format": "opus", "sample_rate": 22050}), "shar.sample_rate"),
         (lambda c: c.update(context={"min_similarity": 2}), "context.min_similarity"),
+        (lambda c: c.update(training={"codec": "nope"}), "training.codec"),
+        (lambda c: c.update(codecs={"x": {"backend": "nemo"}}), "codecs.x"),
     ],
 )
 def test_bad_config_names_the_key(change, key):

@@ -76,6 +76,7 @@ def test_rerun_is_a_no_op_and_outputs_are_deterministic(two_datasets, tmp_path):
     proc = run_snakemake(again, config)
     assert job_counts(proc.stdout + proc.stderr) == {
         "all": 1, "build_random_codec": 1, "codes_shard": 5, "codes_merge": 2}  # demo: 4 shards, dirty: 1
+    # (input_cfg points at the first codec, so it does not change)
     assert all((p.stat().st_mtime_ns, p.read_bytes()) == v for p, v in before.items())
     assert len(list((again / "results" / "demo" / "shar" / "codes_second" / "target_codes").iterdir())) == 4
 
@@ -134,12 +135,24 @@ def test_codes_stage_in_the_workflow(two_datasets):
     assert "RANDOMLY INITIALISED" in log
 
 
+def test_training_hand_off_in_the_workflow(two_datasets):
+    work, _, _ = two_datasets
+    cfg = yaml.safe_load((work / "results" / "input_cfg.yaml").read_text())
+    assert [e["tags"]["dataset"] for e in cfg["input_cfg"]] == ["demo", "dirty"]
+    demo = cfg["input_cfg"][0]
+    assert demo["shar_path"]["target_codes"].endswith("codes_tiny_nemo/target_codes/codes.{000000..000003}.tar")
+    assert demo["weight"] == pytest.approx(json.loads((work / "results" / "demo" / "shar_stats.json").read_text())["hours"])
+    assert cfg["use_bucketing"] and len(cfg["bucket_duration_bins"]) == cfg["num_buckets"] - 1
+    buckets = yaml.safe_load((work / "results" / "demo" / "buckets.yaml").read_text())
+    assert buckets["cuts"] == 56 and len(buckets["bucket_duration_bins_2d"]) == 2 * buckets["num_buckets"]
+
+
 def test_dry_run_dag_renders(tmp_path):
     proc = run_snakemake(tmp_path / "w", demo_config(), "--rulegraph")
     nodes, edges = parse_dot(proc.stdout)
     # per-shard jobs join the graph once the shar_plan checkpoint has run (see the next test)
     assert {"all", "prepare", "context_plan", "context_part", "context_merge", "shar_plan",
-            "shar_merge", "codes_merge"} <= set(nodes.values())
+            "shar_merge", "codes_merge", "buckets", "input_cfg"} <= set(nodes.values())
     assert edges
     out = tmp_path / "dag.png"
     assert render_dag(proc.stdout, out, engine="matplotlib") == "matplotlib"

@@ -12,6 +12,7 @@ import soundfile as sf
 import yaml
 from lhotse import CutSet
 
+from sharflow.codes import CodecSpec, encode_shard
 from sharflow.context import PartSettings, merge_context, plan_context, run_context_part
 from sharflow.prepare import prepare_dataset
 from sharflow.shar import plan_shards, write_shard
@@ -61,7 +62,7 @@ def run_snakemake(workdir: Path, config: dict, *args: str, check: bool = True) -
     """Run the real snakemake CLI on the repo's Snakefile in `workdir` with the local profile."""
     workdir.mkdir(parents=True, exist_ok=True)
     configfile = workdir / "config.yaml"
-    configfile.write_text(yaml.safe_dump(config))
+    configfile.write_text(yaml.safe_dump(config, sort_keys=False))
     cmd = [
         sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
         "--configfile", str(configfile), "--profile", str(REPO / "profiles" / "local"), *args,
@@ -125,3 +126,16 @@ def write_all(out, with_context, shard_size=16, workers=1, root=DEMO / "audio", 
 
 def read_back(out):
     return CutSet.from_shar(fields={f: sorted(glob.glob(str(out / "shar" / f / "*"))) for f in FIELDS})
+
+
+def run_codes(shards_dir, out, codec_path, shards=(0, 1), workers=1, name="tiny"):
+    spec = CodecSpec(name=name, backend="nemo", model=str(codec_path))
+    stats = []
+    for s in shards:
+        stats.append(encode_shard(
+            str(shards_dir / "shar" / "target_audio" / f"recording.{s:06d}.tar"),
+            str(shards_dir / "shar" / "context_audio" / f"recording.{s:06d}.tar"), s,
+            str(out / "shar" / f"codes_{name}" / "target_codes" / f"codes.{s:06d}.tar"),
+            str(out / "shar" / f"codes_{name}" / "context_codes" / f"codes.{s:06d}.tar"),
+            str(out / "jobs" / f"{s}.json"), codec=spec, batch_seconds=8.0, device="cpu", workers=workers))
+    return stats

@@ -62,6 +62,9 @@ def _cross_checks(config: dict) -> list[str]:
             problems.append(f"  codecs.{name}: give exactly one of model or random_from_config")
         elif codec.get("random_from_config") and codec["backend"] != "nemo":
             problems.append(f"  codecs.{name}.random_from_config: only the nemo backend builds random codecs")
+    chosen = config.get("training", {}).get("codec")
+    if chosen is not None and chosen not in config.get("codecs", {}):
+        problems.append(f"  training.codec: {chosen!r} is not one of the codecs ({', '.join(config.get('codecs', {})) or 'none'})")
     return problems
 
 

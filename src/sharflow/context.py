@@ -203,6 +203,7 @@ def _merge_embeddings(prefixes: list[str], dims: list[int | None], out_npy: str,
 
 
 def _keyed_rows(f, rank: int):
+    """((group, line), rank, row, text) for each line of a file sorted by (group, line)."""
     for i, text in enumerate(f):
         item = json.loads(text)
         yield (item["group"], item["line"]), rank, i, text
@@ -212,12 +213,7 @@ def _merge_sorted(paths: list[str]) -> Iterator[str]:
     """Lines of files each sorted by (group, line), merged in that order."""
     files = [open(p, encoding="utf-8") for p in paths]
     try:
-        def keyed(f):
-            for text in f:
-                item = json.loads(text)
-                yield (item["group"], item["line"]), text
-
-        for _, text in heapq.merge(*(keyed(f) for f in files), key=lambda t: t[0]):
+        for *_, text in heapq.merge(*(_keyed_rows(f, r) for r, f in enumerate(files)), key=lambda t: t[0]):
             yield text
     finally:
         for f in files:

@@ -17,8 +17,8 @@ def job_log(path: str) -> Iterator[None]:
 
     The redirection is at the file-descriptor level, so processes started inside the block
     write to the log too. A SharflowError is written to the log and to the job's original stderr
-    as one readable message and ends the job with exit status 1; any other exception keeps its
-    traceback (in the log).
+    as one readable message and ends the job with exit status 1; any other exception is logged
+    with its traceback and re-raised.
     """
     console = sys.stderr
     console_fd = os.dup(2)
@@ -35,6 +35,9 @@ def job_log(path: str) -> Iterator[None]:
             log.error("%s", e)
             os.write(console_fd, f"sharflow: error: {e}\n(see {path})\n".encode())
             raise SystemExit(1) from None
+        except Exception:
+            log.exception("unexpected error")  # the traceback goes to the log, not only the console
+            raise
         finally:
             f.flush()
             os.dup2(console_fd, 2)

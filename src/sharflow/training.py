@@ -1,0 +1,76 @@
+"""The training hand-off: a NeMo Lhotse dataloader config (`input_cfg`) over every dataset.
+
+One `lhotse_shar` entry per dataset with `shar_path` as a dict of fields (cuts, target_audio,
+context_audio, and the chosen codec's target_codes / context_codes) as brace-expanded shard
+ranges, a weight proportional to hours unless the dataset overrides it, and tags; plus bucketing
+settings with duration bins of the weighted mix of all datasets.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from sharflow.atomic import atomic_file
+from sharflow.buckets import duration_bins, read_cut_lengths
+
+
+def shard_range(folder: str, stem: str, suffix: str, num_shards: int) -> str:
+    """`folder/stem.{000000..000NNN}suffix`, the brace form lhotse and NeMo expand."""
+    last = num_shards - 1
+    indices = f"{{000000..{last:06d}}}" if last > 0 else "000000"
+    return f"{folder}/{stem}.{indices}{suffix}"
+
+
+def write_input_cfg(datasets: dict[str, dict], out: str, *, codec: str | None, num_buckets: int,
+                    settings: dict, path_prefix: str | None = None) -> dict:
+    """Write the NeMo dataloader config for `datasets` ({name: {shar_dir, num_shards, cut_files,
+    weight (None = hours), tags}}) and return it.
+
+    Paths are absolute, or start with `path_prefix` in place of this machine's results folder (for a
+    cluster that mounts it elsewhere).
+    """
+    entries, all_durations, all_weights = [], [], []
+    for name in sorted(datasets):
+        ds = datasets[name]
+        durations, _ = read_cut_lengths(ds["cut_files"])
+        hours = float(durations.sum()) / 3600
+        weight = ds.get("weight") if ds.get("weight") is not None else round(hours, 6)
+        shar = os.path.abspath(ds["shar_dir"])
+        if path_prefix:
+            shar = path_prefix.rstrip("/") + "/" + Path(ds["shar_dir"]).as_posix()
+        fields = {
+            "cuts": shard_range(f"{shar}/cuts", "cuts", ".jsonl.gz", ds["num_shards"]),
+            "target_audio": shard_range(f"{shar}/target_audio", "recording", ".tar", ds["num_shards"]),
+            "context_audio": shard_range(f"{shar}/context_audio", "recording", ".tar", ds["num_shards"]),
+        }
+        if codec:
+            for field in ("target_codes", "context_codes"):
+                fields[field] = shard_range(f"{shar}/codes_{codec}/{field}", "codes", ".tar", ds["num_shards"])
+        entries.append({"type": "lhotse_shar", "shar_path": fields, "weight": weight,
+                        "tags": {"dataset": name, **(ds.get("tags") or {})}})
+        if len(durations) and weight:
+            all_durations.append(durations)
+            all_weights.append(np.full(len(durations), weight / len(durations)))
+    durations = np.concatenate(all_durations) if all_durations else np.zeros(0)
+    requested = min(num_buckets, len(durations))
+    bins = duration_bins(durations, requested, np.concatenate(all_weights)) if requested >= 2 else []
+    config = {
+        "use_lhotse": True,
+        "input_cfg": entries,
+        "use_bucketing": len(bins) > 0,
+        "num_buckets": len(bins) + 1,  # ties or few cuts can give fewer buckets than asked for
+        "bucket_duration_bins": bins or None,
+        **settings,
+    }
+    with atomic_file(out, "w", encoding="utf-8") as f:
+        f.write("# NeMo Lhotse dataloader config written by sharflow: use it as model.train_ds (with your batch settings).\n")
+        yaml.safe_dump(config, f, sort_keys=False)
+    return config
+
+
+def read_num_shards(plan_path: str) -> int:
+    with open(plan_path, encoding="utf-8") as f:
+        return json.load(f)["num_shards"]

@@ -1,0 +1,80 @@
+import glob
+
+import numpy as np
+import pytest
+import yaml
+from lhotse import CutSet, MonoCut
+from lhotse.dataset.sampling.dynamic_bucketing import DynamicBucketingSampler, estimate_duration_buckets
+
+from sharflow.buckets import bucket_of, duration_bins, duration_token_bins, read_cut_lengths, write_buckets
+
+
+def test_1d_bins_are_lhotses_and_balance_the_duration():
+    rng = np.random.default_rng(0)
+    d = rng.uniform(0.5, 20, 2000)  # no ties: a cut equal to a boundary belongs to the next bucket
+    cuts = [MonoCut(id=str(i), start=0, duration=float(x), channel=0) for i, x in enumerate(d)]
+    bins = duration_bins(d, 12)
+    assert bins == [float(x) for x in estimate_duration_buckets(cuts, 12)]
+    rounded = d.round(2)
+    lhotse_rounded = estimate_duration_buckets([MonoCut(id=str(i), start=0, duration=float(x), channel=0)
+                                                for i, x in enumerate(rounded)], 12)
+    assert duration_bins(rounded, 12) == [float(x) for x in lhotse_rounded]
+    assert all(type(b) is float for b in bins)
+    totals = np.array([d[bucket_of(d, bins) == i].sum() for i in range(12)])
+    per_bucket = d.sum() / 12
+    assert (totals[:-1] > per_bucket).all() and (totals[:-1] <= per_bucket + d.max()).all()
+    assert totals[:-1].max() - totals[:-1].min() <= d.max() and totals[-1] <= per_bucket + d.max()
+
+
+def test_weights_shift_the_bins_towards_the_heavier_dataset():
+    short, long = np.full(500, 2.0), np.full(500, 10.0)
+    d = np.concatenate([short, long])
+    even = duration_bins(d, 4)
+    favour_short = duration_bins(d, 4, np.concatenate([np.full(500, 9.0), np.full(500, 1.0)]))
+    assert duration_bins(d, 4, np.ones(1000)) == even
+    assert sum(b <= 2.0 for b in favour_short) > sum(b <= 2.0 for b in even)
+
+
+def test_2d_bins_split_each_duration_bucket_by_tokens():
+    rng = np.random.default_rng(1)
+    d = rng.uniform(1, 15, 3000)
+    t = (d * 15 + rng.normal(0, 5, 3000)).clip(1)
+    bins, max_tps = duration_token_bins(d, t, 6, 3)
+    assert len(bins) == len(max_tps) == 18
+    for b in range(6):
+        group = bins[3 * b:3 * b + 3]
+        assert len({x[0] for x in group}) == 1  # same duration bound
+        assert [x[1] for x in group] == sorted(x[1] for x in group)  # increasing token bounds
+    assert all(0 < tps < 100 for tps in max_tps)
+
+
+def test_too_few_cuts_is_refused():
+    with pytest.raises(ValueError, match="num_buckets"):
+        duration_bins(np.ones(3), 5)
+
+
+def test_demo_bins_drive_lhotses_dynamic_bucketing_sampler(demo_shards, tmp_path):
+    cut_files = sorted(glob.glob(str(demo_shards[0] / "shar" / "cuts" / "*")))
+    result = write_buckets(cut_files, str(tmp_path / "b.yaml"), num_buckets=6, sub_buckets=2)
+    assert yaml.safe_load((tmp_path / "b.yaml").read_text()) == result
+    assert len(result["bucket_duration_bins"]) == 5 and len(result["bucket_duration_bins_2d"]) == 12
+    durations, tokens = read_cut_lengths(cut_files)
+    assert len(durations) == 56 and (tokens > 10).all()
+    cuts = CutSet.from_shar(fields={"cuts": cut_files})
+    sampler = DynamicBucketingSampler(cuts, max_duration=30.0, duration_bins=result["bucket_duration_bins"],
+                                      num_buckets=6, shuffle=True, seed=0, buffer_size=100)
+    seen = [c.id for batch in sampler for c in batch]
+    assert sorted(seen) == sorted(c.id for c in CutSet.from_shar(fields={"cuts": cut_files}))
+
+
+def test_few_or_tied_cuts_give_fewer_buckets_consistently(tmp_path):
+    import gzip
+    import json
+
+    path = tmp_path / "cuts.000000.jsonl.gz"
+    with gzip.open(path, "wt") as f:
+        for i, d in enumerate([2.0, 4.0, 4.0]):
+            f.write(json.dumps({"id": str(i), "duration": d, "supervisions": [{"text": "a b c"}]}) + "\n")
+    result = write_buckets([str(path)], str(tmp_path / "b.yaml"), num_buckets=8, sub_buckets=2)
+    assert result["num_buckets"] == len(result["bucket_duration_bins"]) + 1 == 2
+    assert len(result["bucket_duration_bins_2d"]) >= 2

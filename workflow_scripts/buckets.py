@@ -1,0 +1,13 @@
+"""Snakemake adapter: sharflow.buckets.write_buckets."""
+
+from sharflow.buckets import write_buckets
+from sharflow.logs import job_log
+
+with job_log(snakemake.log[0]):
+    write_buckets(
+        snakemake.input.cuts,
+        snakemake.output.buckets,
+        num_buckets=snakemake.params.num_buckets,
+        sub_buckets=snakemake.params.sub_buckets,
+        z_threshold=snakemake.params.z_threshold,
+    )

@@ -1,0 +1,14 @@
+"""Snakemake adapter: sharflow.training.write_input_cfg."""
+
+from sharflow.logs import job_log
+from sharflow.training import write_input_cfg
+
+with job_log(snakemake.log[0]):
+    write_input_cfg(
+        snakemake.params.datasets,
+        snakemake.output.input_cfg,
+        codec=snakemake.params.codec,
+        num_buckets=snakemake.params.num_buckets,
+        settings=snakemake.params.settings,
+        path_prefix=snakemake.params.path_prefix,
+    )
