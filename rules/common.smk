@@ -6,7 +6,7 @@ from pathlib import Path
 
 from sharflow.config import validate_config
 from sharflow.errors import SharflowError
-from sharflow.prepare import resolve_workers
+from sharflow.parallel import resolve_workers
 
 try:
     validate_config(config, Path(workflow.basedir) / "config" / "schema.yaml")

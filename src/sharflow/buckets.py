@@ -9,7 +9,6 @@ largest tokens-per-second of each bin after dropping outliers above a z-score.
 
 import gzip
 import json
-from pathlib import Path
 
 import numpy as np
 import yaml

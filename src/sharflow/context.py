@@ -33,7 +33,7 @@ from sharflow.audio import load_segment, resolve_audio_path
 from sharflow.balance import imbalance, loads, lpt_assign
 from sharflow.errors import SharflowError
 from sharflow.grouping import group_key_function
-from sharflow.prepare import resolve_workers
+from sharflow.parallel import resolve_workers
 from sharflow.ranks import rank_devices, run_ranks
 from sharflow.rejects import RejectWriter
 
@@ -303,6 +303,8 @@ def process_groups(rank: int, device: str, prepared: str, groups: list[tuple[str
                                                   "offset": r["offset"], "duration": r["duration"]}) + "\n")
                 sel = select_context(group_embeddings, durations, rules, same, device, settings.block_rows)
                 widened += sel.widened_rows
+                chosen = sel.similarity[sel.choice >= 0]
+                hist += np.histogram(np.clip(chosen, 0, 1), HIST_EDGES)[0]
                 for i, (ln, rec) in enumerate(good):
                     j = int(sel.choice[i])
                     if j < 0:
@@ -312,7 +314,6 @@ def process_groups(rank: int, device: str, prepared: str, groups: list[tuple[str
                         continue
                     out.write(json.dumps({"group": key, "line": ln, "record": _with_context(rec, good[j][1], sel.similarity[i])},
                                          ensure_ascii=False) + "\n")
-                    hist += np.histogram(np.clip(sel.similarity[i], 0, 1), HIST_EDGES)[0]
                     kept += 1
             for ln, reason, detail, rec in sorted(rejects, key=lambda t: t[0]):
                 rejected[reason] += 1

@@ -2,6 +2,7 @@
 
 import itertools
 import multiprocessing
+import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -9,6 +10,11 @@ from typing import TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+def resolve_workers(workers: int) -> int:
+    """0 means every core this process may use."""
+    return workers if workers > 0 else len(os.sched_getaffinity(0))
 
 
 def ordered_map(fn: Callable[[T], R], items: Iterable[T], workers: int, window: int | None = None,

@@ -19,7 +19,7 @@ from tqdm import tqdm
 from sharflow.atomic import atomic_dir, atomic_file
 from sharflow.errors import SharflowError
 from sharflow.manifest import REASONS, Accepted, CheckSettings, Rejected, check_line
-from sharflow.parallel import ordered_map
+from sharflow.parallel import ordered_map, resolve_workers
 from sharflow.rejects import RejectWriter
 
 log = logging.getLogger(__name__)
@@ -53,11 +53,6 @@ def _checked_lines(chunks, settings: CheckSettings, workers: int) -> Iterator[tu
 def _stable_hash(key: tuple) -> int:
     """A 64-bit digest that is the same in every process and run (unlike hash() of a str)."""
     return int.from_bytes(hashlib.blake2b(repr(key).encode(), digest_size=8).digest(), "little")
-
-
-def resolve_workers(workers: int) -> int:
-    """0 means every core this process may use."""
-    return workers if workers > 0 else len(os.sched_getaffinity(0))
 
 
 def prepare_dataset(
