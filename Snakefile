@@ -8,6 +8,9 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+report: "rules/report/workflow.rst"
+
+
 # ---- Workflow-wide Python: config validation, input functions ----------------------------------
 include: "rules/common.smk"
 
@@ -18,6 +21,8 @@ include: "rules/context.smk"
 include: "rules/shar.smk"
 include: "rules/codes.smk"
 include: "rules/training.smk"
+include: "rules/verify.smk"
+include: "rules/report.smk"
 
 
 # ---- Targets -----------------------------------------------------------------------------------

@@ -41,3 +41,25 @@ def repeated_with_context(tmp: Path, copies: int) -> tuple[Path, Path, list[dict
     path = tmp / "with_context.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path, root, records
+
+
+def repeated_demo(tmp: Path, times: int, link: bool = False) -> tuple[Path, Path]:
+    """The demo manifest `times` over, each copy's audio in its own folder (same speakers, distinct files).
+
+    Returns (manifest, audio root). link=True symlinks the audio folders instead of copying them.
+    """
+    root = tmp / "audio"
+    root.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for i in range(times):
+        if link:
+            (root / f"copy{i}").symlink_to(DEMO / "audio", target_is_directory=True)
+        else:
+            shutil.copytree(DEMO / "audio", root / f"copy{i}")
+        for line in (DEMO / "manifest.json").read_text().splitlines():
+            record = json.loads(line)
+            record["audio_filepath"] = f"copy{i}/{record['audio_filepath']}"
+            lines.append(json.dumps(record))
+    manifest = tmp / "manifest.json"
+    manifest.write_text("\n".join(lines) + "\n")
+    return manifest, root

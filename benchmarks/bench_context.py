@@ -14,15 +14,12 @@ Usage: python benchmarks/bench_context.py [--sizes 10000 50000 100000] [--skip-s
 import argparse
 import json
 import multiprocessing
-import shutil
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-
-REPO = Path(__file__).resolve().parents[1]
-DEMO = REPO / "demo"
+from _corpus import repeated_demo
 
 
 def synthetic_group(n: int, d: int = 256, seed: int = 0):
@@ -83,21 +80,6 @@ def bench_selection(sizes: list[int]) -> None:
             print(f"{n:>8}{'exhaustive':>12}{te:>10.2f}{mbe:>10.0f}{'-':>14}")
             print(f"{'':>8}top-k / exhaustive: time {t / te:.3f}, memory {mb / max(mbe, 1):.3f}; "
                   f"same choices: {choice == choice_e}")
-
-
-def repeated_demo(tmp: Path, times: int) -> tuple[Path, Path]:
-    """The demo corpus `times` over, each copy in its own folder (same speakers, distinct files)."""
-    root = tmp / "audio"
-    lines = []
-    for i in range(times):
-        shutil.copytree(DEMO / "audio", root / f"copy{i}")
-        for line in (DEMO / "manifest.json").read_text().splitlines():
-            rec = json.loads(line)
-            rec["audio_filepath"] = f"copy{i}/{rec['audio_filepath']}"
-            lines.append(json.dumps(rec))
-    manifest = tmp / "manifest.json"
-    manifest.write_text("\n".join(lines) + "\n")
-    return manifest, root
 
 
 def bench_stage(times: int = 8) -> None:

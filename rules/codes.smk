@@ -11,11 +11,26 @@ rule build_random_codec:
         "../workflow_scripts/build_random_codec.py"
 
 
+rule codec_model:
+    input:
+        model=get_codec_model_file,
+    output:
+        spec="results/models/{codec}.json",
+    log:
+        "logs/codec_model/{codec}.log",
+    params:
+        codec=get_codec_spec,
+    resources:
+        mem_mb=500,
+    script:
+        "../workflow_scripts/codec_model.py"
+
+
 rule codes_shard:
     input:
         target="results/{dataset}/shar/target_audio/recording.{shard}.tar",
         context="results/{dataset}/shar/context_audio/recording.{shard}.tar",
-        model=get_codec_model_file,
+        codec="results/models/{codec}.json",
     output:
         target="results/{dataset}/shar/codes_{codec}/target_codes/codes.{shard}.tar",
         context="results/{dataset}/shar/codes_{codec}/context_codes/codes.{shard}.tar",
@@ -25,12 +40,11 @@ rule codes_shard:
     benchmark:
         "logs/codes_shard/{dataset}/{codec}/{shard}.benchmark.tsv"
     params:
-        codec=get_codec_spec,
         batch_seconds=config["codes"]["batch_seconds"],
         device=config["codes"]["device"],
-    threads: get_codes_threads
+    threads: CODES_THREADS
     resources:
-        gpu=get_codes_gpus,
+        gpu=CODES_GPUS,
         mem_mb=16000,
     script:
         "../workflow_scripts/codes_shard.py"

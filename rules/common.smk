@@ -33,8 +33,8 @@ def get_final_outputs():
         ],
         dataset=DATASETS,
     ) + expand("results/{dataset}/codes_stats/{codec}.json", dataset=DATASETS, codec=sorted(config["codecs"])) + expand(
-        "results/{dataset}/buckets.yaml", dataset=DATASETS
-    ) + ["results/input_cfg.yaml"]
+        ["results/{dataset}/buckets.yaml", "results/{dataset}/verify.json"], dataset=DATASETS
+    ) + ["results/input_cfg.yaml", "results/report/summary.html"]
 
 
 def get_manifest(wildcards):
@@ -114,8 +114,16 @@ def get_encode_settings(wildcards):
     }
 
 
-def get_shar_threads(wildcards):
-    return min(resolve_workers(config["shar"]["workers"]), workflow.cores)
+# Per-shard rules take static values where they can: a callable costs Snakemake ~0.5 ms per job,
+# which adds up with tens of thousands of shard jobs (benchmarks/bench_dag.py). Snakemake caps a
+# job's threads at --cores; the Slurm profile sets them per rule.
+SHAR_THREADS = resolve_workers(config["shar"]["workers"])
+CODES_THREADS = resolve_workers(config["codes"]["workers"])
+CODES_GPUS = 0 if config["codes"]["device"] == "cpu" else config["codes"]["gpus_per_job"]
+
+
+def get_verify_threads(wildcards):
+    return min(resolve_workers(config["verify"]["workers"]), workflow.cores)
 
 
 @functools.lru_cache(maxsize=None)
@@ -168,14 +176,6 @@ def get_codec_spec(wildcards):
     return {"name": wildcards.codec, "backend": spec["backend"], "model": path, "precision": spec["precision"]}
 
 
-def get_codes_threads(wildcards):
-    return min(resolve_workers(config["codes"]["workers"]), workflow.cores)
-
-
-def get_codes_gpus(wildcards):
-    return 0 if config["codes"]["device"] == "cpu" else config["codes"]["gpus_per_job"]
-
-
 def get_training_codec():
     """The codec input_cfg points at: training.codec, else the first codec as listed, else none."""
     return config["training"]["codec"] or next(iter(config["codecs"]), None)
@@ -186,10 +186,35 @@ def get_training_codes_stats(wildcards):
     return expand("results/{dataset}/codes_stats/{codec}.json", dataset=DATASETS, codec=[codec] if codec else [])
 
 
-def get_all_cut_files(wildcards):
-    return [
-        f"results/{ds}/shar/cuts/cuts.{s:06d}.jsonl.gz" for ds in DATASETS for s in range(num_shards(ds))
-    ]
+def get_codes_stats(wildcards):
+    """{codec: codes stats file} of the dataset."""
+    return {codec: f"results/{wildcards.dataset}/codes_stats/{codec}.json" for codec in sorted(config["codecs"])}
+
+
+def get_report_datasets(wildcards):
+    """Arguments of sharflow.report.write_report: every stats file of every dataset."""
+    return {
+        ds: {
+            "prepare": f"results/{ds}/prepare/stats.json",
+            "context": f"results/{ds}/context/stats.json",
+            "shar": f"results/{ds}/shar_stats.json",
+            "codes": {codec: f"results/{ds}/codes_stats/{codec}.json" for codec in sorted(config["codecs"])},
+            "buckets": f"results/{ds}/buckets.yaml",
+            "verify": f"results/{ds}/verify.json",
+            "plan": f"results/{ds}/shard_plan.json",
+            "shar_dir": f"results/{ds}/shar",
+        }
+        for ds in DATASETS
+    }
+
+
+def get_report_inputs(wildcards):
+    """The files of get_report_datasets, as named inputs."""
+    datasets = get_report_datasets(wildcards).values()
+    names = ("prepare", "context", "shar", "buckets", "verify", "plan")
+    inputs = {name: [d[name] for d in datasets] for name in names}
+    inputs["codes"] = [path for d in datasets for path in d["codes"].values()]
+    return inputs
 
 
 def get_training_datasets(wildcards):
@@ -197,8 +222,7 @@ def get_training_datasets(wildcards):
     return {
         ds: {
             "shar_dir": f"results/{ds}/shar",
-            "num_shards": num_shards(ds),
-            "cut_files": [f"results/{ds}/shar/cuts/cuts.{s:06d}.jsonl.gz" for s in range(num_shards(ds))],
+            "plan": f"results/{ds}/shard_plan.json",
             "weight": config["datasets"][ds]["weight"],
             "tags": config["datasets"][ds]["tags"],
         }

@@ -5,6 +5,8 @@ rule context_plan:
         plan="results/{dataset}/context/plan.json",
     log:
         "logs/context_plan/{dataset}.log",
+    benchmark:
+        "logs/context_plan/{dataset}.benchmark.tsv"
     params:
         grouping=get_grouping,
         parts=config["context"]["parts"],
@@ -51,6 +53,8 @@ rule context_merge:
         stats="results/{dataset}/context/stats.json",
     log:
         "logs/context_merge/{dataset}.log",
+    benchmark:
+        "logs/context_merge/{dataset}.benchmark.tsv"
     resources:
         mem_mb=2000,
     script:

@@ -6,6 +6,8 @@ checkpoint shar_plan:
         index="results/{dataset}/shar_index.npy",
     log:
         "logs/shar_plan/{dataset}.log",
+    benchmark:
+        "logs/shar_plan/{dataset}.benchmark.tsv"
     params:
         shard_size=config["shar"]["shard_size"],
         seed=config["shar"]["seed"],
@@ -32,7 +34,7 @@ rule shar_shard:
         "logs/shar_shard/{dataset}/{shard}.benchmark.tsv"
     params:
         settings=get_encode_settings,
-    threads: get_shar_threads
+    threads: SHAR_THREADS
     resources:
         mem_mb=4000,
     script:
@@ -42,13 +44,14 @@ rule shar_shard:
 rule shar_merge:
     input:
         stats=get_shard_files("results/{dataset}/shar_jobs/shard-{shard}.stats.json"),
-        rejected=get_shard_files("results/{dataset}/shar_jobs/shard-{shard}.rejected.jsonl"),
         context_stats="results/{dataset}/context/stats.json",
     output:
         stats="results/{dataset}/shar_stats.json",
         rejected=directory("results/{dataset}/shar_rejected"),
     log:
         "logs/shar_merge/{dataset}.log",
+    benchmark:
+        "logs/shar_merge/{dataset}.benchmark.tsv"
     resources:
         mem_mb=2000,
     script:

@@ -1,11 +1,13 @@
 rule buckets:
     input:
-        cuts=get_shard_files("results/{dataset}/shar/cuts/cuts.{shard}.jsonl.gz"),
+        plan="results/{dataset}/shard_plan.json",
+        shar_stats="results/{dataset}/shar_stats.json",
     output:
         buckets="results/{dataset}/buckets.yaml",
     log:
         "logs/buckets/{dataset}.log",
     params:
+        shar_dir="results/{dataset}/shar",
         num_buckets=config["buckets"]["num_buckets"],
         sub_buckets=config["buckets"]["sub_buckets"],
         z_threshold=config["buckets"]["z_threshold"],
@@ -17,7 +19,7 @@ rule buckets:
 
 rule input_cfg:
     input:
-        cuts=get_all_cut_files,
+        shar_stats=expand("results/{dataset}/shar_stats.json", dataset=DATASETS),
         codes=get_training_codes_stats,
         plans=expand("results/{dataset}/shard_plan.json", dataset=DATASETS),
     output:

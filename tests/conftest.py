@@ -3,7 +3,8 @@
 import pytest
 
 from sharflow.codecs.nemo import build_random_codec
-from testkit import REPO, prepare_demo, run_codes, run_stage, write_all
+from test_prepare import dirty_manifest
+from testkit import REPO, demo_config, prepare_demo, run_codes, run_snakemake, run_stage, system_tool, write_all
 
 
 @pytest.fixture(scope="session")
@@ -32,3 +33,21 @@ def coded(demo_shards, tiny_nemo_codec, tmp_path_factory):
     """(folder, stats) of tiny-codec codes for demo shards 0 and 1, codec name "tiny"."""
     out = tmp_path_factory.mktemp("codes")
     return out, run_codes(demo_shards[0], out, tiny_nemo_codec)
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """A headless-capable Chromium, installed from Debian when missing and we are root."""
+    return system_tool("chromium", ["chromium"])
+
+
+@pytest.fixture(scope="session")
+def two_datasets(tmp_path_factory):
+    """One local run of the default target over the demo corpus and a dirty manifest."""
+    tmp = tmp_path_factory.mktemp("wf")
+    manifest, root = dirty_manifest(tmp)
+    config = demo_config(prepare={"max_rejected_fraction": 0.9})
+    config["datasets"]["dirty"] = {"manifest": str(manifest), "audio_root": str(root), "language": "de"}
+    work = tmp / "work"
+    proc = run_snakemake(work, config)
+    return work, proc, manifest

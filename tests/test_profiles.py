@@ -22,7 +22,7 @@ def test_every_rule_named_in_a_profile_exists(tmp_path):
     assert "prepare" in rules and "all" in rules
     for name in ("slurm", "local"):
         profile = load_profile(name)
-        for section in ("set-resources", "set-threads"):
+        for section in ("set-resources", "set-threads", "groups"):
             for rule in profile.get(section) or {}:
                 assert rule in rules, f"profiles/{name}: {section} names unknown rule {rule!r}"
 
@@ -39,6 +39,15 @@ def test_slurm_profile_shape():
             assert res["slurm_partition"] == "gpu" and res["gpu"] >= 1, rule
         else:
             assert "gpu" not in res and res.get("slurm_partition", "cpu") == "cpu", rule
+
+
+def test_slurm_profile_bundles_shard_jobs_in_series():
+    profile = load_profile("slurm")
+    assert profile["groups"] == {"shar_shard": "shar_shards", "codes_shard": "codes_shards"}
+    assert all(profile["group-components"][g] >= 2 for g in profile["groups"].values())
+    # a group asks for its parallel jobs' sum capped by `cores`: one shard job's threads fill it
+    for rule in profile["groups"]:
+        assert profile["set-threads"][rule] == profile["set-resources"][rule]["cpus_per_task"] == profile["cores"]
 
 
 def test_local_profile_caps_gpus():

@@ -112,7 +112,7 @@ def test_round_trip_through_from_shar(demo_shards, with_context):
         assert sup.speaker == r["speaker"] and sup.language == "en" and sup.text == r["text"]
         assert sup.custom["context_speaker_similarity"] == r["context_speaker_similarity"]
         assert sup.custom["context_recording_id"] == recording_id(r["context_audio_filepath"])
-    merged = merge_shar_stats(stats, demo_shards[3], str(with_context[1]), str(out / "s.json"), str(out / "rej"),
+    merged = merge_shar_stats(stats, str(with_context[1]), str(out / "s.json"), str(out / "rej"),
                               dataset="demo")
     assert merged["cuts"] == 56 and merged["rejected_total"] == 0 and merged["shards"] == 4
 
@@ -147,7 +147,7 @@ def test_failing_cut_goes_to_rejects_and_fields_stay_aligned(with_context, tmp_p
     (root / victim).write_bytes(bytes(data))
     users = {i for i, r in enumerate(records) if victim in (r["audio_filepath"], r["context_audio_filepath"])}
     plan, stats, rejected = write_all(tmp_path, with_context[0], root=root)
-    merged = merge_shar_stats(stats, rejected, str(with_context[1]), str(tmp_path / "s.json"), str(tmp_path / "r"),
+    merged = merge_shar_stats(stats, str(with_context[1]), str(tmp_path / "s.json"), str(tmp_path / "r"),
                               dataset="demo")
     assert merged["rejected_total"] == len(users) and merged["cuts"] == 56 - len(users)
     assert set(merged["rejected"]) <= {"unreadable_audio", "unreadable_context_audio"}

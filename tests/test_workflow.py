@@ -9,19 +9,6 @@ import yaml
 
 from sharflow.dag import parse_dot, render_dag
 from testkit import REPO, demo_config, read_jsonl, run_snakemake
-from test_prepare import dirty_manifest
-
-
-@pytest.fixture(scope="module")
-def two_datasets(tmp_path_factory):
-    """One run of the default target over the demo corpus and a dirty manifest."""
-    tmp = tmp_path_factory.mktemp("wf")
-    manifest, root = dirty_manifest(tmp)
-    config = demo_config(prepare={"max_rejected_fraction": 0.9})
-    config["datasets"]["dirty"] = {"manifest": str(manifest), "audio_root": str(root), "language": "de"}
-    work = tmp / "work"
-    proc = run_snakemake(work, config)
-    return work, proc, manifest
 
 
 def test_demo_corpus_is_prepared_whole(two_datasets):
@@ -70,14 +57,19 @@ def test_rerun_is_a_no_op_and_outputs_are_deterministic(two_datasets, tmp_path):
             assert a.read_bytes() == b.read_bytes(), f"{ds}/{name} differs between 2 and 1 cores"
 
     # adding a codec runs only that codec's jobs and touches nothing that exists
-    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in (again / "results").rglob("*") if p.is_file()}
+    # (verify checks the new codes, and the report shows them)
+    rechecked = ("verify.json", "report")
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in (again / "results").rglob("*")
+              if p.is_file() and not any(part in rechecked for part in p.parts)}
     config = yaml.safe_load((work / "config.yaml").read_text())
     config["codecs"]["second"] = dict(config["codecs"]["tiny_nemo"])
     proc = run_snakemake(again, config)
     assert job_counts(proc.stdout + proc.stderr) == {
-        "all": 1, "build_random_codec": 1, "codes_shard": 5, "codes_merge": 2}  # demo: 4 shards, dirty: 1
+        "all": 1, "build_random_codec": 1, "codec_model": 1, "codes_shard": 5, "codes_merge": 2,  # demo: 4 shards, dirty: 1
+        "verify": 2, "report": 1}
     # (input_cfg points at the first codec, so it does not change)
     assert all((p.stat().st_mtime_ns, p.read_bytes()) == v for p, v in before.items())
+    assert "target_codes[second]" in json.loads((again / "results" / "demo" / "verify.json").read_text())["fields"]
     assert len(list((again / "results" / "demo" / "shar" / "codes_second" / "target_codes").iterdir())) == 4
 
     # a user reruns one shard by naming its file: only that shard's job runs, with the same bytes
@@ -145,6 +137,54 @@ def test_training_hand_off_in_the_workflow(two_datasets):
     assert cfg["use_bucketing"] and len(cfg["bucket_duration_bins"]) == cfg["num_buckets"] - 1
     buckets = yaml.safe_load((work / "results" / "demo" / "buckets.yaml").read_text())
     assert buckets["cuts"] == 56 and len(buckets["bucket_duration_bins_2d"]) == 2 * buckets["num_buckets"]
+
+
+def test_verify_and_report_in_the_workflow(two_datasets, tmp_path, chromium):
+    work, _, _ = two_datasets
+    for ds, cuts in (("demo", 56), ("dirty", None)):
+        verify = json.loads((work / "results" / ds / "verify.json").read_text())
+        shar = json.loads((work / "results" / ds / "shar_stats.json").read_text())
+        assert verify["ok"] and verify["cuts"] == shar["cuts"] == (cuts or shar["cuts"])
+        assert verify["shards"] == json.loads((work / "results" / ds / "shard_plan.json").read_text())["num_shards"]
+    rows = [line.split("\t") for line in (work / "results" / "report" / "summary.tsv").read_text().splitlines()[1:]]
+    assert {r[1] for r in rows} == {"demo", "dirty"}
+    assert all(int(r[2]) == int(r[3]) + int(r[4]) for r in rows)
+    assert any(r[0] == "prepare" and r[1] == "dirty" and int(r[4]) > 0 for r in rows)
+
+    # snakemake's own report, opened in a headless Chromium: every plot is on the screen
+    config = yaml.safe_load((work / "config.yaml").read_text())
+    run_snakemake(work, config, "--report", str(tmp_path / "report.html"))
+    from sharflow.report_view import check_report
+
+    found = check_report(str(tmp_path / "report.html"), str(tmp_path / "screens"), str(work / "results" / "report"),
+                         browser=chromium)
+    plots = {"durations", "buckets", "similarity", "load", "rejects"}
+    assert {k.rsplit("/", 1)[1].split(".")[0] for k in found} == plots | {"summary"}
+    for key, info in found.items():
+        if "colour" in info:  # the plot's main colour covers a good part of its area on screen
+            assert info["screen_pixels"] > 0.2 * info["plot_pixels"], (key, info)
+
+
+def test_damaged_shard_fails_verify_then_a_targeted_rerun_repairs_it(two_datasets, tmp_path):
+    work, _, _ = two_datasets
+    copy = tmp_path / "copy"
+    shutil.copytree(work, copy, symlinks=True)  # keeps mtimes, so nothing is out of date
+    config = yaml.safe_load((work / "config.yaml").read_text())
+    codes = copy / "results" / "demo" / "shar" / "codes_tiny_nemo" / "context_codes" / "codes.000002.tar"
+    good = codes.read_bytes()
+    codes.write_bytes(good[: len(good) // 3])  # as a crashed copy or a full disk leaves it
+    proc = run_snakemake(copy, config, "--forcerun", "verify", check=False)  # README: re-check the files
+    assert proc.returncode != 0
+    log = (copy / "logs" / "verify" / "demo.log").read_text()
+    assert "dataset demo, field context_codes[tiny_nemo], shard 2" in log and str(codes.relative_to(copy)) in log
+    assert "verify" in proc.stderr and "logs/verify/demo.log" in proc.stderr
+
+    codes.unlink()  # README: delete the named file and ask for it
+    proc = run_snakemake(copy, config, str(codes.relative_to(copy)))
+    assert job_counts(proc.stdout + proc.stderr) == {"codes_shard": 1}
+    assert codes.read_bytes() == good
+    proc = run_snakemake(copy, config)
+    assert job_counts(proc.stdout + proc.stderr) == {"all": 1, "codes_merge": 1, "input_cfg": 1, "verify": 1, "report": 1}
 
 
 def test_dry_run_dag_renders(tmp_path):

@@ -2,6 +2,8 @@
 
 import glob
 import json
+import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -58,16 +60,22 @@ def demo_config(**overrides) -> dict:
     return config
 
 
-def run_snakemake(workdir: Path, config: dict, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run the real snakemake CLI on the repo's Snakefile in `workdir` with the local profile."""
+def snakemake_cmd(workdir: Path, config: dict, *args: str, profile: str = "local") -> list[str]:
+    """The real snakemake CLI on the repo's Snakefile in `workdir`, config written there."""
     workdir.mkdir(parents=True, exist_ok=True)
     configfile = workdir / "config.yaml"
     configfile.write_text(yaml.safe_dump(config, sort_keys=False))
-    cmd = [
+    return [
         sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-        "--configfile", str(configfile), "--profile", str(REPO / "profiles" / "local"), *args,
+        "--configfile", str(configfile), "--profile", str(REPO / "profiles" / profile), *args,
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+
+
+def run_snakemake(workdir: Path, config: dict, *args: str, check: bool = True, profile: str = "local",
+                  timeout: int = 900) -> subprocess.CompletedProcess:
+    """Run snakemake (snakemake_cmd) to the end; SIGKILL after `timeout` s (a hung run cannot stop the suite)."""
+    cmd = ["timeout", "-s", "KILL", str(timeout), *snakemake_cmd(workdir, config, *args, profile=profile)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 60)
     if check and proc.returncode != 0:
         pytest.fail(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
     return proc
@@ -139,3 +147,21 @@ def run_codes(shards_dir, out, codec_path, shards=(0, 1), workers=1, name="tiny"
             str(out / "shar" / f"codes_{name}" / "context_codes" / f"codes.{s:06d}.tar"),
             str(out / "jobs" / f"{s}.json"), codec=spec, batch_seconds=8.0, device="cpu", workers=workers))
     return stats
+
+
+def system_tool(binary: str, packages: list[str]) -> str:
+    """Path of `binary`; apt-installs `packages` first where it is missing and we are root, else skips.
+
+    CI runs the test command alone on a fresh Debian machine, so tests that need a system tool
+    (Chromium, Slurm) install it here rather than in a separate CI step.
+    """
+    if path := shutil.which(binary):
+        return path
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        pytest.skip(f"{binary} is not installed and this is not a root Debian machine (apt-get install {' '.join(packages)})")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *packages]):
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+        if done.returncode != 0:
+            pytest.skip(f"could not install {packages}: {done.stderr[-500:]}")
+    return shutil.which(binary) or pytest.skip(f"{binary} not found after installing {packages}")

@@ -4,7 +4,7 @@ from sharflow.logs import job_log
 
 # Spawned rank processes re-run this file as __mp_main__: the guard keeps them out of the body.
 if __name__ == "__main__":
-    from sharflow.codes import CodecSpec, encode_shard
+    from sharflow.codes import encode_shard, read_codec_spec
 
     with job_log(snakemake.log[0]):
         encode_shard(
@@ -14,7 +14,7 @@ if __name__ == "__main__":
             snakemake.output.target,
             snakemake.output.context,
             snakemake.output.stats,
-            codec=CodecSpec(**snakemake.params.codec),
+            codec=read_codec_spec(snakemake.input.codec),
             batch_seconds=snakemake.params.batch_seconds,
             device=snakemake.params.device,
             workers=snakemake.threads,

@@ -16,6 +16,7 @@ if __name__ == "__main__":
             settings=PartSettings(**snakemake.params.settings),
             device=snakemake.params.device,
             workers=snakemake.threads,
+            gpus=snakemake.resources.gpu,
             out_embeddings=snakemake.output.get("embeddings"),
             out_embedding_ids=snakemake.output.get("embedding_ids"),
         )

@@ -6,7 +6,6 @@ from sharflow.shar import merge_shar_stats
 with job_log(snakemake.log[0]):
     merge_shar_stats(
         snakemake.input.stats,
-        snakemake.input.rejected,
         snakemake.input.context_stats,
         snakemake.output.stats,
         snakemake.output.rejected,

@@ -9,6 +9,7 @@ largest tokens-per-second of each bin after dropping outliers above a z-score.
 
 import gzip
 import json
+from collections.abc import Iterator
 
 import numpy as np
 import yaml
@@ -16,18 +17,21 @@ import yaml
 from sharflow.atomic import atomic_file
 
 
-def read_cut_lengths(cut_files: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """(durations in seconds, characters of the normalized text or text) of every cut."""
-    durations, tokens = [], []
+def iter_cut_lengths(cut_files: list[str]) -> Iterator[tuple[float, int]]:
+    """(duration in seconds, characters of the normalized text or text) of every cut, streamed."""
     for path in cut_files:
         with gzip.open(path, "rt", encoding="utf-8") as f:
             for line in f:
                 cut = json.loads(line)
                 sup = cut["supervisions"][0] if cut.get("supervisions") else {}
                 text = (sup.get("custom") or {}).get("normalized_text") or sup.get("text") or ""
-                durations.append(cut["duration"])
-                tokens.append(len(text))
-    return np.asarray(durations, dtype=np.float64), np.asarray(tokens, dtype=np.float64)
+                yield cut["duration"], len(text)
+
+
+def read_cut_lengths(cut_files: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Durations and token counts of every cut, as arrays (8 bytes each per cut)."""
+    pairs = np.fromiter(iter_cut_lengths(cut_files), dtype=np.dtype((np.float64, 2)))
+    return pairs[:, 0].copy(), pairs[:, 1].copy()
 
 
 def duration_bins(durations: np.ndarray, num_buckets: int, weights: np.ndarray | None = None) -> list[float]:

@@ -25,7 +25,7 @@ import tarfile
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +33,7 @@ import numpy as np
 from sharflow.atomic import atomic_file
 from sharflow.balance import lpt_assign
 from sharflow.errors import SharflowError
-from sharflow.ranks import rank_devices, run_ranks
+from sharflow.ranks import job_devices, run_ranks
 from sharflow.shar_audio import compute_num_samples
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,25 @@ class CodecSpec:
     backend: str
     model: str
     precision: str = "fp32"
+
+
+def write_codec_spec(spec: dict, out: str) -> CodecSpec:
+    """results/models/<codec>.json: the resolved codec every codes job of that codec reads.
+
+    One small file per codec instead of per-job parameters: a codec's shard jobs rerun when it
+    changes (by its time stamp), the other codecs' jobs do not.
+    """
+    codec = CodecSpec(**spec)
+    with atomic_file(out, "w", encoding="utf-8") as f:
+        json.dump(asdict(codec), f, indent=1)
+        f.write("\n")
+    log.info("codec %s: %s model %s (%s)", codec.name, codec.backend, codec.model, codec.precision)
+    return codec
+
+
+def read_codec_spec(path: str) -> CodecSpec:
+    with open(path, encoding="utf-8") as f:
+        return CodecSpec(**json.load(f))
 
 
 @dataclass(frozen=True)
@@ -113,13 +132,7 @@ def encode_shard(
 ) -> dict:
     """Encode one shard's target and context audio with `codec`; write both code tars atomically."""
     start = time.perf_counter()
-    devices = rank_devices(device, workers)
-    if gpus and devices[0].startswith("cuda") and len(devices) < gpus:
-        raise SharflowError(f"codes job asked for {gpus} GPUs but sees {len(devices)} ({devices}); "
-                            "check the job's GPU request (gres) and CUDA_VISIBLE_DEVICES")
-    if devices[0] == "cpu" and device == "auto" and gpus:
-        log.warning("no GPU visible: encoding on %d CPU process(es)", len(devices))
-    log.info("codes %s, shard %d: ranks on %s", codec.name, shard, devices)
+    devices = job_devices(device, workers, gpus, f"codes {codec.name}, shard {shard}")
     model = cached_codec(codec, devices[0])  # rank 0 runs in this process and reuses it
     sr, spf = model.sample_rate, model.samples_per_frame
     log.info("codec %s: %s, %d Hz, %d samples per frame, %d codebooks of %d", codec.name, model.description, sr,

@@ -34,7 +34,7 @@ from sharflow.balance import imbalance, loads, lpt_assign
 from sharflow.errors import SharflowError
 from sharflow.grouping import group_key_function
 from sharflow.parallel import resolve_workers
-from sharflow.ranks import rank_devices, run_ranks
+from sharflow.ranks import job_devices, run_ranks
 from sharflow.rejects import RejectWriter
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ def plan_context(prepared: str, plan_path: str, *, parts: int, grouping: dict, c
 
 def run_context_part(
     prepared: str, plan_path: str, part: int, out_records: str, out_rejected: str, out_stats: str,
-    *, settings: PartSettings, device: str = "auto", workers: int = 1,
+    *, settings: PartSettings, device: str = "auto", workers: int = 1, gpus: int = 0,
     out_embeddings: str | None = None, out_embedding_ids: str | None = None,
 ) -> dict:
     """Select contexts for the groups of one part, on as many ranks as devices/workers allow.
@@ -137,7 +137,7 @@ def run_context_part(
     if stale:
         raise SharflowError(f"{plan_path} does not match {prepared} (group {stale[0]!r}); rerun the context_plan rule")
 
-    devices = rank_devices(device, resolve_workers(workers))
+    devices = job_devices(device, resolve_workers(workers), gpus, f"context part {part}")
     costs = {k: mine[k]["cost"] for k in mine}
     rank_groups = lpt_assign(costs, len(devices))
     log.info("context part %d: %d groups, %d records on ranks %s", part, len(mine),

@@ -5,12 +5,15 @@ function over its own units and returns a result. With one torch thread per CPU 
 split along fixed unit boundaries, outputs do not depend on the number of ranks.
 """
 
+import logging
 import multiprocessing
 import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
 from sharflow.errors import SharflowError
+
+log = logging.getLogger(__name__)
 
 
 def rank_devices(device: str, cpu_workers: int) -> list[str]:
@@ -27,6 +30,29 @@ def rank_devices(device: str, cpu_workers: int) -> list[str]:
             f"{_visible()}); request GPUs for the job or set device: auto"
         )
     return ["cpu"] * max(1, cpu_workers)
+
+
+def job_devices(device: str, cpu_workers: int, gpus: int = 0, what: str = "job") -> list[str]:
+    """rank_devices, logged with what the job was granted; fails fast when a job sees fewer GPUs than it asked for.
+
+    `gpus` is the job's `gpu` resource (what it asked the scheduler for). Under Slurm (SLURM_JOB_ID
+    set) seeing fewer is an error: a known pitfall of multi-GPU requests through the Slurm
+    plugin is a job that starts with one GPU, or none, and silently runs slower. Outside Slurm the
+    `gpu` resource only caps how many GPU jobs run at once, so no GPU means CPU ranks, with a warning.
+    """
+    devices = rank_devices(device, cpu_workers)
+    cuda = [d for d in devices if d.startswith("cuda")]
+    granted = {k: os.environ[k] for k in ("SLURM_JOB_ID", "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE") if k in os.environ}
+    log.info("%s: device %s, asked for %d GPU(s), sees %s (CUDA_VISIBLE_DEVICES=%s%s)", what, device, gpus,
+             cuda or "no GPU", _visible(), "".join(f", {k}={v}" for k, v in granted.items()))
+    if gpus and len(cuda) < gpus and (cuda or "SLURM_JOB_ID" in os.environ):
+        raise SharflowError(
+            f"{what} asked for {gpus} GPU(s) but sees {len(cuda)} (CUDA_VISIBLE_DEVICES={_visible()}); check the "
+            "rule's `gpu` resource in the profile and the partition's GRES, or set device: cpu"
+        )
+    if gpus and not cuda:
+        log.warning("%s: no GPU visible: running on %d CPU process(es)", what, len(devices))
+    return devices
 
 
 def _visible() -> str:

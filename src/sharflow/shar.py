@@ -292,9 +292,20 @@ def _finish_gzip(src: Path, dst: Path) -> None:
 
 # ---- merge --------------------------------------------------------------------------------------
 
-def merge_shar_stats(shard_stats: list[str], shard_rejected: list[str], context_stats: str,
-                     stats_path: str, rejected_dir: str, *, dataset: str) -> dict:
-    """Sum the shards' stats, gather their rejects by reason, and check records in = cuts + rejected."""
+def shard_rejected_path(stats_path: str) -> str:
+    """A shard job's rejects file, beside its stats (shard-N.stats.json -> shard-N.rejected.jsonl)."""
+    if not stats_path.endswith(".stats.json"):
+        raise ValueError(f"not a shard stats file: {stats_path}")
+    return stats_path[: -len(".stats.json")] + ".rejected.jsonl"
+
+
+def merge_shar_stats(shard_stats: list[str], context_stats: str, stats_path: str, rejected_dir: str, *,
+                     dataset: str) -> dict:
+    """Sum the shards' stats, gather their rejects by reason, and check records in = cuts + rejected.
+
+    Each shard's rejects are read from beside its stats (shard_rejected_path): listing them as
+    inputs too would double the merge job's inputs, which Snakemake pays for per file.
+    """
     with open(context_stats, encoding="utf-8") as f:
         records_in = json.load(f)["records_out"]
     totals: Counter = Counter()
@@ -310,7 +321,7 @@ def merge_shar_stats(shard_stats: list[str], shard_rejected: list[str], context_
         for field, n in s["bytes"].items():
             totals[f"bytes.{field}"] += n
     with atomic_dir(rejected_dir) as out_dir, RejectWriter(out_dir) as rejects:
-        for path in shard_rejected:
+        for path in map(shard_rejected_path, shard_stats):
             with open(path, encoding="utf-8") as f:
                 for text in f:
                     rejects.write(json.loads(text)["reason"], text)

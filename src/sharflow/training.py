@@ -6,7 +6,6 @@ ranges, a weight proportional to hours unless the dataset overrides it, and tags
 settings with duration bins of the weighted mix of all datasets.
 """
 
-import json
 import os
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import yaml
 
 from sharflow.atomic import atomic_file
 from sharflow.buckets import duration_bins, read_cut_lengths
+from sharflow.layout import cut_files, planned_shards
 
 
 def shard_range(folder: str, stem: str, suffix: str, num_shards: int) -> str:
@@ -26,7 +26,7 @@ def shard_range(folder: str, stem: str, suffix: str, num_shards: int) -> str:
 
 def write_input_cfg(datasets: dict[str, dict], out: str, *, codec: str | None, num_buckets: int,
                     settings: dict, path_prefix: str | None = None) -> dict:
-    """Write the NeMo dataloader config for `datasets` ({name: {shar_dir, num_shards, cut_files,
+    """Write the NeMo dataloader config for `datasets` ({name: {shar_dir, plan (its shard plan),
     weight (None = hours), tags}}) and return it.
 
     Paths are absolute, or start with `path_prefix` in place of this machine's results folder (for a
@@ -35,20 +35,21 @@ def write_input_cfg(datasets: dict[str, dict], out: str, *, codec: str | None, n
     entries, all_durations, all_weights = [], [], []
     for name in sorted(datasets):
         ds = datasets[name]
-        durations, _ = read_cut_lengths(ds["cut_files"])
+        num_shards = planned_shards(ds["plan"])
+        durations, _ = read_cut_lengths(cut_files(ds["shar_dir"], ds["plan"]))
         hours = float(durations.sum()) / 3600
         weight = ds.get("weight") if ds.get("weight") is not None else round(hours, 6)
         shar = os.path.abspath(ds["shar_dir"])
         if path_prefix:
             shar = path_prefix.rstrip("/") + "/" + Path(ds["shar_dir"]).as_posix()
         fields = {
-            "cuts": shard_range(f"{shar}/cuts", "cuts", ".jsonl.gz", ds["num_shards"]),
-            "target_audio": shard_range(f"{shar}/target_audio", "recording", ".tar", ds["num_shards"]),
-            "context_audio": shard_range(f"{shar}/context_audio", "recording", ".tar", ds["num_shards"]),
+            "cuts": shard_range(f"{shar}/cuts", "cuts", ".jsonl.gz", num_shards),
+            "target_audio": shard_range(f"{shar}/target_audio", "recording", ".tar", num_shards),
+            "context_audio": shard_range(f"{shar}/context_audio", "recording", ".tar", num_shards),
         }
         if codec:
             for field in ("target_codes", "context_codes"):
-                fields[field] = shard_range(f"{shar}/codes_{codec}/{field}", "codes", ".tar", ds["num_shards"])
+                fields[field] = shard_range(f"{shar}/codes_{codec}/{field}", "codes", ".tar", num_shards)
         entries.append({"type": "lhotse_shar", "shar_path": fields, "weight": weight,
                         "tags": {"dataset": name, **(ds.get("tags") or {})}})
         if len(durations) and weight:
@@ -69,8 +70,3 @@ def write_input_cfg(datasets: dict[str, dict], out: str, *, codec: str | None, n
         f.write("# NeMo Lhotse dataloader config written by sharflow: use it as model.train_ds (with your batch settings).\n")
         yaml.safe_dump(config, f, sort_keys=False)
     return config
-
-
-def read_num_shards(plan_path: str) -> int:
-    with open(plan_path, encoding="utf-8") as f:
-        return json.load(f)["num_shards"]

@@ -1,0 +1,84 @@
+"""Scale of the DAG: dry run (-n) and --rulegraph of a dataset planned into 10,000 shards × 2 codecs.
+
+The demo corpus goes through prepare, context and the shar_plan checkpoint for real; the plan is
+then rewritten to say 10,000 shards (a synthetic plan: the shard jobs are only planned, never run).
+Snakemake then has to build every per-shard job: 10,000 shar_shard + 20,000 codes_shard jobs and
+merge/verify/report jobs with up to 50,000 inputs. Prints wall time and the peak RSS of the
+snakemake process, against a floor measured in the same run: a dry run of the same workflow
+before the plan exists (the checkpoint not yet run: a DAG of a handful of jobs, so the figure is
+the fixed cost of starting snakemake and parsing the workflow).
+
+    .venv/bin/python benchmarks/bench_dag.py [--shards 10000]
+"""
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def config(work: Path) -> dict:
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    for key in ("manifest", "audio_root"):
+        cfg["datasets"]["demo"][key] = str(REPO / cfg["datasets"]["demo"][key])
+    tiny = {"backend": "nemo", "random_from_config": str(REPO / "config" / "models" / "tiny_codec.yaml")}
+    cfg["codecs"] = {"codec_a": tiny, "codec_b": dict(tiny)}
+    cfg["context"]["parts"] = 1
+    path = work / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return cfg
+
+
+def snakemake(work: Path, *args: str) -> tuple[float, float, subprocess.CompletedProcess]:
+    """(seconds, peak RSS in MB of the snakemake process, result): one process per call."""
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(work),
+           "--configfile", str(work / "config.yaml"), "--profile", str(REPO / "profiles" / "local"), *args]
+    # a fresh child per call, so RUSAGE_CHILDREN's max RSS is this call's (it only grows otherwise)
+    wrapper = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
+               "p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+               "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, p.returncode); "
+               "sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])")
+    proc = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True)
+    seconds, rss, rc = proc.stdout.split()
+    if int(rc) != 0:
+        raise SystemExit(f"snakemake {' '.join(args)} failed:\n{proc.stderr}")
+    return float(seconds), float(rss), proc
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shards", type=int, default=10_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench_dag-") as tmp:
+        work = Path(tmp)
+        config(work)
+        floor_s, floor_mb, _ = snakemake(work, "-n")
+        print(f"floor: dry run before the plan exists: {floor_s:.1f} s, {floor_mb:.0f} MB")
+        t0 = time.perf_counter()
+        snakemake(work, "results/demo/shard_plan.json")
+        print(f"(prepare + context + shar_plan of the demo for real: {time.perf_counter() - t0:.0f} s)")
+        plan_path = work / "results" / "demo" / "shard_plan.json"
+        plan = json.loads(plan_path.read_text())
+        plan.update(num_shards=args.shards, shards=[{"index": i, "records": 1, "seconds": 1.0} for i in range(args.shards)])
+        plan_path.write_text(json.dumps(plan))
+
+        dry_s, dry_mb, proc = snakemake(work, "-n")
+        jobs = proc.stderr.split("Job stats:")[1].split("total")[1].split()[0] if "Job stats:" in proc.stderr else "?"
+        print(f"dry run, {args.shards} shards x 2 codecs ({jobs} jobs): {dry_s:.1f} s, {dry_mb:.0f} MB "
+              f"= {dry_s / floor_s:.1f}x the floor's time (target < 60 s, < 2 GB)")
+        graph_s, graph_mb, _ = snakemake(work, "--rulegraph")
+        print(f"--rulegraph: {graph_s:.1f} s, {graph_mb:.0f} MB")
+        print(f"per planned shard: {(dry_s - floor_s) / args.shards * 1000:.2f} ms")
+    print(f"(this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB)")
+
+
+if __name__ == "__main__":
+    main()

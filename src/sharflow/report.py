@@ -1,0 +1,266 @@
+"""The run report: a summary table and plots from every stage's stats (results/report/).
+
+Everything comes from the stats files the stages write and from the cuts metadata (streamed into
+fixed histograms), so the report job's memory does not grow with the dataset. The plots are PNGs
+flagged for `snakemake --report`; summary.html is the table the report shows, summary.tsv the same
+for scripts.
+"""
+
+import html
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from sharflow.atomic import atomic_file
+from sharflow.buckets import iter_cut_lengths
+from sharflow.layout import cut_files
+
+log = logging.getLogger(__name__)
+
+HIST_BINS = 400  # duration histogram resolution (CDF steps) between 0 and the longest cut
+COLUMNS = ("stage", "dataset", "records_in", "records_out", "rejected", "hours_in", "hours_out")
+
+
+@dataclass
+class DatasetStats:
+    """Every stats file of one dataset, loaded."""
+
+    name: str
+    prepare: dict
+    context: dict
+    shar: dict
+    codes: dict[str, dict]
+    buckets: dict
+    verify: dict
+    cut_files: list[str] = field(default_factory=list)
+
+
+def _json(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def load_dataset(name: str, files: dict) -> DatasetStats:
+    """`files`: prepare, context, shar, verify (json), buckets (yaml), codes {codec: json}, shar_dir, plan."""
+    with open(files["buckets"], encoding="utf-8") as f:
+        buckets = yaml.safe_load(f)
+    return DatasetStats(
+        name=name,
+        prepare=_json(files["prepare"]),
+        context=_json(files["context"]),
+        shar=_json(files["shar"]),
+        codes={codec: _json(path) for codec, path in sorted(files["codes"].items())},
+        buckets=buckets,
+        verify=_json(files["verify"]),
+        cut_files=cut_files(files["shar_dir"], files["plan"]),
+    )
+
+
+def summary_rows(ds: DatasetStats) -> list[dict]:
+    """Records and hours into and out of every stage (codes: target + context audio encoded)."""
+    p, c, s, v = ds.prepare, ds.context, ds.shar, ds.verify
+    rows = [
+        ("prepare", p["records_in"], p["records_out"], p["rejected_total"], p["hours_in"], p["hours_out"]),
+        ("context", c["records_in"], c["records_out"], c["rejected_total"], p["hours_out"], c["hours_out"]),
+        ("shar", s["records_in"], s["cuts"], s["rejected_total"], c["hours_out"], s["hours"]),
+    ]
+    for codec, k in ds.codes.items():
+        rows.append((f"codes {codec} (target+context audio)", s["cuts"], k["cuts"], s["cuts"] - k["cuts"],
+                     round(s["hours"] + s["context_hours"], 6), k["audio_hours"]))
+    rows.append(("verify", s["cuts"], v["cuts"], s["cuts"] - v["cuts"], s["hours"], v["hours"]))
+    return [dict(zip(COLUMNS, (stage, ds.name, *rest))) for stage, *rest in rows]
+
+
+def rejected_by_reason(ds: DatasetStats) -> dict[tuple[str, str], int]:
+    out = {}
+    for stage, stats in (("prepare", ds.prepare), ("context", ds.context), ("shar", ds.shar)):
+        for reason, n in sorted(stats["rejected"].items()):
+            out[(stage, reason)] = n
+    return out
+
+
+def duration_histogram(cut_files: list[str], max_duration: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(edges, cut counts, seconds) per bin over [0, max_duration], streamed from the cuts files."""
+    edges = np.linspace(0.0, max(max_duration, 1e-3) * (1 + 1e-9), HIST_BINS + 1)
+    counts = np.zeros(HIST_BINS, dtype=np.int64)
+    seconds = np.zeros(HIST_BINS)
+    chunk: list[float] = []
+
+    def flush():
+        d = np.asarray(chunk)
+        idx = np.clip(np.searchsorted(edges, d, side="right") - 1, 0, HIST_BINS - 1)
+        np.add.at(counts, idx, 1)
+        np.add.at(seconds, idx, d)
+        chunk.clear()
+
+    for duration, _ in iter_cut_lengths(cut_files):
+        chunk.append(duration)
+        if len(chunk) >= 65536:
+            flush()
+    if chunk:
+        flush()
+    return edges, counts, seconds
+
+
+# ---- plots --------------------------------------------------------------------------------------
+
+def _figure(n_panels: int, height: float = 3.2):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(n_panels, 1, figsize=(8, height * n_panels), squeeze=False)
+    return fig, axes[:, 0]
+
+
+def _save(fig, path: str) -> None:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    with atomic_file(path, "wb") as f:
+        # fixed metadata: the same data gives the same PNG bytes
+        fig.savefig(f, format="png", dpi=100, metadata={"Software": None})
+    plt.close(fig)
+
+
+def plot_durations(datasets: list[DatasetStats], histograms: dict, path: str) -> None:
+    fig, axes = _figure(len(datasets))
+    for ax, ds in zip(axes, datasets):
+        edges, counts, seconds = histograms[ds.name]
+        # coarser bars than the CDF's resolution, so the shape reads at a glance
+        step = max(1, HIST_BINS // 50)
+        ax.bar(edges[:-1:step], np.add.reduceat(counts, np.arange(0, HIST_BINS, step)),
+               width=edges[step] - edges[0], align="edge", color="tab:blue", edgecolor="white")
+        ax.set_title(f"{ds.name}: {int(counts.sum())} cuts, {seconds.sum() / 3600:.3f} h")
+        ax.set_xlabel("cut duration (s)")
+        ax.set_ylabel("cuts")
+    _save(fig, path)
+
+
+def plot_similarity(datasets: list[DatasetStats], min_similarity: float, path: str) -> None:
+    fig, axes = _figure(len(datasets))
+    for ax, ds in zip(axes, datasets):
+        hist = ds.context["similarity_histogram"]
+        edges, counts = np.asarray(hist["edges"]), np.asarray(hist["counts"])
+        ax.bar(edges[:-1], counts, width=np.diff(edges), align="edge", color="tab:green", edgecolor="white")
+        ax.axvline(min_similarity, color="tab:red", linestyle="--", label=f"min_similarity {min_similarity}")
+        ax.set_title(f"{ds.name}: speaker similarity of target and chosen context ({int(counts.sum())} cuts)")
+        ax.set_xlabel("cosine similarity")
+        ax.set_ylabel("cuts")
+        ax.legend(loc="upper left")
+    _save(fig, path)
+
+
+def plot_rejects(datasets: list[DatasetStats], path: str) -> None:
+    fig, axes = _figure(len(datasets))
+    for ax, ds in zip(axes, datasets):
+        rejected = rejected_by_reason(ds)
+        if not rejected:
+            ax.text(0.5, 0.5, "no records rejected", ha="center", va="center", fontsize=14)
+            ax.set_axis_off()
+        else:
+            labels = [f"{stage}: {reason}" for stage, reason in rejected]
+            colors = {"prepare": "tab:orange", "context": "tab:purple", "shar": "tab:brown"}
+            ax.barh(labels, list(rejected.values()), color=[colors[s] for s, _ in rejected])
+            ax.invert_yaxis()
+            ax.set_xlabel("records rejected")
+            for y, n in enumerate(rejected.values()):
+                ax.text(n, y, f" {n}", va="center")
+        ax.set_title(f"{ds.name}: {sum(rejected.values())} of {ds.prepare['records_in']} records rejected")
+    _save(fig, path)
+
+
+def plot_load(datasets: list[DatasetStats], path: str) -> None:
+    """Context stage: each part's and rank's share of the planned cost vs its share of the time."""
+    fig, axes = _figure(len(datasets), height=3.6)
+    for ax, ds in zip(axes, datasets):
+        labels, planned, actual = [], [], []
+        for part in ds.context["parts"]:
+            for rank in part["ranks"]:
+                labels.append(f"p{part['part']} r{rank['rank']}")
+                planned.append(rank["planned_cost"])
+                actual.append(rank["seconds"])
+        planned_share = np.asarray(planned) / max(sum(planned), 1e-12)
+        actual_share = np.asarray(actual) / max(sum(actual), 1e-12)
+        x = np.arange(len(labels))
+        ax.bar(x - 0.2, planned_share, 0.4, label="planned (cost model)", color="tab:gray")
+        ax.bar(x + 0.2, actual_share, 0.4, label="actual (seconds)", color="tab:blue")
+        ax.set_xticks(x, labels, rotation=45 if len(labels) > 12 else 0)
+        ax.set_ylabel("share of the stage")
+        ax.set_title(f"{ds.name}: context load per part (p) and rank (r)")
+        ax.legend()
+    _save(fig, path)
+
+
+def plot_buckets(datasets: list[DatasetStats], histograms: dict, path: str) -> None:
+    """Duration-weighted CDF with the bucket boundaries: equal-duration buckets are equal steps."""
+    fig, axes = _figure(len(datasets))
+    for ax, ds in zip(axes, datasets):
+        edges, _, seconds = histograms[ds.name]
+        cdf = np.concatenate([[0.0], np.cumsum(seconds)]) / max(seconds.sum(), 1e-12)
+        ax.plot(edges, cdf, color="tab:blue", label="share of total audio ≤ duration")
+        for b in ds.buckets["bucket_duration_bins"]:
+            ax.axvline(b, color="tab:red", linewidth=0.8)
+        ax.set_title(f"{ds.name}: {ds.buckets['num_buckets']} buckets (red: bucket_duration_bins)")
+        ax.set_xlabel("cut duration (s)")
+        ax.set_ylabel("cumulative share")
+        ax.legend(loc="upper left")
+    _save(fig, path)
+
+
+# ---- tables -------------------------------------------------------------------------------------
+
+def write_summary(rows: list[dict], verify: dict[str, dict], html_path: str, tsv_path: str) -> None:
+    with atomic_file(tsv_path, "w", encoding="utf-8") as f:
+        f.write("\t".join(COLUMNS) + "\n")
+        for row in rows:
+            f.write("\t".join(str(row[c]) for c in COLUMNS) + "\n")
+    head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in COLUMNS)
+    def cell(column, value):
+        return f"{value:.4f}" if column.startswith("hours") else str(value)
+
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(cell(c, row[c]))}</td>" for c in COLUMNS) + "</tr>" for row in rows
+    )
+    checks = "".join(
+        f"<li>{html.escape(ds)}: {v['shards']} shards × {len(v['fields'])} fields verified, {v['cuts']} cuts</li>"
+        for ds, v in sorted(verify.items())
+    )
+    page = f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>sharflow summary</title>
+<style>
+body {{ font-family: sans-serif; margin: 1em; }}
+table {{ border-collapse: collapse; }}
+th, td {{ border: 1px solid #bbb; padding: 4px 10px; text-align: right; }}
+th {{ background: #eee; }}
+td:first-child, td:nth-child(2), th:first-child, th:nth-child(2) {{ text-align: left; }}
+</style></head><body>
+<h2>Records and hours through every stage</h2>
+<table><tr>{head}</tr>{body}</table>
+<h3>Verify</h3><ul>{checks}</ul>
+</body></html>
+"""
+    with atomic_file(html_path, "w", encoding="utf-8") as f:
+        f.write(page)
+
+
+def write_report(datasets: dict[str, dict], out_dir: str, *, min_similarity: float) -> list[dict]:
+    """All plots and the summary for `datasets` ({name: files, see load_dataset}) into out_dir."""
+    loaded = [load_dataset(name, files) for name, files in sorted(datasets.items())]
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    histograms = {ds.name: duration_histogram(ds.cut_files, ds.buckets["max_duration"]) for ds in loaded}
+    out = Path(out_dir)
+    plot_durations(loaded, histograms, str(out / "durations.png"))
+    plot_similarity(loaded, min_similarity, str(out / "similarity.png"))
+    plot_rejects(loaded, str(out / "rejects.png"))
+    plot_load(loaded, str(out / "load.png"))
+    plot_buckets(loaded, histograms, str(out / "buckets.png"))
+    rows = [row for ds in loaded for row in summary_rows(ds)]
+    write_summary(rows, {ds.name: ds.verify for ds in loaded}, str(out / "summary.html"), str(out / "summary.tsv"))
+    log.info("report: %d datasets, %d summary rows, plots in %s", len(loaded), len(rows), out_dir)
+    return rows

@@ -1,0 +1,295 @@
+"""Verify: open every shard of every Shar field of a dataset and prove the dataset is whole.
+
+Checked, per shard (in worker processes, `verify.workers`):
+- every field has the shard's file, and it opens (gzip JSONL for cuts, tar for the others);
+- every tar holds (data, json manifest) pairs named after the cut ids, in the cuts' order;
+- every audio member decodes to exactly the sample count and rate its manifest declares, and the
+  target (context) audio is as long as the cut's duration (context_audio_duration);
+- every codes member is a (num_codebooks, ceil(samples / samples_per_frame)) integer array with
+  codes below the codebook size, its manifest's shape and frame_shift = samples_per_frame /
+  sample_rate, samples being its audio's length at the codec's rate.
+Per dataset: shard count equals the plan for every field, no stray file in a field directory, and
+totals equal the shar and codes stage stats. Every problem names dataset, field, shard and cut; all
+are logged, and the job fails without writing verify.json.
+"""
+
+import gzip
+import io
+import json
+import logging
+import math
+import tarfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from sharflow.atomic import atomic_file
+from sharflow.errors import SharflowError
+from sharflow.layout import Field, fields, planned_shards
+from sharflow.parallel import ordered_map, resolve_workers
+from sharflow.shar_audio import compute_num_samples
+
+log = logging.getLogger(__name__)
+
+AUDIO_LABELS = ("target_audio", "context_audio")
+CODE_KINDS = {"target_codes": "target_audio", "context_codes": "context_audio"}
+MAX_PROBLEMS_PER_SHARD = 20
+MAX_PROBLEMS_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class CodecInfo:
+    """What a codec's codes must look like, from its codes stats."""
+
+    name: str
+    sample_rate: int
+    samples_per_frame: int
+    num_codebooks: int
+    codebook_size: int
+
+    @property
+    def frame_shift(self) -> float:
+        return self.samples_per_frame / self.sample_rate
+
+
+@dataclass(frozen=True)
+class ShardCheck:
+    """Inputs of one shard's check (sent to a worker process)."""
+
+    dataset: str
+    shard: int
+    paths: dict[str, str]  # field label -> file
+    codecs: tuple[CodecInfo, ...]
+
+
+class _Problems:
+    def __init__(self, check: ShardCheck):
+        self.check = check
+        self.items: list[str] = []
+
+    def add(self, label: str, message: str, cut: str | None = None) -> None:
+        if len(self.items) < MAX_PROBLEMS_PER_SHARD:
+            where = f"dataset {self.check.dataset}, field {label}, shard {self.check.shard}"
+            if cut is not None:
+                where += f", cut {cut}"
+            self.items.append(f"{where}: {message} ({self.check.paths[label]})")
+
+
+def _read_cuts(path: str) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def _tar_pairs(tar: tarfile.TarFile) -> list[tuple[tarfile.TarInfo, tarfile.TarInfo]]:
+    members = tar.getmembers()
+    if len(members) % 2:
+        raise ValueError(f"{len(members)} members: data and manifest do not pair up")
+    return list(zip(members[0::2], members[1::2]))
+
+
+def _check_ids(problems: _Problems, label: str, pairs, ids: list[str]) -> bool:
+    """Member names `<id>.<ext>` + `<id>.json` in the cuts' order; False stops this field's checks."""
+    names = []
+    for data, meta in pairs:
+        key = meta.name[: -len(".json")] if meta.name.endswith(".json") else None
+        if key is None or data.name.rsplit(".", 1)[0] != key:
+            problems.add(label, f"members {data.name!r}, {meta.name!r} are not a (data, .json manifest) pair")
+            return False
+        names.append(key)
+    if len(names) != len(ids):
+        problems.add(label, f"{len(names)} entries but the cuts file has {len(ids)}")
+    for i, (found, expected) in enumerate(zip(names, ids)):
+        if found != expected:
+            problems.add(label, f"entry {i} is {found!r}: ids are out of order with the cuts file", expected)
+            return False
+    return len(names) == len(ids)
+
+
+def _check_audio(problems, label, tar, pairs, cuts) -> list[tuple[int, int]]:
+    """Decode every member; returns (num_samples, sampling_rate) per cut from the manifests."""
+    import soundfile as sf
+
+    lengths = []
+    for (data, meta), cut in zip(pairs, cuts):
+        cid = cut["id"]
+        try:
+            manifest = json.loads(tar.extractfile(meta).read())
+            declared, rate = int(manifest["num_samples"]), int(manifest["sampling_rate"])
+        except Exception as e:
+            problems.add(label, f"manifest does not read ({e})", cid)
+            lengths.append((0, 0))
+            continue
+        lengths.append((declared, rate))
+        try:
+            samples, decoded_rate = sf.read(io.BytesIO(tar.extractfile(data).read()), dtype="int16", always_2d=True)
+        except Exception as e:
+            problems.add(label, f"audio does not decode ({type(e).__name__}: {e})", cid)
+            continue
+        if decoded_rate != rate or len(samples) != declared:
+            problems.add(label, f"decodes to {len(samples)} samples at {decoded_rate} Hz, manifest declares "
+                                f"{declared} at {rate} Hz", cid)
+        duration = cut["duration"] if label == "target_audio" else cut["supervisions"][0]["custom"]["context_audio_duration"]
+        if declared != compute_num_samples(duration, rate):
+            problems.add(label, f"{declared} samples at {rate} Hz but the cut says {duration} s", cid)
+    return lengths
+
+
+def _check_codes(problems, label, tar, pairs, ids, codec: CodecInfo, audio_lengths) -> int:
+    """Shapes, dtype, range and frame_shift of every codes member; returns the frames seen."""
+    frames = 0
+    for (data, meta), cid, (samples, rate) in zip(pairs, ids, audio_lengths):
+        try:
+            manifest = json.loads(tar.extractfile(meta).read())
+            codes = np.load(io.BytesIO(tar.extractfile(data).read()), allow_pickle=False)
+        except Exception as e:
+            problems.add(label, f"codes do not load ({type(e).__name__}: {e})", cid)
+            continue
+        frames += codes.shape[-1] if codes.ndim else 0
+        if not rate:
+            continue  # its audio manifest was already reported
+        at_codec_rate = samples if rate == codec.sample_rate else compute_num_samples(samples / rate, codec.sample_rate)
+        expected = (codec.num_codebooks, math.ceil(at_codec_rate / codec.samples_per_frame))
+        if codes.shape != expected:
+            problems.add(label, f"codes shape {codes.shape}, expected {expected} for {samples} samples at {rate} Hz", cid)
+        elif not np.issubdtype(codes.dtype, np.integer):
+            problems.add(label, f"codes dtype {codes.dtype} is not an integer type", cid)
+        elif codes.size and (codes.min() < 0 or codes.max() >= codec.codebook_size):
+            problems.add(label, f"codes outside [0, {codec.codebook_size})", cid)
+        shape = manifest.get("array", {}).get("shape")
+        if shape != list(codes.shape):
+            problems.add(label, f"manifest shape {shape} differs from the array's {list(codes.shape)}", cid)
+        if not math.isclose(manifest.get("frame_shift", -1.0), codec.frame_shift, rel_tol=1e-9):
+            problems.add(label, f"frame_shift {manifest.get('frame_shift')} != {codec.frame_shift}", cid)
+    return frames
+
+
+def verify_shard(check: ShardCheck) -> dict:
+    """Every field of one shard; returns counts and the problems found (never raises on bad data)."""
+    problems = _Problems(check)
+    result = {"shard": check.shard, "cuts": 0, "target_seconds": 0.0, "context_seconds": 0.0, "frames": {},
+              "problems": problems.items}
+    try:
+        cuts = _read_cuts(check.paths["cuts"])
+    except Exception as e:
+        problems.add("cuts", f"cuts file does not read ({type(e).__name__}: {e})")
+        return result
+    ids = [c["id"] for c in cuts]
+    result["cuts"] = len(cuts)
+    result["target_seconds"] = sum(c["duration"] for c in cuts)
+    result["context_seconds"] = sum(c["supervisions"][0]["custom"]["context_audio_duration"] for c in cuts)
+    audio_lengths: dict[str, list[tuple[int, int]]] = {}
+    for label in AUDIO_LABELS:
+        try:
+            with tarfile.open(check.paths[label], "r:") as tar:
+                pairs = _tar_pairs(tar)
+                if _check_ids(problems, label, pairs, ids):
+                    audio_lengths[label] = _check_audio(problems, label, tar, pairs, cuts)
+        except Exception as e:
+            problems.add(label, f"tar does not read ({type(e).__name__}: {e})")
+    for codec in check.codecs:
+        for kind, audio_label in CODE_KINDS.items():
+            label = f"{kind}[{codec.name}]"
+            try:
+                with tarfile.open(check.paths[label], "r:") as tar:
+                    pairs = _tar_pairs(tar)
+                    if _check_ids(problems, label, pairs, ids) and audio_label in audio_lengths:
+                        result["frames"][label] = _check_codes(problems, label, tar, pairs, ids, codec,
+                                                               audio_lengths[audio_label])
+            except Exception as e:
+                problems.add(label, f"tar does not read ({type(e).__name__}: {e})")
+    return result
+
+
+def _load_json(path: str) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def codec_info(name: str, codes_stats: dict) -> CodecInfo:
+    return CodecInfo(name, int(codes_stats["sample_rate"]), int(codes_stats["samples_per_frame"]),
+                     int(codes_stats["num_codebooks"]), int(codes_stats["codebook_size"]))
+
+
+def _stray_files(shar_dir: Path, all_fields: list[Field], num_shards: int) -> list[str]:
+    strays = []
+    for fd in all_fields:
+        expected = {fd.name(s) for s in range(num_shards)}
+        folder = shar_dir / fd.folder
+        if folder.is_dir():
+            strays += [f"field {fd.label}: stray file {p}" for p in sorted(folder.iterdir()) if p.name not in expected]
+    return strays
+
+
+def _compare_totals(dataset: str, totals: dict, shar_stats: dict, codes_stats: dict[str, dict], num_shards: int) -> list[str]:
+    problems = []
+    if totals["cuts"] != shar_stats["cuts"]:
+        problems.append(f"dataset {dataset}: {totals['cuts']} cuts in the shards, the shar stats say {shar_stats['cuts']}")
+    if abs(totals["target_seconds"] / 3600 - shar_stats["hours"]) > 1e-5 + 1e-6 * totals["cuts"]:
+        problems.append(f"dataset {dataset}: {totals['target_seconds'] / 3600:.6f} h in the shards, the shar stats "
+                        f"say {shar_stats['hours']} h")
+    for name, stats in codes_stats.items():
+        if stats["cuts"] != totals["cuts"] or stats["shards"] != num_shards:
+            problems.append(f"dataset {dataset}, codec {name}: codes stats count {stats['cuts']} cuts in "
+                            f"{stats['shards']} shards, the shards hold {totals['cuts']} in {num_shards}")
+    return problems
+
+
+def verify_dataset(dataset: str, shar_dir: str, plan: str, shar_stats: str, codes_stats: dict[str, str], out: str,
+                   *, workers: int = 0) -> dict:
+    """Check every shard of every field; write `out` (verify.json) only when nothing is wrong."""
+    from tqdm import tqdm
+
+    num_shards = planned_shards(plan)
+    codec_stats = {name: _load_json(path) for name, path in sorted(codes_stats.items())}
+    codecs = tuple(codec_info(name, s) for name, s in codec_stats.items())
+    root = Path(shar_dir)
+    all_fields = fields([c.name for c in codecs])
+    problems: list[str] = []
+    for fd in all_fields:
+        missing = [s for s in range(num_shards) if not (root / fd.folder / fd.name(s)).is_file()]
+        if missing:
+            problems.append(f"dataset {dataset}, field {fd.label}: {len(missing)} of {num_shards} planned shards "
+                            f"missing, first shard {missing[0]} ({root / fd.folder / fd.name(missing[0])})")
+    problems += [f"dataset {dataset}, {s}" for s in _stray_files(root, all_fields, num_shards)]
+    totals: Counter = Counter()
+    frames: Counter = Counter()
+    checks = (ShardCheck(dataset, s, {fd.label: str(root / fd.folder / fd.name(s)) for fd in all_fields}, codecs)
+              for s in range(num_shards))
+    if not problems:  # a missing file would only repeat itself in every shard
+        with tqdm(total=num_shards, desc=f"verify {dataset}", unit="shard", mininterval=5) as progress:
+            for _, result in ordered_map(verify_shard, checks, resolve_workers(workers)):
+                problems += result["problems"]
+                for key in ("cuts", "target_seconds", "context_seconds"):
+                    totals[key] += result[key]
+                frames.update(result["frames"])
+                progress.update()
+        if not problems:
+            problems += _compare_totals(dataset, totals, _load_json(shar_stats), codec_stats, num_shards)
+    if problems:
+        for p in problems:
+            log.error("%s", p)
+        shown = "\n  ".join(problems[:MAX_PROBLEMS_SHOWN])
+        more = f"\n  ... and {len(problems) - MAX_PROBLEMS_SHOWN} more (see the log)" if len(problems) > MAX_PROBLEMS_SHOWN else ""
+        raise SharflowError(
+            f"verify {dataset}: {len(problems)} problem(s) in {shar_dir}:\n  {shown}{more}\n"
+            "Delete the named shard files and rerun snakemake to rebuild them."
+        )
+    summary = {
+        "dataset": dataset,
+        "ok": True,
+        "shards": num_shards,
+        "fields": [fd.label for fd in all_fields],
+        "cuts": totals["cuts"],
+        "hours": round(totals["target_seconds"] / 3600, 6),
+        "context_hours": round(totals["context_seconds"] / 3600, 6),
+        "codec_frames": dict(sorted(frames.items())),
+        "codecs": {c.name: {"num_codebooks": c.num_codebooks, "frame_shift": c.frame_shift} for c in codecs},
+    }
+    with atomic_file(out, "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=1)
+        f.write("\n")
+    log.info("verify %s: %d shards × %d fields whole: %d cuts, %.3f h", dataset, num_shards, len(all_fields),
+             summary["cuts"], summary["hours"])
+    return summary

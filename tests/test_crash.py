@@ -1,0 +1,123 @@
+"""kill -9 in the middle of the context, shar and codes stages, then rerun: the result is the same.
+
+One local run of the demo is killed three times (SIGKILL to snakemake and every job process):
+while a context part runs, while shard files are being written, and while codec codes are being
+computed. After each kill the run is resumed as the README says (`--unlock`, then the same
+command). A watcher records every file seen under a final Shar name during the killed runs: each
+must already have its final size, i.e. no partial file is ever visible. The final outputs must
+equal an uninterrupted run's (the session's two_datasets run) byte for byte.
+"""
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from testkit import demo_config, run_snakemake, snakemake_cmd
+
+
+class Watcher(threading.Thread):
+    """Sizes of every file under `root` seen while it runs (polled every few milliseconds)."""
+
+    def __init__(self, root: Path):
+        super().__init__(daemon=True)
+        self.root = root
+        self.seen: dict[str, set[int]] = defaultdict(set)
+        self.stop = threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            for dirpath, _, files in os.walk(self.root):
+                for name in files:
+                    path = os.path.join(dirpath, name)
+                    try:
+                        self.seen[path].add(os.stat(path).st_size)
+                    except FileNotFoundError:
+                        pass
+            time.sleep(0.003)
+
+
+def run_and_kill(work: Path, config: dict, when, what: str, timeout: float = 600) -> str:
+    """Start the workflow (1 core) and SIGKILL its whole process group once when(work) is true."""
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / f"killed-{what}.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(snakemake_cmd(work, config, "--cores", "1"), stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        deadline = time.monotonic() + timeout
+        try:
+            while not when(work):
+                assert proc.poll() is None, f"the run ended before the {what} point:\n{log.read_text()[-3000:]}"
+                assert time.monotonic() < deadline, f"no {what} point within {timeout} s"
+                time.sleep(0.002)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return log.read_text()
+
+
+def count(work: Path, pattern: str) -> int:
+    return len(list(work.glob(pattern)))
+
+
+def mid_context(work: Path) -> bool:
+    """One part done, the other started (1 core: parts run one after the other, in either order)."""
+    done = count(work, "results/demo/context/parts/part-*.stats.json")
+    return done == 1 and count(work, "logs/context_part/demo/part-*.log") == 2
+
+
+def mid_shar(work: Path) -> bool:
+    """A shard's files being written in its temp dir, while some shards are not finished."""
+    return count(work, "results/demo/shar_jobs/.shard-*") > 0 and count(work, "results/demo/shar/cuts/*") < 4
+
+
+def mid_codes(work: Path) -> bool:
+    """One shard's codes done and the next shard's job running."""
+    done = count(work, "results/demo/codes_jobs/tiny_nemo/*.stats.json")
+    return 1 <= done < 4 and count(work, "logs/codes_shard/demo/tiny_nemo/*.log") > done
+
+
+def test_kill_9_mid_stage_then_rerun_is_byte_identical(two_datasets, tmp_path):
+    reference = two_datasets[0] / "results" / "demo"
+    work = tmp_path / "work"
+    config = demo_config()
+    watcher = Watcher(work / "results" / "demo" / "shar")
+    watcher.start()
+    try:
+        run_and_kill(work, config, mid_context, "context")
+        finished = [p for p in ("0000", "0001") if (work / f"results/demo/context/parts/part-{p}.jsonl").exists()]
+        assert len(finished) == 1
+        interrupted = ({"0000", "0001"} - set(finished)).pop()
+        run_snakemake(work, config, "--unlock")
+        # resuming reruns only the interrupted context part, not the finished one
+        dry = run_snakemake(work, config, "-n")
+        planned = dry.stdout + dry.stderr
+        assert f"part={interrupted}" in planned and f"part={finished[0]}" not in planned
+
+        run_and_kill(work, config, mid_shar, "shar")
+        assert count(work, "results/demo/shar/cuts/*") < 4
+        run_snakemake(work, config, "--unlock")
+
+        run_and_kill(work, config, mid_codes, "codes")
+        run_snakemake(work, config, "--unlock")
+    finally:
+        watcher.stop.set()
+        watcher.join()
+
+    run_snakemake(work, config)
+    finals = sorted(p for p in (reference / "shar").rglob("*") if p.is_file())
+    assert len(finals) == 4 * 5
+    for ref in finals:
+        name = ref.relative_to(reference)
+        assert (work / "results" / "demo" / name).read_bytes() == ref.read_bytes(), name
+    for name in ("prepare/prepared.jsonl", "context/with_context.jsonl", "shard_plan.json", "buckets.yaml"):
+        assert (work / "results" / "demo" / name).read_bytes() == (reference / name).read_bytes(), name
+
+    # every file ever seen under a final name already had its final size
+    watched = {p: sizes for p, sizes in watcher.seen.items() if "/." not in p}
+    assert len(watched) >= 8  # the killed runs did write some shards and codes
+    for path, sizes in watched.items():
+        assert sizes == {Path(path).stat().st_size}, (path, sizes)

@@ -1,0 +1,115 @@
+"""profiles/slurm on a real single-node Slurm (tests/slurm/cluster.sh), compared with a local run.
+
+A test-only workflow profile (written here) sits on top of profiles/slurm: an account name, the
+plugin's squeue status command (no slurmdbd here), small cores and memory for a 2-core machine, and
+GPU requests turned into partition routing (there are no GPUs). Everything else, partitions and
+groups included, is the real profile's.
+"""
+
+import json
+import os
+import re
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testkit import REPO, demo_config, run_snakemake
+
+CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    """The cluster's state dir (its jobcomp log lists every job and its partition)."""
+    if os.geteuid() != 0:
+        pytest.skip("Slurm's daemons need root (tests/slurm/cluster.sh up)")
+    done = subprocess.run(["bash", str(CLUSTER), "up"], capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        pytest.skip(f"Slurm could not start: {done.stderr[-1500:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def write_test_profile(profile_dir: Path) -> dict:
+    """Test-only workflow profile over profiles/slurm."""
+    real = yaml.safe_load((REPO / "profiles" / "slurm" / "config.v8+.yaml").read_text())
+    small = {"cpus_per_task": 1, "mem_mb": 1500, "runtime": 30}
+    override = {
+        "slurm-status-command": "squeue",
+        "slurm-init-seconds-before-status-checks": 2,
+        "slurm-keep-successful-logs": True,
+        "latency-wait": 10,
+        "retries": 0,
+        "cores": 2,  # groups: at most 2 one-core jobs side by side
+        "default-resources": {**real["default-resources"], "slurm_account": "sharflow-test", **small},
+        # the real routing, one core each, and `gpu: 0`: the gpu partition has no GPUs to grant
+        "set-resources": {rule: {**{k: v for k, v in res.items() if k == "slurm_partition"}, **small, "gpu": 0}
+                          for rule, res in real["set-resources"].items()},
+        "set-threads": {rule: 1 for rule in real["set-threads"]},
+    }
+    profile_dir.mkdir(parents=True, exist_ok=True)
+    (profile_dir / "config.v8+.yaml").write_text(yaml.safe_dump(override, sort_keys=False))
+    return real
+
+
+def submissions(output: str) -> list[tuple[str, str]]:
+    """(slurm job id, rule_<name> or group_<name>) of every sbatch the plugin made."""
+    out = []
+    for jobid, log in re.findall(r"submitted with SLURM jobid (\d+) \(log: (\S+)\)", output):
+        parts = Path(log).parts
+        out.append((jobid, parts[parts.index("slurm_logs") + 1]))
+    return out
+
+
+def partitions(state: Path) -> dict[str, str]:
+    """Slurm job id -> partition, from the job completion log."""
+    out = {}
+    for line in (state / "log" / "jobcomp.txt").read_text().splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        out[fields["JobId"]] = fields["Partition"]
+    return out
+
+
+def test_slurm_profile_runs_the_demo_like_a_local_run(slurm, two_datasets, tmp_path):
+    real = write_test_profile(tmp_path / "wp")
+    work = tmp_path / "work"
+    proc = run_snakemake(work, demo_config(), "--workflow-profile", str(tmp_path / "wp"), profile="slurm",
+                         timeout=1500, check=False)
+    output = proc.stdout + proc.stderr
+    (tmp_path / "snakemake.out").write_text(output)  # for a reader of a failure
+    assert proc.returncode == 0, output[-6000:]
+
+    groups = {g: rule for rule, g in real["groups"].items()}
+
+    def rule_of(log_dir: str) -> str:  # rule_<rule> or group_<group>_<rules>
+        if log_dir.startswith("group_"):
+            return next(rule for g, rule in groups.items() if log_dir.startswith(f"group_{g}"))
+        return log_dir.removeprefix("rule_")
+
+    subs = [(jobid, rule_of(name)) for jobid, name in submissions(output)]
+    submitted = Counter(rule for _, rule in subs)
+    ran = Counter(re.findall(r"Finished jobid: \d+ \(Rule: (\w+)\)", output))
+    # every job but the local target went through sbatch; 4 shards per stage: one group submission
+    assert set(submitted) == set(ran) - {"all"}, (submitted, ran)
+    assert submitted["shar_shard"] == 1 and ran["shar_shard"] == 4
+    assert submitted["codes_shard"] == 1 and ran["codes_shard"] == 4
+
+    where = partitions(slurm)
+    gpu_rules = {rule for rule, res in real["set-resources"].items() if res.get("slurm_partition") == "gpu"}
+    assert gpu_rules == {"context_part", "codes_shard"}
+    for jobid, rule in subs:
+        assert where[jobid] == ("gpu" if rule in gpu_rules else "cpu"), (rule, jobid, where[jobid])
+
+    # the GPU-stage jobs logged what they were granted
+    assert "asked for 0 GPU(s), sees no GPU" in (work / "logs" / "codes_shard" / "demo" / "tiny_nemo" / "000000.log").read_text()
+
+    # byte for byte what the local run wrote
+    local = two_datasets[0] / "results" / "demo"
+    names = ["prepare/prepared.jsonl", "context/with_context.jsonl", "shard_plan.json", "shar_index.npy", "buckets.yaml"]
+    names += [str(p.relative_to(local)) for p in (local / "shar").rglob("*") if p.is_file()]
+    assert len(names) > 20
+    for name in names:
+        assert (work / "results" / "demo" / name).read_bytes() == (local / name).read_bytes(), name
+    assert json.loads((work / "results" / "demo" / "verify.json").read_text())["ok"]

@@ -1,0 +1,121 @@
+"""sharflow.verify on real shards and codes of the demo corpus, whole and damaged."""
+
+import gzip
+import io
+import json
+import shutil
+import tarfile
+
+import numpy as np
+import pytest
+
+from sharflow.codes import merge_codes_stats
+from sharflow.errors import SharflowError
+from sharflow.verify import verify_dataset
+from testkit import FIELDS
+
+SHARDS = (0, 1)  # the `coded` fixture encodes demo shards 0 and 1
+
+
+@pytest.fixture
+def whole(demo_shards, coded, tmp_path):
+    """A two-shard dataset with every field (codes of codec "tiny"), its plan and stats."""
+    shards_dir, _, shard_stats, _ = demo_shards
+    codes_dir, _ = coded
+    shar = tmp_path / "shar"
+    for field in FIELDS:
+        (shar / field).mkdir(parents=True)
+        for s in SHARDS:
+            name = f"cuts.{s:06d}.jsonl.gz" if field == "cuts" else f"recording.{s:06d}.tar"
+            shutil.copy(shards_dir / "shar" / field / name, shar / field / name)
+    shutil.copytree(codes_dir / "shar" / "codes_tiny", shar / "codes_tiny")
+    stats = [json.loads(open(shard_stats[s]).read()) for s in SHARDS]
+    (tmp_path / "plan.json").write_text(json.dumps({"num_shards": len(SHARDS)}))
+    (tmp_path / "shar_stats.json").write_text(json.dumps({
+        "cuts": sum(s["cuts"] for s in stats), "hours": round(sum(s["target_seconds"] for s in stats) / 3600, 6)}))
+    merge_codes_stats([str(codes_dir / "jobs" / f"{s}.json") for s in SHARDS], str(tmp_path / "codes_tiny.json"))
+    return tmp_path
+
+
+def verify(root, workers=1, out="verify.json"):
+    return verify_dataset("demo", str(root / "shar"), str(root / "plan.json"), str(root / "shar_stats.json"),
+                          {"tiny": str(root / "codes_tiny.json")}, str(root / out), workers=workers)
+
+
+def fails(root, *expected):
+    with pytest.raises(SharflowError) as err:
+        verify(root)
+    message = str(err.value)
+    for text in expected:
+        assert text in message, message
+    assert not (root / "verify.json").exists()
+    return message
+
+
+def test_whole_dataset_verifies_the_same_with_any_worker_count(whole):
+    summary = verify(whole)
+    assert summary["ok"] and summary["shards"] == 2 and summary["cuts"] == 32
+    assert summary["fields"] == ["cuts", "target_audio", "context_audio", "target_codes[tiny]", "context_codes[tiny]"]
+    assert summary["codec_frames"]["target_codes[tiny]"] > 0
+    verify(whole, workers=2, out="verify2.json")
+    assert (whole / "verify.json").read_bytes() == (whole / "verify2.json").read_bytes()
+
+
+def test_truncated_tar_is_named(whole):
+    tar = whole / "shar" / "target_audio" / "recording.000001.tar"
+    tar.write_bytes(tar.read_bytes()[: tar.stat().st_size // 2])
+    fails(whole, "dataset demo, field target_audio, shard 1", str(tar))
+
+
+def test_corrupt_audio_member_names_the_cut(whole):
+    tar = whole / "shar" / "context_audio" / "recording.000000.tar"
+    with tarfile.open(tar) as t:
+        member = t.getmembers()[2]  # the second cut's audio
+    cut = member.name.rsplit(".", 1)[0]
+    with open(tar, "r+b") as f:
+        f.seek(member.offset_data + member.size // 2)
+        f.write(b"\0" * 300)
+    fails(whole, f"field context_audio, shard 0, cut {cut}: audio does not decode")
+
+
+def test_cuts_out_of_order_with_the_audio(whole):
+    path = whole / "shar" / "cuts" / "cuts.000000.jsonl.gz"
+    lines = gzip.decompress(path.read_bytes()).splitlines(keepends=True)
+    lines[0], lines[1] = lines[1], lines[0]
+    path.write_bytes(gzip.compress(b"".join(lines)))
+    fails(whole, "field target_audio, shard 0", "out of order")
+
+
+def test_codes_of_the_wrong_length_are_named(whole):
+    from lhotse.array import Array, TemporalArray
+    from lhotse.shar.writers import ArrayTarWriter
+
+    path = whole / "shar" / "codes_tiny" / "target_codes" / "codes.000001.tar"
+    entries = []
+    with tarfile.open(path) as t:
+        members = t.getmembers()
+        for data, meta in zip(members[0::2], members[1::2]):
+            entries.append((meta.name[:-5], np.load(io.BytesIO(t.extractfile(data).read())), json.loads(t.extractfile(meta).read())))
+    cid, codes, manifest = entries[3]
+    entries[3] = (cid, codes[:, :-1], manifest)  # one frame short
+    path.unlink()
+    with ArrayTarWriter(str(path), shard_size=None, compression="numpy") as writer:
+        for key, array, m in entries:
+            writer.write(key, array, TemporalArray(
+                array=Array(storage_type="shar", storage_path="", storage_key="", shape=list(array.shape)),
+                temporal_dim=-1, frame_shift=m["frame_shift"], start=0))
+    fails(whole, f"field target_codes[tiny], shard 1, cut {cid}: codes shape")
+
+
+def test_missing_and_stray_files_and_wrong_totals(whole):
+    (whole / "shar" / "codes_tiny" / "context_codes" / "codes.000001.tar").unlink()
+    (whole / "shar" / "target_audio" / "recording.000001.tar.tmp").write_bytes(b"partial")
+    message = fails(whole, "field context_codes[tiny]: 1 of 2 planned shards missing, first shard 1",
+                    "field target_audio: stray file")
+    assert "Delete the named shard files and rerun snakemake" in message
+
+
+def test_totals_must_match_the_stage_stats(whole):
+    stats = json.loads((whole / "shar_stats.json").read_text())
+    (whole / "shar_stats.json").write_text(json.dumps({**stats, "cuts": stats["cuts"] + 1}))
+    fails(whole, f"32 cuts in the shards, the shar stats say {stats['cuts'] + 1}")

@@ -1,0 +1,16 @@
+"""Snakemake adapter: sharflow.verify.verify_dataset."""
+
+if __name__ == "__main__":  # verify.workers > 1 spawns processes that re-import this file
+    from sharflow.logs import job_log
+    from sharflow.verify import verify_dataset
+
+    with job_log(snakemake.log[0]):
+        verify_dataset(
+            snakemake.wildcards.dataset,
+            snakemake.params.shar_dir,
+            snakemake.input.plan,
+            snakemake.input.shar_stats,
+            snakemake.params.codes_stats,
+            snakemake.output.verify,
+            workers=snakemake.threads,
+        )
