@@ -1,16 +1,17 @@
 """Peak memory of each job as the dataset grows: the demo corpus 1x and 10x (repeated), prepare to shar.
 
 Both datasets go through the real workflow (local profile, prepare → context → shar, no codes) in
-one run; Snakemake's `benchmark:` files give each job's peak RSS (max_rss). A stage whose memory
-does not grow with the dataset shows a 10x / 1x ratio near 1. Shards hold 64 cuts in both, so
-shard jobs do the same work per job (1 shard vs 9).
+one run. Each job's log ends with its exact peak RSS (getrusage: the job process, and the largest
+of its worker processes); Snakemake's `benchmark:` max_rss is sampled and misses short jobs. A
+stage whose memory does not grow with the dataset shows a 10x / 1x ratio near 1. Shards hold 64
+cuts in both, so shard jobs do the same work per job (1 shard vs 9).
 
     .venv/bin/python benchmarks/bench_memory.py [--copies 10]
 """
 
 import argparse
-import csv
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -25,15 +26,14 @@ RULES = ("prepare", "context_plan", "context_part", "context_merge", "shar_plan"
 
 
 def peak_rss(work: Path, dataset: str) -> dict[str, float]:
-    """Largest max_rss (MB) over each rule's jobs for the dataset."""
+    """Largest peak RSS (MB, job process or a worker, whichever is larger) over each rule's jobs."""
     out: dict[str, float] = defaultdict(float)
-    for tsv in (work / "logs").rglob("*.benchmark.tsv"):
-        rel = tsv.relative_to(work / "logs").parts  # <rule>/<dataset>.benchmark.tsv or <rule>/<dataset>/...
+    for log in (work / "logs").rglob("*.log"):
+        rel = log.relative_to(work / "logs").parts  # <rule>/<dataset>.log or <rule>/<dataset>/...
         if rel[0] in RULES and rel[1].split(".")[0] == dataset:
-            rule = rel[0]
-            with open(tsv) as f:
-                row = next(csv.DictReader(f, delimiter="\t"))
-            out[rule] = max(out[rule], float(row["max_rss"]))
+            found = re.search(r"peak RSS (\d+) MB, largest worker process (\d+) MB", log.read_text())
+            if found:
+                out[rel[0]] = max(out[rel[0]], *map(float, found.groups()))
     return out
 
 

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from sharflow.errors import SharflowError
@@ -20,3 +22,13 @@ def test_errors_for_people_end_the_job_with_one_message(tmp_path, capfd):
     assert e.value.code == 1
     assert "Traceback" not in log.read_text() and "audio_root 'nowhere'" in log.read_text()
     assert "sharflow: error: datasets.x.audio_root" in capfd.readouterr().err
+
+
+def test_a_finished_job_logs_its_time_and_exact_peak_memory(tmp_path):
+    log = tmp_path / "job.log"
+    with job_log(str(log)):
+        block = bytearray(64 * 1024 * 1024)  # 64 MB touched
+        block[::4096] = b"x" * len(block[::4096])
+    text = log.read_text()
+    peak = int(re.search(r"job done in [\d.]+ s: peak RSS (\d+) MB, largest worker process \d+ MB", text).group(1))
+    assert peak >= 64

@@ -2,7 +2,9 @@
 
 import logging
 import os
+import resource
 import sys
+import time
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -22,6 +24,7 @@ def job_log(path: str) -> Iterator[None]:
     """
     console = sys.stderr
     console_fd = os.dup(2)
+    start = time.perf_counter()
     with open(path, "w", encoding="utf-8", buffering=1) as f:
         sys.stderr.flush()
         os.dup2(f.fileno(), 2)
@@ -31,6 +34,7 @@ def job_log(path: str) -> Iterator[None]:
         )
         try:
             yield
+            log.info("%s", job_footprint(start))
         except SharflowError as e:
             log.error("%s", e)
             os.write(console_fd, f"sharflow: error: {e}\n(see {path})\n".encode())
@@ -43,3 +47,10 @@ def job_log(path: str) -> Iterator[None]:
             os.dup2(console_fd, 2)
             os.close(console_fd)
             sys.stderr = console
+
+
+def job_footprint(start: float) -> str:
+    """Wall time and exact peak memory of this process and of its finished worker processes."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return f"job done in {time.perf_counter() - start:.1f} s: peak RSS {own:.0f} MB, largest worker process {workers:.0f} MB"
