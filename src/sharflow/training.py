@@ -14,7 +14,7 @@ import yaml
 
 from sharflow.atomic import atomic_file
 from sharflow.buckets import duration_bins, read_cut_lengths
-from sharflow.layout import cut_files, planned_shards
+from sharflow import layout
 
 
 def shard_range(folder: str, stem: str, suffix: str, num_shards: int) -> str:
@@ -35,21 +35,15 @@ def write_input_cfg(datasets: dict[str, dict], out: str, *, codec: str | None, n
     entries, all_durations, all_weights = [], [], []
     for name in sorted(datasets):
         ds = datasets[name]
-        num_shards = planned_shards(ds["plan"])
-        durations, _ = read_cut_lengths(cut_files(ds["shar_dir"], ds["plan"]))
+        num_shards = layout.planned_shards(ds["plan"])
+        durations, _ = read_cut_lengths(layout.cut_files(ds["shar_dir"], ds["plan"]))
         hours = float(durations.sum()) / 3600
         weight = ds.get("weight") if ds.get("weight") is not None else round(hours, 6)
         shar = os.path.abspath(ds["shar_dir"])
         if path_prefix:
             shar = path_prefix.rstrip("/") + "/" + Path(ds["shar_dir"]).as_posix()
-        fields = {
-            "cuts": shard_range(f"{shar}/cuts", "cuts", ".jsonl.gz", num_shards),
-            "target_audio": shard_range(f"{shar}/target_audio", "recording", ".tar", num_shards),
-            "context_audio": shard_range(f"{shar}/context_audio", "recording", ".tar", num_shards),
-        }
-        if codec:
-            for field in ("target_codes", "context_codes"):
-                fields[field] = shard_range(f"{shar}/codes_{codec}/{field}", "codes", ".tar", num_shards)
+        fields = {f.field: shard_range(f"{shar}/{f.folder}", f.prefix, f.suffix, num_shards)
+                  for f in layout.fields([codec] if codec else [])}
         entries.append({"type": "lhotse_shar", "shar_path": fields, "weight": weight,
                         "tags": {"dataset": name, **(ds.get("tags") or {})}})
         if len(durations) and weight:

@@ -27,14 +27,13 @@ import numpy as np
 
 from sharflow.atomic import atomic_file
 from sharflow.errors import SharflowError
-from sharflow.layout import Field, fields, planned_shards
+from sharflow.layout import AUDIO_FIELDS, Field, codes_fields, fields, planned_shards
 from sharflow.parallel import ordered_map, resolve_workers
 from sharflow.shar_audio import compute_num_samples
 
 log = logging.getLogger(__name__)
 
-AUDIO_LABELS = ("target_audio", "context_audio")
-CODE_KINDS = {"target_codes": "target_audio", "context_codes": "context_audio"}
+AUDIO_LABELS = tuple(f.label for f in AUDIO_FIELDS)  # target_codes are of target_audio, context of context
 MAX_PROBLEMS_PER_SHARD = 20
 MAX_PROBLEMS_SHOWN = 10
 
@@ -189,8 +188,8 @@ def verify_shard(check: ShardCheck) -> dict:
         except Exception as e:
             problems.add(label, f"tar does not read ({type(e).__name__}: {e})")
     for codec in check.codecs:
-        for kind, audio_label in CODE_KINDS.items():
-            label = f"{kind}[{codec.name}]"
+        for field, audio_label in zip(codes_fields(codec.name), AUDIO_LABELS):
+            label = field.label
             try:
                 with tarfile.open(check.paths[label], "r:") as tar:
                     pairs = _tar_pairs(tar)
