@@ -2,16 +2,19 @@
 
 Corpus: the demo corpus (through the real prepare/context/shar stages) repeated twice into one
 shard: 112 cuts, 224 utterances of mixed length (target + context); codec: the tiny random NeMo
-codec from config/models/tiny_codec.yaml, on CPU with one torch thread (as a CPU rank runs).
+codec from config/models/tiny_codec.yaml, on `--device` (cpu: one torch thread, as a CPU rank runs;
+cuda: one GPU rank, fp32).
 The machine is shared and noisy, so floor and stage are run alternately `--repeats` times and the
 best time of each is reported.
-- floor: the same batches, already decoded and resampled in memory, through the model's forward
-  (encoder + quantizer) only.
+- floor: the same batches, already decoded, resampled and on the device, through the model's
+  forward (encoder + quantizer) only.
+- mixed floor: the same, with length-sorted batches that mix frame counts (what the stage did
+  before it batched one frame count at a time): what exact codes cost in model time.
 - stage: encode_shard over every shard (tar reading, decoding, resampling, batching, writing).
 - padding: real / padded samples of our length-sorted batches vs batches in shard order with the
   same budget.
 
-Usage: python benchmarks/bench_codes.py [--copies 2] [--batch-seconds 60] [--repeats 2]
+Usage: python benchmarks/bench_codes.py [--copies 2] [--batch-seconds 60] [--repeats 2] [--device cpu|cuda]
 """
 
 import argparse
@@ -46,6 +49,7 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=2)
     parser.add_argument("--batch-seconds", type=float, default=60.0)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda to measure a GPU rank")
     args = parser.parse_args()
 
     import torch
@@ -54,63 +58,78 @@ def main() -> None:
     from sharflow.codes import (KINDS, CodecSpec, Item, _decode, _samples_at, audio_members, cached_codec,
                                 encode_shard, padding_efficiency, plan_batches)
 
-    torch.set_num_threads(1)
+    if args.device == "cpu":
+        torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         shards = build_shards(tmp, args.copies)
         model_path = build_random_codec(REPO / "config" / "models" / "tiny_codec.yaml", tmp / "codec.nemo")
         spec = CodecSpec("tiny", "nemo", str(model_path))
-        codec = cached_codec(spec, "cpu")
+        codec = cached_codec(spec, args.device)
         sr, spf = codec.sample_rate, codec.samples_per_frame
         budget = int(args.batch_seconds * sr)
 
         # the floor: identical batches, audio already in memory, forward only
-        prepared, sorted_eff, order_eff, n_items, audio_seconds = [], [], [], 0, 0.0
+        prepared, mixed, sorted_eff, order_eff, n_items, audio_seconds = [], [], [], [], 0, 0.0
         for s in shards:
             tars = {k: str(tmp / "shar" / f"{k}_audio" / f"recording.{s:06d}.tar") for k in KINDS}
             items = [Item(i, k, member, _samples_at(m, sr)) for k in KINDS
                      for i, (_, member, m) in enumerate(audio_members(tars[k]))]
             batches = plan_batches(items, budget, spf)
             sorted_eff.append((padding_efficiency(batches, spf), sum(i.samples for i in items)))
-            order_eff.append(padding_efficiency(plan_batches(items, budget, spf, by_length=False), spf))
+            order_eff.append(padding_efficiency(plan_batches(items, budget, spf, same_frames=False, by_length=False), spf))
             import tarfile
             opened = {k: tarfile.open(p) for k, p in tars.items()}
-            for batch in batches:
-                x = torch.zeros(len(batch), -(-max(i.samples for i in batch) // spf) * spf)
-                for row, it in enumerate(batch):
-                    w = _decode(opened[it.kind], it.member, sr)[: it.samples]
-                    x[row, : len(w)] = torch.from_numpy(w)
-                prepared.append((x, torch.tensor([i.samples for i in batch])))
+            for planned, into in ((batches, prepared), (plan_batches(items, budget, spf, same_frames=False), mixed)):
+                for batch in planned:
+                    x = torch.zeros(len(batch), -(-max(i.samples for i in batch) // spf) * spf)
+                    for row, it in enumerate(batch):
+                        w = _decode(opened[it.kind], it.member, sr)[: it.samples]
+                        x[row, : len(w)] = torch.from_numpy(w)
+                    into.append((x.to(args.device), torch.tensor([i.samples for i in batch], device=args.device)))
             n_items += len(items)
             audio_seconds += sum(i.samples for i in items) / sr
         codec.encode(*prepared[0])  # warm-up
-        floors, stages = [], []
+        floors, mixed_floors, stages = [], [], []
         for _ in range(args.repeats):
-            t = time.perf_counter()
-            for x, lengths in prepared:
-                codec.encode(x, lengths)
-            floors.append(time.perf_counter() - t)
+            floors.append(forward_seconds(codec, prepared, args.device))
+            mixed_floors.append(forward_seconds(codec, mixed, args.device))
             t = time.perf_counter()
             for s in shards:
                 encode_shard(str(tmp / "shar" / "target_audio" / f"recording.{s:06d}.tar"),
                              str(tmp / "shar" / "context_audio" / f"recording.{s:06d}.tar"), s,
                              str(tmp / "out" / "t" / f"{s}.tar"), str(tmp / "out" / "c" / f"{s}.tar"),
                              str(tmp / "out" / "jobs" / f"{s}.json"), codec=spec, batch_seconds=args.batch_seconds,
-                             device="cpu", workers=1)
+                             device=args.device, workers=1)
             stages.append(time.perf_counter() - t)
-        floor, stage = min(floors), min(stages)
+        floor, mixed_floor, stage = min(floors), min(mixed_floors), min(stages)
 
     weights = np.array([w for _, w in sorted_eff], dtype=float)
     ours = float(np.average([e for e, _ in sorted_eff], weights=weights))
     theirs = float(np.average(order_eff, weights=weights))
     print(f"codes benchmark: {len(shards)} shards, {n_items} utterances (target + context), {audio_seconds:.0f} s "
-          f"of audio at {sr} Hz; tiny random NeMo codec on CPU, 1 thread, batches of {args.batch_seconds:.0f} s")
+          f"of audio at {sr} Hz; tiny random NeMo codec on {args.device}, batches of {args.batch_seconds:.0f} s "
+          f"({len(prepared)} of one frame count each, {len(mixed)} mixed)")
     print(f"{'run':<52}{'seconds':>9}{'audio s/s':>11}")
     print(f"{'floor: same batches in memory, model forward only':<52}{floor:>9.2f}{audio_seconds / floor:>11.1f}")
+    print(f"{'mixed floor: length-sorted mixed batches, forward':<52}{mixed_floor:>9.2f}{audio_seconds / mixed_floor:>11.1f}")
     print(f"{'codes stage (read, decode, resample, batch, write)':<52}{stage:>9.2f}{audio_seconds / stage:>11.1f}")
     print(f"stage / floor: {floor / stage:.3f}   (target >= 0.9; all runs: floor {[round(f, 1) for f in floors]}, "
           f"stage {[round(t, 1) for t in stages]})")
-    print(f"padding efficiency: length-sorted {ours:.4f} (target >= 0.97) vs shard order {theirs:.4f}")
+    print(f"padding efficiency: one frame count per batch {ours:.4f} vs mixed batches in shard order {theirs:.4f}")
+    print(f"exact codes cost: floor / mixed floor = {mixed_floor / floor:.3f} of the mixed batches' throughput")
+
+
+def forward_seconds(codec, batches, device: str) -> float:
+    """Wall time of the model forward over prepared batches (synchronised on a GPU)."""
+    import torch
+
+    t = time.perf_counter()
+    for x, lengths in batches:
+        codec.encode(x, lengths)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter() - t
 
 
 if __name__ == "__main__":

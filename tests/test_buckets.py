@@ -78,3 +78,15 @@ def test_few_or_tied_cuts_give_fewer_buckets_consistently(tmp_path):
     result = write_buckets([str(path)], str(tmp_path / "b.yaml"), num_buckets=8, sub_buckets=2)
     assert result["num_buckets"] == len(result["bucket_duration_bins"]) + 1 == 2
     assert len(result["bucket_duration_bins_2d"]) >= 2
+
+
+def test_a_cut_at_a_boundary_goes_where_lhotses_estimator_counted_it():
+    # estimate_duration_buckets makes a boundary of the first cut of the next bucket, so bucket_of
+    # puts a cut equal to a boundary in the upper bucket and one a ulp below in the lower one.
+    # (lhotse's sampler itself assigns with bisect_left, i.e. to the lower bucket.)
+    d = np.array([1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 3.0, 3.0])
+    bins = duration_bins(d, 3)
+    assert bins == [float(x) for x in estimate_duration_buckets(
+        [MonoCut(id=str(i), start=0, duration=float(x), channel=0) for i, x in enumerate(d)], 3)] == [2.0, 3.0]
+    probes = np.array([np.nextafter(2.0, 0.0), 2.0, np.nextafter(2.0, 9.0), np.nextafter(3.0, 0.0), 3.0, 99.0])
+    assert bucket_of(probes, bins).tolist() == [0, 1, 1, 1, 2, 2]

@@ -1,23 +1,21 @@
 """Codec backends through their real loading paths, with small random models built from configs."""
 
+import json
+
+import numpy as np
 import pytest
 import torch
 
+from sharflow.audio import load_segment
 from sharflow.codecs import frames, load_codec
+from sharflow.codecs.hf import build_random_encodec
 from sharflow.errors import SharflowError
+from testkit import DEMO, REPO, assert_informative_codes
 
 
 @pytest.fixture(scope="session")
 def tiny_encodec(tmp_path_factory):
-    from transformers import EncodecConfig, EncodecModel
-
-    torch.manual_seed(0)
-    config = EncodecConfig(sampling_rate=16000, num_filters=8, hidden_size=32, codebook_dim=32, codebook_size=256,
-                           upsampling_ratios=[8, 5, 4, 2], target_bandwidths=[1.5, 3.0], num_lstm_layers=1,
-                           num_residual_layers=1)
-    path = tmp_path_factory.mktemp("encodec")
-    EncodecModel(config).save_pretrained(path)
-    return path
+    return build_random_encodec(REPO / "config" / "models" / "tiny_encodec.yaml", tmp_path_factory.mktemp("encodec"))
 
 
 def padded_batch(waves, spf):
@@ -28,34 +26,66 @@ def padded_batch(waves, spf):
     return x, lengths
 
 
-def alone_vs_batch(codec, seconds=(2.0, 1.3, 0.45, 0.9)):
-    torch.manual_seed(1)
-    waves = [0.1 * torch.randn(int(s * codec.sample_rate)) for s in seconds]
-    codes, lengths = codec.encode(*padded_batch(waves, codec.samples_per_frame))
-    agree = []
-    for i, w in enumerate(waves):
-        alone, n = codec.encode(*padded_batch([w], codec.samples_per_frame))
-        assert int(lengths[i]) == int(n[0]) == frames(len(w), codec.samples_per_frame)
-        agree.append((alone[0, :, : int(n[0])] == codes[i, :, : int(n[0])]).float().mean().item())
-    return codes, agree
+def encode_together(codec, waves, lengths=None) -> list[np.ndarray]:
+    """Codes of `waves` encoded in one padded batch, each trimmed to its own frames."""
+    x, true_lengths = padded_batch(waves, codec.samples_per_frame)
+    codes, n = codec.encode(x, true_lengths if lengths is None else torch.tensor(lengths))
+    return [codes[i, :, : int(n[i])].numpy() for i in range(len(waves))]
+
+
+def encode_each(codec, waves) -> list[np.ndarray]:
+    return [encode_together(codec, [w])[0] for w in waves]
+
+
+def speech(codec, lengths) -> list[torch.Tensor]:
+    """Demo utterances (4 speakers) at the codec's rate, cut to the given sample counts."""
+    records = [json.loads(x) for x in (DEMO / "manifest.json").read_text().splitlines()[::8][:4]]
+    return [torch.from_numpy(load_segment(str(DEMO / "audio" / r["audio_filepath"]), r.get("offset", 0.0),
+                                          r["duration"], codec.sample_rate)[:n].copy()) for r, n in zip(records, lengths)]
+
+
+def check_batch_parity(codec, masks_by_length=True):
+    """Items of one frame count (what plan_batches makes) get exactly their codes alone.
+
+    masks_by_length: the codec masks each item at its length (NeMo), shown by a wrong length.
+    """
+    spf = codec.samples_per_frame
+    lengths = [40 * spf + 1, 40 * spf + 77, 41 * spf - 5, 41 * spf]  # all 41 frames
+    waves = speech(codec, lengths)
+    alone = encode_each(codec, waves)
+    assert_informative_codes(alone, reversed_arrays=encode_each(codec, [w.flip(0) for w in waves]),
+                             min_distinct=16)
+    assert all(a.shape[1] == 41 for a in alone)
+    together = encode_together(codec, waves)
+    assert all(np.array_equal(a, b) for a, b in zip(alone, together))
+    if masks_by_length:  # the check can fail: a length one frame short (the mask in the wrong place) changes that item
+        wrong = encode_together(codec, waves, lengths=[lengths[0], lengths[1] - spf, *lengths[2:]])
+        assert np.array_equal(wrong[0], alone[0]) and not np.array_equal(wrong[1], alone[1][:, :40])
+    return waves, alone
 
 
 def test_nemo_codec_interface_and_exact_batch_parity(tiny_nemo_codec):
     torch.set_num_threads(1)
     codec = load_codec("nemo", str(tiny_nemo_codec))
     assert (codec.sample_rate, codec.samples_per_frame, codec.num_codebooks, codec.codebook_size) == (22050, 1024, 8, 2016)
-    codes, agree = alone_vs_batch(codec)
-    assert codes.shape[:2] == (4, 8) and codes.min() >= 0 and codes.max() < 2016
-    assert agree == [1.0] * 4  # identical alone and inside a padded batch
+    waves, alone = check_batch_parity(codec)
+    assert all(a.shape[0] == 8 and a.min() >= 0 and a.max() < 2016 for a in alone)
+    # why plan_batches never mixes frame counts: the encoder sees a shorter item's padding
+    short = waves[1][: 20 * codec.samples_per_frame]
+    mixed = encode_together(codec, [waves[0], short])
+    assert np.array_equal(mixed[0], alone[0]) and not np.array_equal(mixed[1], encode_each(codec, [short])[0])
 
 
-def test_hf_encodec_backend_and_its_batch_agreement(tiny_encodec):
+def test_hf_encodec_backend_and_its_batch_parity(tiny_encodec):
+    torch.set_num_threads(1)
     codec = load_codec("hf", str(tiny_encodec))
     assert (codec.sample_rate, codec.samples_per_frame, codec.codebook_size) == (16000, 320, 256)
     assert codec.num_codebooks == 6  # 3 kbps at 50 frames/s of 10-bit codes
-    codes, agree = alone_vs_batch(codec)
-    assert codes.shape[1] == 6
-    assert min(agree) >= 0.9, agree  # conv padding can touch the last frames; measured 1.0 here
+    waves, alone = check_batch_parity(codec, masks_by_length=False)  # EnCodec's encoder ignores padding_mask
+    assert all(a.shape[0] == 6 for a in alone)
+    short = waves[1][: 20 * codec.samples_per_frame]  # alone, its convolutions see zeros past its end too
+    mixed = encode_together(codec, [waves[0], short])
+    assert np.array_equal(mixed[1], encode_each(codec, [short])[0])
 
 
 def test_unloadable_models_are_explained(tmp_path):

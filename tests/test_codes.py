@@ -7,26 +7,36 @@ import tarfile
 
 import numpy as np
 import pytest
+import soundfile as sf
+import soxr
+import torch
 from lhotse import CutSet
 
+from sharflow.codecs import load_codec
 from sharflow.codes import Item, padding_efficiency, plan_batches
 from sharflow.errors import SharflowError
 from sharflow.shar_audio import compute_num_samples
-from testkit import run_codes
+from testkit import assert_informative_codes, codes_in_tars, run_codes
 
 
-def test_batches_are_sorted_within_budget_and_pad_little():
+def test_batches_hold_one_frame_count_within_budget_and_pad_only_to_whole_frames():
     rng = np.random.default_rng(0)
-    items = [Item(i, "target", "", int(n)) for i, n in enumerate(rng.integers(8000, 300000, 400))]
-    budget, spf = 22050 * 60, 1024
+    spf, budget = 1024, 22050 * 60
+    lengths = np.concatenate([rng.integers(8000, 300000, 400), [budget, budget + 1, 1, spf, spf + 1]])
+    items = [Item(i, "target", "", int(n)) for i, n in enumerate(lengths)]
     batches = plan_batches(items, budget, spf)
-    assert sorted(i.cut for b in batches for i in b) == list(range(400))
+    assert sorted(i.cut for b in batches for i in b) == list(range(len(items)))
     for b in batches:
-        assert len(b) * -(-max(i.samples for i in b) // spf) * spf <= budget or len(b) == 1
-    in_order = plan_batches(items, budget, spf, by_length=False)
-    for b in in_order:
-        assert len(b) * -(-max(i.samples for i in b) // spf) * spf <= budget or len(b) == 1
-    assert padding_efficiency(batches, spf) > 0.97 > padding_efficiency(in_order, spf)
+        widths = {-(-i.samples // spf) * spf for i in b}
+        assert len(widths) == 1 and (len(b) * widths.pop() <= budget or len(b) == 1)
+    # an item longer than the budget goes alone; 1 and spf samples are one frame, spf + 1 are two
+    assert [len(b) for b in batches if b[0].samples > budget] == [1]
+    batch_of = {i.samples: k for k, b in enumerate(batches) for i in b}
+    assert batch_of[1] == batch_of[spf] != batch_of[spf + 1]
+    padded = sum(-(-int(n) // spf) * spf for n in lengths)
+    assert padding_efficiency(batches, spf) == pytest.approx(lengths.sum() / padded, rel=1e-12)
+    mixed = plan_batches(items, budget, spf, same_frames=False, by_length=False)
+    assert padding_efficiency(mixed, spf) < padding_efficiency(batches, spf)
 
 
 def test_codes_round_trip_with_shapes_dtype_and_frame_shift(coded, demo_shards):
@@ -49,10 +59,23 @@ def test_codes_round_trip_with_shapes_dtype_and_frame_shift(coded, demo_shards):
 
 def test_codes_do_not_depend_on_batching_or_ranks(coded, demo_shards, tiny_nemo_codec, tmp_path):
     out, _ = coded
+    tars = {kind: out / "shar" / "codes_tiny" / kind / "codes.000000.tar" for kind in ("target_codes", "context_codes")}
+    stage = codes_in_tars([tars["target_codes"]])
+    assert_informative_codes(stage)
+    # the reference shares nothing with the stage's batching: each utterance encoded alone
+    codec = load_codec("nemo", str(tiny_nemo_codec))
+    with tarfile.open(demo_shards[0] / "shar" / "target_audio" / "recording.000000.tar") as tar:
+        flacs = [m for m in tar.getmembers() if m.name.endswith(".flac")]
+        for i in (0, 5, len(flacs) - 1):
+            wave, rate = sf.read(io.BytesIO(tar.extractfile(flacs[i]).read()), dtype="float32")
+            wave = soxr.resample(wave, rate, codec.sample_rate).astype(np.float32)
+            x = torch.zeros(1, -(-len(wave) // 1024) * 1024)
+            x[0, : len(wave)] = torch.from_numpy(wave)
+            alone, n = codec.encode(x, torch.tensor([len(wave)]))
+            assert np.array_equal(stage[i], alone[0, :, : int(n[0])].numpy()), flacs[i].name
     run_codes(demo_shards[0], tmp_path, tiny_nemo_codec, shards=(0,), workers=2)
-    for kind in ("target_codes", "context_codes"):
-        a = out / "shar" / "codes_tiny" / kind / "codes.000000.tar"
-        assert (tmp_path / "shar" / "codes_tiny" / kind / "codes.000000.tar").read_bytes() == a.read_bytes()
+    for kind, path in tars.items():
+        assert (tmp_path / "shar" / "codes_tiny" / kind / "codes.000000.tar").read_bytes() == path.read_bytes()
 
 
 def test_undecodable_audio_fails_naming_shard_and_cut(demo_shards, tiny_nemo_codec, tmp_path):

@@ -16,7 +16,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from testkit import demo_config, run_snakemake, snakemake_cmd
+from testkit import assert_informative_codes, codes_in_tars, demo_config, run_snakemake, snakemake_cmd
 
 
 class Watcher(threading.Thread):
@@ -108,6 +108,7 @@ def test_kill_9_mid_stage_then_rerun_is_byte_identical(two_datasets, tmp_path):
         watcher.join()
 
     run_snakemake(work, config)
+    assert_informative_codes(codes_in_tars(sorted((reference / "shar").glob("codes_*/target_codes/*"))))
     finals = sorted(p for p in (reference / "shar").rglob("*") if p.is_file())
     assert len(finals) == 4 * 5
     for ref in finals:

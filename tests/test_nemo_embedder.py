@@ -11,7 +11,7 @@ from sharflow.context import PartSettings, plan_context, run_context_part
 from sharflow.errors import SharflowError
 from sharflow.speaker_embedders import load_embedder
 from sharflow.speaker_embedders.nemo import build_random_model
-from testkit import DEMO, REPO, prepare_demo
+from testkit import DEMO, REPO, assert_informative_embeddings, prepare_demo
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +29,7 @@ def test_embeddings_shape_norm_and_batch_invariance(tiny_model):
              for r in records]
     batch = embedder.embed(waves)
     assert batch.shape == (6, 64) and batch.dtype == np.float32
+    assert_informative_embeddings(batch)
     np.testing.assert_allclose(np.linalg.norm(batch, axis=1), 1.0, atol=1e-5)
     alone = np.concatenate([embedder.embed([w]) for w in waves])
     np.testing.assert_allclose(alone, batch, atol=1e-4)

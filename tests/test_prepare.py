@@ -77,6 +77,19 @@ def test_every_reason_and_nothing_lost(tmp_path):
     assert "line 1" in dup[0]["detail"] and "line 4" in dup[1]["detail"]
     assert prepared[1]["speaker"] == "| Language:en Dataset:dirty Speaker:12 |"
 
+    # hours in = every line's numeric duration, rejected or not; hours out = the prepared records'
+    durations_in = []
+    for line in original:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        value = record.get("duration") if isinstance(record, dict) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            durations_in.append(value)
+    assert stats["hours_in"] == round(sum(durations_in) / 3600, 6) > stats["hours_out"]
+    assert stats["hours_out"] == round(sum(r["duration"] for r in prepared) / 3600, 6)
+
 
 def test_serial_and_parallel_runs_are_byte_identical(tmp_path, monkeypatch):
     import sharflow.prepare
@@ -110,3 +123,24 @@ def test_all_rejected_leaves_no_partial_outputs(tmp_path):
         run(tmp_path, manifest, root, max_rejected_fraction=0.0)
     out = tmp_path / "out"
     assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_speakers_naming_another_dataset_are_counted_and_warned_about(tmp_path, caplog):
+    root = tmp_path / "audio"
+    write_tone(root / "a.wav", 2.0)
+    write_tone(root / "b.wav", 3.0)
+    ok = {"audio_filepath": "a.wav", "duration": 2.0, "text": "A sentence."}
+    manifest = write_jsonl(tmp_path / "m.json", [
+        {**ok, "speaker": "| Language:en Dataset:dirty Speaker:s1 |"},  # names this dataset: fine
+        {**ok, "audio_filepath": "b.wav", "duration": 3.0, "speaker": "| Language:en Dataset:LibriTTS Speaker:7 |"},
+        {**ok, "offset": 0.5, "duration": 1.0, "speaker": "| Language:en Dataset:LibriTTS Speaker:8 |"},
+        {**ok, "offset": 1.0, "duration": 1.0, "speaker": "| Language:en Dataset:HiFiTTS Speaker:9 |"},
+        {**ok, "offset": 0.2, "duration": 1.0, "speaker": "s2"},  # a plain id gets this dataset's name
+    ])
+    _, stats = run(tmp_path, manifest, root)
+    assert stats["records_out"] == 5
+    assert stats["speakers_naming_other_datasets"] == {"HiFiTTS": 1, "LibriTTS": 2}
+    assert "3 prepared record(s) have speakers naming another dataset (HiFiTTS: 1, LibriTTS: 2)" in caplog.text
+    assert "e.g. line 2: speaker '| Language:en Dataset:LibriTTS Speaker:7 |'" in caplog.text
+    _, clean = run(tmp_path, write_jsonl(tmp_path / "clean.json", [{**ok, "speaker": "s1"}]), root, name="clean")
+    assert clean["speakers_naming_other_datasets"] == {}

@@ -1,5 +1,7 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sharflow.selection import SelectionRules, select_context, select_context_exhaustive
 
@@ -66,3 +68,44 @@ def test_ties_break_by_index_whatever_k():
     for k in (1, 3, 20):
         sel = select_context(emb, dur, SelectionRules(min_similarity=0.5, min_duration=1.0, top_k=k), block=3)
         assert sel.choice.tolist() == [1] + [0] * 9
+
+
+def signs(rows):
+    """Embeddings of ±1 entries in 16 dimensions: normalised entries are ±1/4, so every cosine is an
+    exact multiple of 1/8, computed without rounding in any order: many exact ties."""
+    return np.where(np.array(rows, dtype=np.float64) > 0, 1.0, -1.0)
+
+
+def test_thresholds_at_the_value_itself_and_on_each_side():
+    # cosines: 0-1 = 0.5, 0-2 = 0.25, 1-2 = 0.75 (exact)
+    base = np.ones(16)
+    emb = np.stack([base, np.r_[-np.ones(4), np.ones(12)], np.r_[-np.ones(6), np.ones(10)]])
+    below, above = np.nextafter(0.5, 0.0), np.nextafter(0.5, 1.0)
+    for min_similarity, chosen in ((below, 1), (0.5, 1), (above, -1)):
+        sel = select_context(emb, np.full(3, 4.0), SelectionRules(min_similarity, min_duration=3.0, top_k=1))
+        assert sel.choice[0] == chosen, min_similarity
+    for min_duration, chosen in ((np.nextafter(4.0, 0.0), 1), (4.0, 1), (np.nextafter(4.0, 9.0), -1)):
+        sel = select_context(emb, np.array([1.0, 4.0, 1.0]), SelectionRules(0.0, min_duration=min_duration, top_k=1))
+        assert sel.choice[0] == chosen, min_duration
+    for max_duration, chosen in ((np.nextafter(4.0, 0.0), 2), (4.0, 1), (np.nextafter(4.0, 9.0), 1)):
+        rules = SelectionRules(0.0, min_duration=0.0, max_duration=max_duration, top_k=1)
+        assert select_context(emb, np.array([1.0, 4.0, 1.0]), rules).choice[0] == chosen, max_duration
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_topk_equals_the_plain_exhaustive_walk_on_ties_and_edge_sizes(data):
+    n = data.draw(st.integers(1, 12), label="n")
+    rows = data.draw(st.lists(st.lists(st.booleans(), min_size=16, max_size=16), min_size=n, max_size=n))
+    emb = signs(rows)
+    durations = np.array(data.draw(st.lists(st.sampled_from([0.5, np.nextafter(3.0, 0.0), 3.0, 4.0, 5.0, 8.0]),
+                                            min_size=n, max_size=n)))
+    rules = SelectionRules(
+        min_similarity=data.draw(st.sampled_from([-1.0, -0.25, 0.0, 0.25, np.nextafter(0.5, 1.0), 0.5, 0.875, 1.0])),
+        min_duration=3.0,
+        max_duration=data.draw(st.sampled_from([None, 5.0, 3.0])),
+        top_k=data.draw(st.integers(1, n + 1)),
+    )
+    segments = np.array(data.draw(st.lists(st.integers(0, n), min_size=n, max_size=n))) if data.draw(st.booleans()) else None
+    fast = select_context(emb, durations, rules, same_segment=segments, block=data.draw(st.integers(1, n + 1)))
+    same(fast, select_context_exhaustive(emb, durations, rules, same_segment=segments))

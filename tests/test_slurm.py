@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testkit import REPO, demo_config, run_snakemake
+from testkit import REPO, assert_informative_codes, codes_in_tars, demo_config, run_snakemake
 
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
 
@@ -110,6 +110,7 @@ def test_slurm_profile_runs_the_demo_like_a_local_run(slurm, two_datasets, tmp_p
     names = ["prepare/prepared.jsonl", "context/with_context.jsonl", "shard_plan.json", "shar_index.npy", "buckets.yaml"]
     names += [str(p.relative_to(local)) for p in (local / "shar").rglob("*") if p.is_file()]
     assert len(names) > 20
+    assert_informative_codes(codes_in_tars(sorted((local / "shar").glob("codes_*/target_codes/*"))))
     for name in names:
         assert (work / "results" / "demo" / name).read_bytes() == (local / name).read_bytes(), name
     assert json.loads((work / "results" / "demo" / "verify.json").read_text())["ok"]

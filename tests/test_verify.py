@@ -12,7 +12,7 @@ import pytest
 from sharflow.codes import merge_codes_stats
 from sharflow.errors import SharflowError
 from sharflow.verify import verify_dataset
-from testkit import FIELDS
+from testkit import FIELDS, assert_informative_codes
 
 SHARDS = (0, 1)  # the `coded` fixture encodes demo shards 0 and 1
 
@@ -86,25 +86,48 @@ def test_cuts_out_of_order_with_the_audio(whole):
     fails(whole, "field target_audio, shard 0", "out of order")
 
 
-def test_codes_of_the_wrong_length_are_named(whole):
+def read_codes_tar(path):
+    """[(cut id, codes, manifest)] of a codes tar."""
+    with tarfile.open(path) as t:
+        members = t.getmembers()
+        return [(meta.name[:-5], np.load(io.BytesIO(t.extractfile(data).read())), json.loads(t.extractfile(meta).read()))
+                for data, meta in zip(members[0::2], members[1::2])]
+
+
+def rewrite_codes_tar(path, entries):
     from lhotse.array import Array, TemporalArray
     from lhotse.shar.writers import ArrayTarWriter
 
-    path = whole / "shar" / "codes_tiny" / "target_codes" / "codes.000001.tar"
-    entries = []
-    with tarfile.open(path) as t:
-        members = t.getmembers()
-        for data, meta in zip(members[0::2], members[1::2]):
-            entries.append((meta.name[:-5], np.load(io.BytesIO(t.extractfile(data).read())), json.loads(t.extractfile(meta).read())))
-    cid, codes, manifest = entries[3]
-    entries[3] = (cid, codes[:, :-1], manifest)  # one frame short
     path.unlink()
     with ArrayTarWriter(str(path), shard_size=None, compression="numpy") as writer:
         for key, array, m in entries:
             writer.write(key, array, TemporalArray(
                 array=Array(storage_type="shar", storage_path="", storage_key="", shape=list(array.shape)),
                 temporal_dim=-1, frame_shift=m["frame_shift"], start=0))
+
+
+def test_codes_of_the_wrong_length_are_named(whole):
+    path = whole / "shar" / "codes_tiny" / "target_codes" / "codes.000001.tar"
+    entries = read_codes_tar(path)
+    cid, codes, manifest = entries[3]
+    entries[3] = (cid, codes[:, :-1], manifest)  # one frame short
+    rewrite_codes_tar(path, entries)
     fails(whole, f"field target_codes[tiny], shard 1, cut {cid}: codes shape")
+
+
+def test_a_codebook_with_one_value_is_warned_about_and_counted(whole, caplog):
+    path = whole / "shar" / "codes_tiny" / "context_codes" / "codes.000001.tar"
+    entries = read_codes_tar(path)
+    assert_informative_codes([codes for _, codes, _ in entries], distinct_arrays=False, min_distinct=32)
+    assert verify(whole)["shards_with_constant_codebooks"] == {"target_codes[tiny]": 0, "context_codes[tiny]": 0}
+    # what an untrained codec writes: codebook 2 holds 1204 everywhere (FSQ's middle level), the rest vary
+    for _, codes, _ in entries:
+        codes[2] = 1204
+    rewrite_codes_tar(path, entries)
+    summary = verify(whole, out="again.json")
+    assert summary["ok"] and summary["shards_with_constant_codebooks"] == {"target_codes[tiny]": 0,
+                                                                           "context_codes[tiny]": 1}
+    assert "field context_codes[tiny], shard 1: codebook(s) [2] hold one value in every frame" in caplog.text
 
 
 def test_missing_and_stray_files_and_wrong_totals(whole):
@@ -119,3 +142,14 @@ def test_totals_must_match_the_stage_stats(whole):
     stats = json.loads((whole / "shar_stats.json").read_text())
     (whole / "shar_stats.json").write_text(json.dumps({**stats, "cuts": stats["cuts"] + 1}))
     fails(whole, f"32 cuts in the shards, the shar stats say {stats['cuts'] + 1}")
+
+
+def test_audio_that_disagrees_with_the_cut_duration_is_named(whole):
+    path = whole / "shar" / "cuts" / "cuts.000001.jsonl.gz"
+    cuts = [json.loads(line) for line in gzip.decompress(path.read_bytes()).splitlines()]
+    cuts[2]["duration"] = round(cuts[2]["duration"] + 0.01, 6)  # the audio stays as it was
+    cuts[5]["supervisions"][0]["custom"]["context_audio_duration"] += 0.01
+    path.write_bytes(gzip.compress(b"".join(json.dumps(c).encode() + b"\n" for c in cuts)))
+    message = fails(whole, f"field target_audio, shard 1, cut {cuts[2]['id']}:",
+                    f"field context_audio, shard 1, cut {cuts[5]['id']}:")
+    assert "but the cut says" in message

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from sharflow.dag import parse_dot, render_dag
-from testkit import REPO, demo_config, read_jsonl, run_snakemake
+from testkit import REPO, assert_informative_codes, codes_in_tars, demo_config, read_jsonl, run_snakemake
 
 
 def test_demo_corpus_is_prepared_whole(two_datasets):
@@ -46,6 +46,7 @@ def test_rerun_is_a_no_op_and_outputs_are_deterministic(two_datasets, tmp_path):
     assert "Nothing to be done" in proc.stdout + proc.stderr
     again = tmp_path / "again"
     run_snakemake(again, yaml.safe_load((work / "config.yaml").read_text()), "--cores", "1")
+    assert_informative_codes(codes_in_tars(sorted((work / "results" / "demo" / "shar").glob("codes_*/target_codes/*"))))
     for ds in ("demo", "dirty"):
         # data outputs; stats.json files of context and shar also hold wall-clock times
         names = ["prepare/prepared.jsonl", "prepare/stats.json", "context/plan.json", "context/with_context.jsonl",
@@ -123,6 +124,13 @@ def test_codes_stage_in_the_workflow(two_datasets):
                    for f in ("target_codes", "context_codes")})
     cuts = list(CutSet.from_shar(fields=fields))
     assert len(cuts) == 56 and all(c.target_codes.load().shape[0] == 8 for c in cuts)
+    # the demo codec's codes carry information: every codebook takes >= 64 values, and cuts of
+    # different text never share a code sequence (the 56 demo texts are distinct)
+    texts = {c.supervisions[0].text for c in cuts}
+    assert len(texts) == 56
+    assert_informative_codes([c.target_codes.load() for c in cuts], min_distinct=64)
+    verify = json.loads((work / "results" / "demo" / "verify.json").read_text())
+    assert verify["shards_with_constant_codebooks"] == {"target_codes[tiny_nemo]": 0, "context_codes[tiny_nemo]": 0}
     log = (work / "logs" / "build_random_codec" / "tiny_nemo.log").read_text()
     assert "RANDOMLY INITIALISED" in log
 
@@ -179,6 +187,8 @@ def test_damaged_shard_fails_verify_then_a_targeted_rerun_repairs_it(two_dataset
     assert "dataset demo, field context_codes[tiny_nemo], shard 2" in log and str(codes.relative_to(copy)) in log
     assert "verify" in proc.stderr and "logs/verify/demo.log" in proc.stderr
 
+    assert_informative_codes(codes_in_tars([codes.with_name("codes.000001.tar")]), distinct_arrays=False,
+                             min_distinct=32)
     codes.unlink()  # README: delete the named file and ask for it
     proc = run_snakemake(copy, config, str(codes.relative_to(copy)))
     assert job_counts(proc.stdout + proc.stderr) == {"codes_shard": 1}

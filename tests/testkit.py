@@ -1,11 +1,13 @@
 """Helpers shared by the tests: test audio, JSON lines, and real snakemake runs."""
 
 import glob
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -147,6 +149,48 @@ def run_codes(shards_dir, out, codec_path, shards=(0, 1), workers=1, name="tiny"
             str(out / "shar" / f"codes_{name}" / "context_codes" / f"codes.{s:06d}.tar"),
             str(out / "jobs" / f"{s}.json"), codec=spec, batch_seconds=8.0, device="cpu", workers=workers))
     return stats
+
+
+def codes_in_tars(paths) -> list[np.ndarray]:
+    """Every codes array (.npy member) of the given code tars, in order."""
+    arrays = []
+    for path in paths:
+        with tarfile.open(path) as tar:
+            arrays += [np.load(io.BytesIO(tar.extractfile(m).read())) for m in tar.getmembers() if m.name.endswith(".npy")]
+    return arrays
+
+
+def assert_informative_codes(arrays, *, reversed_arrays=None, distinct_arrays: bool = True, min_distinct: int = 64):
+    """Fail unless codes carry information, so that a test comparing them can fail at all.
+
+    `arrays`: (C, T) codes of different utterances (different audio when `distinct_arrays`).
+    Checks: every codebook takes >= `min_distinct` distinct values over all arrays; no array is the
+    same frame repeated; no two arrays are equal; and each `reversed_arrays[i]` (codes of the same
+    audio played backwards) differs from `arrays[i]`. Call it before comparing codes.
+    """
+    arrays = [np.asarray(a) for a in arrays]
+    assert arrays and all(a.ndim == 2 for a in arrays), "codes must be a list of (C, T) arrays"
+    stacked = np.concatenate(arrays, axis=1)
+    distinct = [len(np.unique(row)) for row in stacked]
+    assert min(distinct) >= min_distinct, f"codebooks take only {distinct} distinct values (floor {min_distinct})"
+    for i, a in enumerate(arrays):
+        assert a.shape[1] < 2 or (a[:, 1:] != a[:, :-1]).any(), f"codes {i}: every frame is the same"
+    if distinct_arrays:
+        assert len({(a.shape, a.tobytes()) for a in arrays}) == len(arrays), "two different utterances got equal codes"
+    for i, (a, r) in enumerate(zip(arrays, reversed_arrays or [])):
+        assert a.shape != r.shape or (a != r).any(), f"codes {i}: the same audio played backwards gets the same codes"
+
+
+def assert_informative_embeddings(embeddings, *, min_spread: float = 0.05, max_similarity: float = 0.999):
+    """Fail unless L2-normalised embeddings of different utterances differ clearly from one another.
+
+    The off-diagonal cosine similarities must spread (standard deviation >= `min_spread`) and none may
+    reach `max_similarity`: a random model whose outputs are all one vector passes any comparison.
+    """
+    e = np.asarray(embeddings, dtype=np.float64)
+    sims = (e @ e.T)[np.triu_indices(len(e), 1)]
+    assert sims.std() >= min_spread, f"cosine similarities hardly vary (std {sims.std():.4f}): embeddings are degenerate"
+    assert sims.max() < max_similarity, f"two different utterances embed alike (cosine {sims.max():.5f})"
 
 
 def system_tool(binary: str, packages: list[str]) -> str:

@@ -2,9 +2,10 @@
 
 Per (dataset, codec, shard) job:
 - read the shard's two audio tars' manifests (lengths only) and plan batches: every utterance
-  (target and context alike) sorted by length, cut into batches of at most `batch_seconds` of padded
-  audio, each padded once to a multiple of samples_per_frame. Batches depend on the shard alone, so
-  codes do not depend on how many ranks share the work.
+  (target and context alike) sorted by length, cut into batches of at most `batch_seconds` of audio
+  whose items have the same number of code frames, padded once to that many frames. So an
+  utterance's codes are exactly those it gets when encoded alone, whatever else is in the shard,
+  and do not depend on how many ranks share the work.
 - bin-pack batches onto ranks (one per visible GPU, else CPU processes with one torch thread);
   each rank decodes the next batch while the model encodes the current one, resampling once to
   the codec's rate, and trims each item's codes to ceil(samples / samples_per_frame) frames.
@@ -88,24 +89,34 @@ def audio_members(tar_path: str) -> list[tuple[str, str, dict]]:
     return out
 
 
-def plan_batches(items: list[Item], budget_samples: int, samples_per_frame: int,
-                 by_length: bool = True) -> list[list[Item]]:
-    """Batches whose padded size (batch size × longest item, rounded up to frames) fits the budget.
+def whole_frames(samples: int, samples_per_frame: int) -> int:
+    """Samples of `samples` padded up to whole code frames: ceil(samples / spf) * spf."""
+    return -(-samples // samples_per_frame) * samples_per_frame
 
-    Items are taken sorted by length (by_length) so each batch pads little; by_length=False takes
-    them in shard order, for comparison.
+
+def plan_batches(items: list[Item], budget_samples: int, samples_per_frame: int, *,
+                 same_frames: bool = True, by_length: bool = True) -> list[list[Item]]:
+    """Batches whose padded size (batch size × longest item in whole frames) fits the budget.
+
+    same_frames: a batch holds items of one frame count only, so no item is padded past its own
+    last frame and the codec sees exactly what it sees when the item is encoded alone. Codecs with
+    convolutions see a batch's padding (zeros where the item alone would be edge-padded): with the
+    demo codec, the last ~0.5 s of codes of every shorter item in a mixed batch change. Items are
+    taken sorted by length (by_length) so batches are full; same_frames=False or by_length=False
+    (shard order) make mixed batches, only to measure what they would cost or save.
     """
     batches: list[list[Item]] = []
     current: list[Item] = []
     longest = 0
     ordered = sorted(items, key=lambda i: (i.samples, i.cut, i.kind)) if by_length else items
     for item in ordered:
-        padded = max(longest, -(-item.samples // samples_per_frame) * samples_per_frame)
-        if current and padded * (len(current) + 1) > budget_samples:
+        width = whole_frames(item.samples, samples_per_frame)
+        other_width = same_frames and width != longest
+        if current and (other_width or max(longest, width) * (len(current) + 1) > budget_samples):
             batches.append(current)
-            current, padded = [], -(-item.samples // samples_per_frame) * samples_per_frame
+            current, longest = [], 0
         current.append(item)
-        longest = padded
+        longest = max(longest, width)
     if current:
         batches.append(current)
     return batches
@@ -114,7 +125,7 @@ def plan_batches(items: list[Item], budget_samples: int, samples_per_frame: int,
 def padding_efficiency(batches: list[list[Item]], samples_per_frame: int) -> float:
     """Real samples / padded samples over all batches."""
     real = sum(i.samples for b in batches for i in b)
-    padded = sum(len(b) * -(-max(i.samples for i in b) // samples_per_frame) * samples_per_frame for b in batches)
+    padded = sum(len(b) * whole_frames(max(i.samples for i in b), samples_per_frame) for b in batches)
     return real / padded if padded else 1.0
 
 
@@ -194,6 +205,8 @@ def encode_batches(rank: int, device: str, batches: list[list[Item]], target_tar
     import torch
     from tqdm import tqdm
 
+    from sharflow.codecs import frames
+
     start = time.perf_counter()
     model = cached_codec(codec, device)
     sr, spf = model.sample_rate, model.samples_per_frame
@@ -206,7 +219,7 @@ def encode_batches(rank: int, device: str, batches: list[list[Item]], target_tar
         tars = {"target": t_tar, "context": c_tar}
 
         def load(batch: list[Item]) -> torch.Tensor:
-            longest = -(-max(i.samples for i in batch) // spf) * spf
+            longest = whole_frames(max(i.samples for i in batch), spf)
             x = torch.zeros(len(batch), longest)  # one allocation, padded once
             for row, item in enumerate(batch):
                 try:
@@ -225,7 +238,7 @@ def encode_batches(rank: int, device: str, batches: list[list[Item]], target_tar
             codes, code_lengths = model.encode(x.to(device), lengths.to(device))
             codes, code_lengths = codes.cpu().numpy(), code_lengths.cpu().numpy()
             for row, item in enumerate(batch):
-                expected = -(-item.samples // spf)
+                expected = frames(item.samples, spf)
                 if int(code_lengths[row]) != expected:
                     raise SharflowError(f"codec {codec.name} gave {int(code_lengths[row])} frames for {expected} expected "
                                         f"(shard {shard}, cut {ids[item.cut]})")

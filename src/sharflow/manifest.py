@@ -48,11 +48,16 @@ class CheckSettings:
 
 @dataclass(frozen=True)
 class Accepted:
-    """A valid record: its output line, its duplicate key and its duration."""
+    """A valid record: its output line, its duplicate key, its duration, and its speaker string.
+
+    `speaker` is the standardized speaker; its `Dataset:` part may name another dataset than the
+    config's when the manifest already carried standardized speakers (prepare counts those).
+    """
 
     line: str
     key: tuple[str, int, int]
     duration: float
+    speaker: str
 
 
 @dataclass(frozen=True)
@@ -147,7 +152,7 @@ def check_line(raw: bytes, settings: CheckSettings) -> Accepted | Rejected:
         },
     }
     key = (rel, round(offset * 1e5), round(duration * 1e5))
-    return Accepted(json.dumps(out, ensure_ascii=False), key, duration)
+    return Accepted(json.dumps(out, ensure_ascii=False), key, duration, speaker)
 
 
 # Segments of one long file share its header: read it once per process (misses are not cached).

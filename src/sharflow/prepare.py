@@ -21,6 +21,7 @@ from sharflow.errors import SharflowError
 from sharflow.manifest import REASONS, Accepted, CheckSettings, Rejected, check_line
 from sharflow.parallel import ordered_map, resolve_workers
 from sharflow.rejects import RejectWriter
+from sharflow.speakers import parse_speaker
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,8 @@ def prepare_dataset(
     seconds_in = seconds_out = 0.0
     records_in = records_out = 0
     seen: dict[int, int] = {}  # hash of duplicate key -> first line number
+    other_datasets: Counter[str] = Counter()  # speakers' Dataset: names that are not `dataset`
+    other_example = ""
 
     with (
         open(manifest, "rb") as src,
@@ -116,6 +119,10 @@ def prepare_dataset(
                 out.write(result.line + "\n")
                 records_out += 1
                 seconds_out += result.duration
+                named = parse_speaker(result.speaker).dataset
+                if named != dataset:
+                    other_datasets[named] += 1
+                    other_example = other_example or f"line {line_no}: speaker {result.speaker!r}"
                 continue
             counts[result.reason] += 1
             examples.setdefault(result.reason, f"line {line_no}: {result.detail}")
@@ -135,9 +142,16 @@ def prepare_dataset(
             "rejected": dict(sorted(counts.items())),
             "hours_in": round(seconds_in / 3600, 6),
             "hours_out": round(seconds_out / 3600, 6),
+            "speakers_naming_other_datasets": dict(sorted(other_datasets.items())),
         }
         assert summary["records_in"] == summary["records_out"] + summary["rejected_total"]
         _log_summary(summary, examples)
+        if other_datasets:
+            log.warning(
+                "prepare %s: %d prepared record(s) have speakers naming another dataset (%s), e.g. %s. NeMo "
+                "takes the dataset name from the speaker string, so these train as those datasets; rewrite the "
+                "speakers as plain ids to have them named %r.", dataset, sum(other_datasets.values()),
+                ", ".join(f"{k}: {v}" for k, v in sorted(other_datasets.items())), other_example, dataset)
         fraction = summary["rejected_total"] / max(records_in, 1)
         if fraction > max_rejected_fraction:
             raise SharflowError(

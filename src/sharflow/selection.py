@@ -106,16 +106,28 @@ def select_context(
 
 def select_context_exhaustive(embeddings: np.ndarray, durations: np.ndarray, rules: SelectionRules,
                               same_segment: np.ndarray | None = None) -> Selection:
-    """Reference method: the full n×n matrix, each row fully sorted. For tests and benchmarks only."""
+    """Reference method, written from the rules alone and sharing no code with select_context.
+
+    The full n×n similarity matrix; each row sorted whole (most similar first, ties by index), then
+    walked: skip itself and identical segments, stop below min_similarity, take the first within
+    the duration limits. best_seen is the first similarity walked (-inf when there is none). For
+    tests and benchmarks only.
+    """
     emb = torch.nn.functional.normalize(torch.as_tensor(embeddings, dtype=torch.float32), dim=1)
     sims = (emb @ emb.T).numpy()
-    durations = np.asarray(durations, dtype=np.float64)
-    ok = durations >= rules.min_duration
-    if rules.max_duration is not None:
-        ok &= durations <= rules.max_duration
     n = len(durations)
-    out = Selection(np.full(n, -1, dtype=np.int64), np.full(n, np.nan), np.full(n, np.nan))
+    out = Selection(np.full(n, -1, dtype=np.int64), np.full(n, np.nan), np.full(n, -np.inf))
     for i in range(n):
-        res = _walk(i, sims[i], np.arange(n), True, ok, same_segment, rules.min_similarity)
-        out.choice[i], out.similarity[i], out.best_seen[i] = res
+        others = [j for j in range(n) if j != i and (same_segment is None or same_segment[j] != same_segment[i])]
+        for rank, j in enumerate(sorted(others, key=lambda j: (-float(sims[i, j]), j))):
+            similarity = float(sims[i, j])
+            if rank == 0:
+                out.best_seen[i] = similarity
+            if similarity < rules.min_similarity:
+                break
+            long_enough = durations[j] >= rules.min_duration
+            short_enough = rules.max_duration is None or durations[j] <= rules.max_duration
+            if long_enough and short_enough:
+                out.choice[i], out.similarity[i] = j, similarity
+                break
     return out

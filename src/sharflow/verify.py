@@ -11,6 +11,8 @@ Checked, per shard (in worker processes, `verify.workers`):
 Per dataset: shard count equals the plan for every field, no stray file in a field directory, and
 totals equal the shar and codes stage stats. Every problem names dataset, field, shard and cut; all
 are logged, and the job fails without writing verify.json.
+Not a failure, but warned about and counted per field in verify.json: a codes shard in which a
+codebook holds one value in every frame (an untrained codec, a wrong checkpoint or precision).
 """
 
 import gzip
@@ -135,9 +137,14 @@ def _check_audio(problems, label, tar, pairs, cuts) -> list[tuple[int, int]]:
     return lengths
 
 
-def _check_codes(problems, label, tar, pairs, ids, codec: CodecInfo, audio_lengths) -> int:
-    """Shapes, dtype, range and frame_shift of every codes member; returns the frames seen."""
+def _check_codes(problems, label, tar, pairs, ids, codec: CodecInfo, audio_lengths) -> tuple[int, list[int]]:
+    """Shapes, dtype, range and frame_shift of every codes member.
+
+    Returns the frames seen and the codebooks that hold one value in every frame of the shard.
+    """
     frames = 0
+    low = np.full(codec.num_codebooks, np.iinfo(np.int64).max)
+    high = np.full(codec.num_codebooks, np.iinfo(np.int64).min)
     for (data, meta), cid, (samples, rate) in zip(pairs, ids, audio_lengths):
         try:
             manifest = json.loads(tar.extractfile(meta).read())
@@ -156,19 +163,21 @@ def _check_codes(problems, label, tar, pairs, ids, codec: CodecInfo, audio_lengt
             problems.add(label, f"codes dtype {codes.dtype} is not an integer type", cid)
         elif codes.size and (codes.min() < 0 or codes.max() >= codec.codebook_size):
             problems.add(label, f"codes outside [0, {codec.codebook_size})", cid)
+        elif codes.size:
+            low, high = np.minimum(low, codes.min(axis=1)), np.maximum(high, codes.max(axis=1))
         shape = manifest.get("array", {}).get("shape")
         if shape != list(codes.shape):
             problems.add(label, f"manifest shape {shape} differs from the array's {list(codes.shape)}", cid)
         if not math.isclose(manifest.get("frame_shift", -1.0), codec.frame_shift, rel_tol=1e-9):
             problems.add(label, f"frame_shift {manifest.get('frame_shift')} != {codec.frame_shift}", cid)
-    return frames
+    return frames, [k for k in range(codec.num_codebooks) if low[k] == high[k]]
 
 
 def verify_shard(check: ShardCheck) -> dict:
     """Every field of one shard; returns counts and the problems found (never raises on bad data)."""
     problems = _Problems(check)
     result = {"shard": check.shard, "cuts": 0, "target_seconds": 0.0, "context_seconds": 0.0, "frames": {},
-              "problems": problems.items}
+              "constant_codebooks": {}, "problems": problems.items}
     try:
         cuts = _read_cuts(check.paths["cuts"])
     except Exception as e:
@@ -194,8 +203,11 @@ def verify_shard(check: ShardCheck) -> dict:
                 with tarfile.open(check.paths[label], "r:") as tar:
                     pairs = _tar_pairs(tar)
                     if _check_ids(problems, label, pairs, ids) and audio_label in audio_lengths:
-                        result["frames"][label] = _check_codes(problems, label, tar, pairs, ids, codec,
-                                                               audio_lengths[audio_label])
+                        frames, constant = _check_codes(problems, label, tar, pairs, ids, codec,
+                                                        audio_lengths[audio_label])
+                        result["frames"][label] = frames
+                        if constant and frames:
+                            result["constant_codebooks"][label] = constant
             except Exception as e:
                 problems.add(label, f"tar does not read ({type(e).__name__}: {e})")
     return result
@@ -254,6 +266,7 @@ def verify_dataset(dataset: str, shar_dir: str, plan: str, shar_stats: str, code
     problems += [f"dataset {dataset}, {s}" for s in _stray_files(root, all_fields, num_shards)]
     totals: Counter = Counter()
     frames: Counter = Counter()
+    constant_shards: Counter = Counter()
     checks = (ShardCheck(dataset, s, {fd.label: str(root / fd.folder / fd.name(s)) for fd in all_fields}, codecs)
               for s in range(num_shards))
     if not problems:  # a missing file would only repeat itself in every shard
@@ -263,6 +276,11 @@ def verify_dataset(dataset: str, shar_dir: str, plan: str, shar_stats: str, code
                 for key in ("cuts", "target_seconds", "context_seconds"):
                     totals[key] += result[key]
                 frames.update(result["frames"])
+                for label, codebooks in result["constant_codebooks"].items():
+                    constant_shards[label] += 1
+                    log.warning("dataset %s, field %s, shard %d: codebook(s) %s hold one value in every frame: is "
+                                "the codec trained, and run in the right precision?", dataset, label,
+                                result["shard"], codebooks)
                 progress.update()
         if not problems:
             problems += _compare_totals(dataset, totals, _load_json(shar_stats), codec_stats, num_shards)
@@ -284,6 +302,8 @@ def verify_dataset(dataset: str, shar_dir: str, plan: str, shar_stats: str, code
         "hours": round(totals["target_seconds"] / 3600, 6),
         "context_hours": round(totals["context_seconds"] / 3600, 6),
         "codec_frames": dict(sorted(frames.items())),
+        "shards_with_constant_codebooks": {fd.label: constant_shards[fd.label] for fd in all_fields
+                                           if fd.label in frames},
         "codecs": {c.name: {"num_codebooks": c.num_codebooks, "frame_shift": c.frame_shift} for c in codecs},
     }
     with atomic_file(out, "w", encoding="utf-8") as f:

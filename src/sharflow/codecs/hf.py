@@ -1,15 +1,20 @@
 """Codecs from Hugging Face transformers (EnCodec, DAC), loaded from a local directory or hub name.
 
-EnCodec's and DAC's convolutions see the zero padding of a batch, so an utterance's last frames can
-differ between encoding alone and in a padded batch; tests/test_codecs.py measures the agreement.
+Neither masks a batch's padding by length; the codes stage batches items of one frame count only,
+so each item is encoded exactly as alone (tests/test_codecs.py shows it for EnCodec).
 """
 
+import logging
 import math
+from pathlib import Path
 
 import torch
 
 from sharflow.codecs import autocast
 from sharflow.errors import SharflowError
+from sharflow.random_init import calibration_batch, standardize_layers_
+
+log = logging.getLogger(__name__)
 
 
 class HFCodec:
@@ -50,3 +55,32 @@ class HFCodec:
                 codes = self.model.encode(x).audio_codes
         code_lengths = torch.div(lengths + self.samples_per_frame - 1, self.samples_per_frame, rounding_mode="floor")
         return codes[:, : self.num_codebooks], code_lengths
+
+
+def build_random_encodec(config: str | Path, out: str | Path, seed: int = 0) -> Path:
+    """Build a transformers EnCodec from a YAML of EncodecConfig arguments, with random weights; save it to `out`.
+
+    For tests: it runs the real loading and encoding path. A fresh EncodecModel has all-zero
+    codebooks (training fills them by k-means), so every frame would get code 0: here the encoder is
+    standardized (sharflow.random_init) and each residual codebook is filled with residual vectors of
+    calibration audio, as EnCodec's own k-means initialisation starts. Its codes mean nothing but
+    depend on the audio.
+    """
+    import yaml
+    from transformers import EncodecConfig, EncodecModel
+
+    torch.manual_seed(seed)
+    model = EncodecModel(EncodecConfig(**yaml.safe_load(Path(config).read_text()))).eval()
+    audio = calibration_batch(model.config.sampling_rate, items=8, seed=seed)[:, None]
+    standardize_layers_(model.encoder, lambda: model.encoder(audio))
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        residual = model.encoder(audio).transpose(1, 2).reshape(-1, model.config.codebook_dim)
+        for layer in model.quantizer.layers:
+            picks = torch.randint(len(residual), (model.config.codebook_size,), generator=generator)
+            layer.codebook.embed.copy_(residual[picks])
+            layer.codebook.embed_avg.copy_(residual[picks])
+            residual = residual - layer.codebook.decode(layer.codebook.encode(residual))
+    model.save_pretrained(out)
+    log.warning("built a RANDOMLY INITIALISED EnCodec from %s at %s: its codes only exercise the pipeline", config, out)
+    return Path(out)

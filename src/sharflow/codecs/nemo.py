@@ -11,6 +11,7 @@ import torch
 
 from sharflow.codecs import autocast, frames
 from sharflow.errors import SharflowError
+from sharflow.random_init import calibration_batch, standardize_layers_
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +55,19 @@ class NemoCodec:
 def build_random_codec(config: str | Path, out: str | Path, seed: int = 0) -> Path:
     """Build an AudioCodecModel from a config with random weights and save it as .nemo.
 
-    For tests and offline demos: it runs NeMo's real loading and encoding path, but its codes carry
-    no meaning.
+    For tests and offline demos: it runs NeMo's real loading and encoding path; its codes mean
+    nothing, but the encoder is standardized (sharflow.random_init) so that they depend on the audio
+    and use most levels of every codebook: tests that compare codes can fail.
     """
     from nemo.collections.tts.models import AudioCodecModel
     from omegaconf import OmegaConf
 
     torch.manual_seed(seed)
     model = AudioCodecModel(cfg=OmegaConf.load(config))
+    audio = calibration_batch(model.sample_rate, items=2, seconds=0.6, seed=seed, multiple_of=model.samples_per_frame)
+    lengths = torch.full((len(audio),), audio.shape[1])
+    standardize_layers_(model.audio_encoder, lambda: model.audio_encoder(audio=audio, audio_len=lengths),
+                        per_channel=False)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(out).with_name(f".{Path(out).name}.tmp")
     model.save_to(str(tmp))

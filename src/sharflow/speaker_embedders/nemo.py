@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from sharflow.errors import SharflowError
+from sharflow.random_init import calibration_batch, standardize_layers_
 
 log = logging.getLogger(__name__)
 
@@ -52,14 +53,18 @@ class NemoSpeakerEmbedder:
 def build_random_model(config: str | Path, out: str | Path, seed: int = 0) -> Path:
     """Build an EncDecSpeakerLabelModel from a config with random weights and save it as .nemo.
 
-    For tests and offline demos: it runs the real loading and inference path, but its embeddings
-    carry no speaker information.
+    For tests and offline demos: it runs the real loading and inference path; its embeddings carry
+    no speaker information, but its layers are standardized (sharflow.random_init) so that different
+    audio gets clearly different embeddings and tests that compare them can fail.
     """
     from nemo.collections.asr.models import EncDecSpeakerLabelModel
     from omegaconf import OmegaConf
 
     torch.manual_seed(seed)
-    model = EncDecSpeakerLabelModel(cfg=OmegaConf.load(config))
+    model = EncDecSpeakerLabelModel(cfg=OmegaConf.load(config)).eval()
+    audio = calibration_batch(model.cfg.sample_rate, items=8, seed=seed)
+    lengths = torch.full((len(audio),), audio.shape[1])
+    standardize_layers_(model, lambda: model.forward(input_signal=audio, input_signal_length=lengths))
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     model.save_to(str(out))
     return Path(out)
