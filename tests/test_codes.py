@@ -10,6 +10,8 @@ import pytest
 import soundfile as sf
 import soxr
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lhotse import CutSet
 
 from sharflow.codecs import load_codec
@@ -112,3 +114,23 @@ def test_nemo_dataset_loads_target_and_context_codes(coded, demo_shards):
     batch = dataset[CutSet(list(CutSet.from_shar(fields=fields))[:4])]
     assert batch["audio_codes"].shape[:2] == (4, 8) and batch["context_audio_codes"].shape[:2] == (4, 8)
     assert "audio" not in batch
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(1, 5000), max_size=40), st.integers(1, 20000), st.sampled_from([1, 256, 1024]))
+def test_batch_plans_against_their_rules_on_ties_and_edge_sizes(lengths, budget, spf):
+    items = [Item(i, "target" if i % 2 else "context", "", n) for i, n in enumerate(lengths)]
+    batches = plan_batches(items, budget, spf)
+    assert sorted((i.cut, i.kind) for b in batches for i in b) == sorted((i.cut, i.kind) for i in items)
+    width = [{-(-i.samples // spf) for i in b} for b in batches]
+    assert all(len(w) == 1 for w in width)  # one frame count per batch
+    flat = [i for b in batches for i in b]
+    assert flat == sorted(items, key=lambda i: (i.samples, i.cut, i.kind))  # taken in length order
+    for b, w in zip(batches, width):
+        assert len(b) == 1 or len(b) * w.pop() * spf <= budget
+    # a batch is cut only where the frame count changes or the next item would not fit
+    for b, nxt in zip(batches, batches[1:]):
+        same = -(-b[0].samples // spf) == -(-nxt[0].samples // spf)
+        assert not same or (len(b) + 1) * -(-b[0].samples // spf) * spf > budget
+    real, padded = sum(lengths), sum(-(-n // spf) * spf for n in lengths)
+    assert padding_efficiency(batches, spf) == pytest.approx(real / padded if padded else 1.0, rel=1e-12)
