@@ -2,6 +2,7 @@
 
 import glob
 import io
+import itertools
 import shutil
 import tarfile
 
@@ -129,7 +130,7 @@ def test_batch_plans_against_their_rules_on_ties_and_edge_sizes(lengths, budget,
     for b, w in zip(batches, width):
         assert len(b) == 1 or len(b) * w.pop() * spf <= budget
     # a batch is cut only where the frame count changes or the next item would not fit
-    for b, nxt in zip(batches, batches[1:]):
+    for b, nxt in itertools.pairwise(batches):
         same = -(-b[0].samples // spf) == -(-nxt[0].samples // spf)
         assert not same or (len(b) + 1) * -(-b[0].samples // spf) * spf > budget
     real, padded = sum(lengths), sum(-(-n // spf) * spf for n in lengths)
