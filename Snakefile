@@ -11,11 +11,8 @@ configfile: "config/config.yaml"
 report: "rules/report/workflow.rst"
 
 
-# ---- Workflow-wide Python: config validation, input functions ----------------------------------
+# ---- Workflow-wide Python (config validation, input functions), then the stages ----------------
 include: "rules/common.smk"
-
-
-# ---- Stages ------------------------------------------------------------------------------------
 include: "rules/prepare.smk"
 include: "rules/context.smk"
 include: "rules/shar.smk"
@@ -27,6 +24,6 @@ include: "rules/report.smk"
 
 # ---- Targets -----------------------------------------------------------------------------------
 rule all:
+    default_target: True
     input:
         get_final_outputs(),
-    default_target: True

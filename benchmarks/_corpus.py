@@ -9,20 +9,56 @@ DEMO = Path(__file__).resolve().parents[1] / "demo"
 
 def demo_with_context(tmp: Path) -> Path:
     """with_context.jsonl of the demo corpus (prepare + context stages, one part, one worker)."""
-    from sharflow.context import PartSettings, merge_context, plan_context, run_context_part
+    from sharflow.layout import DatasetFiles
     from sharflow.prepare import prepare_dataset
 
-    prep, ctx = tmp / "prep", tmp / "ctx"
-    prepare_dataset(str(DEMO / "manifest.json"), str(prep / "p.jsonl"), str(prep / "r"), str(prep / "s.json"),
-                    dataset="demo", audio_root=str(DEMO / "audio"), workers=1)
-    plan_context(str(prep / "p.jsonl"), str(ctx / "plan.json"), parts=1, grouping={"preset": "speaker"},
-                 cost_per_audio_second=1e6)
-    parts = [str(ctx / f) for f in ("part.jsonl", "part.rej.jsonl", "part.stats.json")]
-    run_context_part(str(prep / "p.jsonl"), str(ctx / "plan.json"), 0, *parts,
-                     settings=PartSettings(audio_root=str(DEMO / "audio")), device="cpu", workers=1)
-    merge_context([parts[0]], [parts[1]], [parts[2]], str(prep / "s.json"), str(ctx / "w.jsonl"), str(ctx / "rej"),
-                  str(ctx / "stats.json"), dataset="demo")
-    return ctx / "w.jsonl"
+    files = DatasetFiles(str(tmp / "demo"))
+    prepare_dataset(
+        str(DEMO / "manifest.json"),
+        prepared=files.prepared,
+        rejected_dir=files.prepare_rejected,
+        stats=files.prepare_stats,
+        dataset="demo",
+        audio_root=str(DEMO / "audio"),
+        workers=1,
+    )
+    context_stage(files, audio_root=DEMO / "audio", workers=1)
+    return Path(files.with_context)
+
+
+def context_stage(files, *, audio_root: Path, workers: int) -> None:
+    """The context stage (plan, one part, merge) over `files` (a sharflow.layout.DatasetFiles)."""
+    from sharflow.context import PartSettings, run_context_part
+    from sharflow.context_merge import merge_context
+    from sharflow.context_plan import plan_context
+
+    plan_context(
+        files.prepared,
+        plan=files.context_plan,
+        parts=1,
+        grouping={"preset": "speaker"},
+        cost_per_audio_second=1e6,
+    )
+    part = files.context_part(0)
+    run_context_part(
+        0,
+        prepared=files.prepared,
+        plan=files.context_plan,
+        out=part,
+        settings=PartSettings(audio_root=str(audio_root)),
+        device="cpu",
+        workers=workers,
+    )
+    merge_context(
+        part_records=[part.records],
+        part_rejected=[part.rejected],
+        part_stats=[part.stats],
+        prepare_stats=files.prepare_stats,
+        with_context=files.with_context,
+        rejected_dir=files.context_rejected,
+        stats=files.context_stats,
+        dataset="demo",
+    )
 
 
 def repeated_with_context(tmp: Path, copies: int) -> tuple[Path, Path, list[dict]]:
@@ -36,8 +72,13 @@ def repeated_with_context(tmp: Path, copies: int) -> tuple[Path, Path, list[dict
     for i in range(copies):
         shutil.copytree(DEMO / "audio", root / f"copy{i:02d}")
         for r in base:
-            records.append(dict(r, audio_filepath=f"copy{i:02d}/{r['audio_filepath']}",
-                                context_audio_filepath=f"copy{i:02d}/{r['context_audio_filepath']}"))
+            records.append(
+                dict(
+                    r,
+                    audio_filepath=f"copy{i:02d}/{r['audio_filepath']}",
+                    context_audio_filepath=f"copy{i:02d}/{r['context_audio_filepath']}",
+                )
+            )
     path = tmp / "with_context.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path, root, records

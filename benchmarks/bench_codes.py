@@ -18,12 +18,13 @@ Usage: python benchmarks/bench_codes.py [--copies 2] [--batch-seconds 60] [--rep
 """
 
 import argparse
+import contextlib
+import tarfile
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-
 from _corpus import repeated_with_context
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,16 +32,24 @@ REPO = Path(__file__).resolve().parents[1]
 
 def build_shards(tmp: Path, copies: int) -> list[int]:
     """Shar shards of the demo corpus repeated `copies` times, all in one shard of <= 4096 cuts."""
-    from sharflow.shar import plan_shards, write_shard
+    from sharflow.layout import DatasetFiles
+    from sharflow.shar import write_shard
     from sharflow.shar_audio import EncodeSettings
+    from sharflow.shar_plan import plan_shards
 
     wc, root, _ = repeated_with_context(tmp, copies)
-    plan = plan_shards(str(wc), str(tmp / "plan.json"), str(tmp / "index.npy"), shard_size=4096, seed=0)
+    files = DatasetFiles(str(tmp))
+    plan = plan_shards(str(wc), plan=files.shard_plan, index=files.shar_index, shard_size=4096, seed=0)
     for s in range(plan["num_shards"]):
-        names = [f"shar/cuts/cuts.{s:06d}.jsonl.gz", f"shar/target_audio/recording.{s:06d}.tar",
-                 f"shar/context_audio/recording.{s:06d}.tar", f"jobs/{s}.json", f"jobs/{s}.rej.jsonl"]
-        write_shard(str(wc), str(tmp / "index.npy"), str(tmp / "plan.json"), s, *(str(tmp / n) for n in names),
-                    settings=EncodeSettings(audio_root=str(root)), workers=1)
+        write_shard(
+            s,
+            with_context=str(wc),
+            index=files.shar_index,
+            plan=files.shard_plan,
+            out=files.shard(s),
+            settings=EncodeSettings(audio_root=str(root)),
+            workers=1,
+        )
     return list(range(plan["num_shards"]))
 
 
@@ -55,14 +64,27 @@ def main() -> None:
     import torch
 
     from sharflow.codecs.nemo import build_random_codec
-    from sharflow.codes import (KINDS, CodecSpec, Item, _decode, _samples_at, audio_members, cached_codec,
-                                encode_shard, padding_efficiency, plan_batches)
+    from sharflow.codes import (
+        KINDS,
+        CodecSpec,
+        Item,
+        _decode,
+        _samples_at,
+        audio_members,
+        cached_codec,
+        encode_shard,
+        padding_efficiency,
+        plan_batches,
+        whole_frames,
+    )
+    from sharflow.layout import DatasetFiles
 
     if args.device == "cpu":
         torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         shards = build_shards(tmp, args.copies)
+        files = DatasetFiles(str(tmp))
         model_path = build_random_codec(REPO / "config" / "models" / "tiny_codec.yaml", tmp / "codec.nemo")
         spec = CodecSpec("tiny", "nemo", str(model_path))
         codec = cached_codec(spec, args.device)
@@ -72,21 +94,31 @@ def main() -> None:
         # the floor: identical batches, audio already in memory, forward only
         prepared, mixed, sorted_eff, order_eff, n_items, audio_seconds = [], [], [], [], 0, 0.0
         for s in shards:
-            tars = {k: str(tmp / "shar" / f"{k}_audio" / f"recording.{s:06d}.tar") for k in KINDS}
-            items = [Item(i, k, member, _samples_at(m, sr)) for k in KINDS
-                     for i, (_, member, m) in enumerate(audio_members(tars[k]))]
+            tars = dict(zip(KINDS, (files.shard(s).target, files.shard(s).context), strict=True))
+            items = [
+                Item(i, k, member, _samples_at(m, sr))
+                for k in KINDS
+                for i, (_, member, m) in enumerate(audio_members(tars[k]))
+            ]
             batches = plan_batches(items, budget, spf)
             sorted_eff.append((padding_efficiency(batches, spf), sum(i.samples for i in items)))
-            order_eff.append(padding_efficiency(plan_batches(items, budget, spf, same_frames=False, by_length=False), spf))
-            import tarfile
-            opened = {k: tarfile.open(p) for k, p in tars.items()}
-            for planned, into in ((batches, prepared), (plan_batches(items, budget, spf, same_frames=False), mixed)):
-                for batch in planned:
-                    x = torch.zeros(len(batch), -(-max(i.samples for i in batch) // spf) * spf)
-                    for row, it in enumerate(batch):
-                        w = _decode(opened[it.kind], it.member, sr)[: it.samples]
-                        x[row, : len(w)] = torch.from_numpy(w)
-                    into.append((x.to(args.device), torch.tensor([i.samples for i in batch], device=args.device)))
+            order_eff.append(
+                padding_efficiency(plan_batches(items, budget, spf, same_frames=False, by_length=False), spf)
+            )
+            with contextlib.ExitStack() as stack:
+                opened = {k: stack.enter_context(tarfile.open(p)) for k, p in tars.items()}
+                for planned, into in (
+                    (batches, prepared),
+                    (plan_batches(items, budget, spf, same_frames=False), mixed),
+                ):
+                    for batch in planned:
+                        x = torch.zeros(len(batch), whole_frames(max(i.samples for i in batch), spf) * spf)
+                        for row, it in enumerate(batch):
+                            w = _decode(opened[it.kind], it.member, sr)[: it.samples]
+                            x[row, : len(w)] = torch.from_numpy(w)
+                        into.append(
+                            (x.to(args.device), torch.tensor([i.samples for i in batch], device=args.device))
+                        )
             n_items += len(items)
             audio_seconds += sum(i.samples for i in items) / sr
         codec.encode(*prepared[0])  # warm-up
@@ -96,28 +128,48 @@ def main() -> None:
             mixed_floors.append(forward_seconds(codec, mixed, args.device))
             t = time.perf_counter()
             for s in shards:
-                encode_shard(str(tmp / "shar" / "target_audio" / f"recording.{s:06d}.tar"),
-                             str(tmp / "shar" / "context_audio" / f"recording.{s:06d}.tar"), s,
-                             str(tmp / "out" / "t" / f"{s}.tar"), str(tmp / "out" / "c" / f"{s}.tar"),
-                             str(tmp / "out" / "jobs" / f"{s}.json"), codec=spec, batch_seconds=args.batch_seconds,
-                             device=args.device, workers=1)
+                encode_shard(
+                    s,
+                    target_tar=files.shard(s).target,
+                    context_tar=files.shard(s).context,
+                    out=DatasetFiles(str(tmp / "out")).codes(spec.name, s),
+                    codec=spec,
+                    batch_seconds=args.batch_seconds,
+                    device=args.device,
+                    workers=1,
+                )
             stages.append(time.perf_counter() - t)
         floor, mixed_floor, stage = min(floors), min(mixed_floors), min(stages)
 
     weights = np.array([w for _, w in sorted_eff], dtype=float)
     ours = float(np.average([e for e, _ in sorted_eff], weights=weights))
     theirs = float(np.average(order_eff, weights=weights))
-    print(f"codes benchmark: {len(shards)} shards, {n_items} utterances (target + context), {audio_seconds:.0f} s "
-          f"of audio at {sr} Hz; tiny random NeMo codec on {args.device}, batches of {args.batch_seconds:.0f} s "
-          f"({len(prepared)} of one frame count each, {len(mixed)} mixed)")
+    print(
+        f"codes benchmark: {len(shards)} shards, {n_items} utterances (target + context), "
+        f"{audio_seconds:.0f} s "
+        f"of audio at {sr} Hz; tiny random NeMo codec on {args.device}, batches of "
+        f"{args.batch_seconds:.0f} s "
+        f"({len(prepared)} of one frame count each, {len(mixed)} mixed)"
+    )
     print(f"{'run':<52}{'seconds':>9}{'audio s/s':>11}")
-    print(f"{'floor: same batches in memory, model forward only':<52}{floor:>9.2f}{audio_seconds / floor:>11.1f}")
-    print(f"{'mixed floor: length-sorted mixed batches, forward':<52}{mixed_floor:>9.2f}{audio_seconds / mixed_floor:>11.1f}")
-    print(f"{'codes stage (read, decode, resample, batch, write)':<52}{stage:>9.2f}{audio_seconds / stage:>11.1f}")
-    print(f"stage / floor: {floor / stage:.3f}   (target >= 0.9; all runs: floor {[round(f, 1) for f in floors]}, "
-          f"stage {[round(t, 1) for t in stages]})")
-    print(f"padding efficiency: one frame count per batch {ours:.4f} vs mixed batches in shard order {theirs:.4f}")
-    print(f"exact codes cost: floor / mixed floor = {mixed_floor / floor:.3f} of the mixed batches' throughput")
+    for label, seconds in (
+        ("floor: same batches in memory, model forward only", floor),
+        ("mixed floor: length-sorted mixed batches, forward", mixed_floor),
+        ("codes stage (read, decode, resample, batch, write)", stage),
+    ):
+        print(f"{label:<52}{seconds:>9.2f}{audio_seconds / seconds:>11.1f}")
+    print(
+        f"stage / floor: {floor / stage:.3f}   (target >= 0.9; all runs: floor "
+        f"{[round(f, 1) for f in floors]}, "
+        f"stage {[round(t, 1) for t in stages]})"
+    )
+    print(
+        f"padding efficiency: one frame count per batch {ours:.4f} vs mixed batches in shard order "
+        f"{theirs:.4f}"
+    )
+    print(
+        f"exact codes cost: floor / mixed floor = {mixed_floor / floor:.3f} of the mixed batches' throughput"
+    )
 
 
 def forward_seconds(codec, batches, device: str) -> float:

@@ -14,12 +14,13 @@ Usage: python benchmarks/bench_context.py [--sizes 10000 50000 100000] [--skip-s
 import argparse
 import json
 import multiprocessing
+import shutil
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-from _corpus import repeated_demo
+from _corpus import context_stage, repeated_demo
 
 
 def synthetic_group(n: int, d: int = 256, seed: int = 0):
@@ -78,25 +79,35 @@ def bench_selection(sizes: list[int]) -> None:
         if n <= 10000:
             te, mbe, choice_e, _ = run_isolated(n, "exhaustive")
             print(f"{n:>8}{'exhaustive':>12}{te:>10.2f}{mbe:>10.0f}{'-':>14}")
-            print(f"{'':>8}top-k / exhaustive: time {t / te:.3f}, memory {mb / max(mbe, 1):.3f}; "
-                  f"same choices: {choice == choice_e}")
+            print(
+                f"{'':>8}top-k / exhaustive: time {t / te:.3f}, memory {mb / max(mbe, 1):.3f}; "
+                f"same choices: {choice == choice_e}"
+            )
 
 
 def bench_stage(times: int = 8) -> None:
     import torch
 
     from sharflow.audio import load_segment, resolve_audio_path
-    from sharflow.context import PartSettings, merge_context, plan_context, run_context_part
+    from sharflow.context import PartSettings
+    from sharflow.layout import DatasetFiles
     from sharflow.prepare import prepare_dataset
     from sharflow.speaker_embedders import load_embedder
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         manifest, root = repeated_demo(tmp, times)
-        prep = tmp / "prep"
-        prepare_dataset(str(manifest), str(prep / "p.jsonl"), str(prep / "rej"), str(prep / "s.json"),
-                        dataset="demo", audio_root=str(root), workers=1)
-        records = [json.loads(x) for x in (prep / "p.jsonl").read_text().splitlines()]
+        base = DatasetFiles(str(tmp / "base"))
+        prepare_dataset(
+            str(manifest),
+            prepared=base.prepared,
+            rejected_dir=base.prepare_rejected,
+            stats=base.prepare_stats,
+            dataset="demo",
+            audio_root=str(root),
+            workers=1,
+        )
+        records = [json.loads(x) for x in Path(base.prepared).read_text().splitlines()]
         n, audio = len(records), sum(r["duration"] for r in records)
 
         torch.set_num_threads(1)
@@ -108,32 +119,37 @@ def bench_stage(times: int = 8) -> None:
             by_speaker.setdefault(r["speaker"], []).append(r)
         for group in by_speaker.values():
             for i in range(0, len(group), settings.embed_batch):
-                waves = [load_segment(resolve_audio_path(str(root), r["audio_filepath"])[0], r["offset"],
-                                      r["duration"], 16000) for r in group[i:i + settings.embed_batch]]
+                waves = [
+                    load_segment(
+                        resolve_audio_path(str(root), r["audio_filepath"])[0],
+                        r["offset"],
+                        r["duration"],
+                        16000,
+                    )
+                    for r in group[i : i + settings.embed_batch]
+                ]
                 embedder.embed(waves)
         floor = time.perf_counter() - t
 
         results = {}
         for workers in (1, 2):
-            out = tmp / f"ctx{workers}"
+            files = DatasetFiles(str(tmp / f"ctx{workers}"))
+            shutil.copytree(Path(base.prepared).parent, Path(files.prepared).parent)
             t = time.perf_counter()
-            plan_context(str(prep / "p.jsonl"), str(out / "plan.json"), parts=1, grouping={"preset": "speaker"},
-                         cost_per_audio_second=1e6)
-            paths = [str(out / f"part.{s}") for s in ("jsonl", "rej.jsonl", "stats.json")]
-            run_context_part(str(prep / "p.jsonl"), str(out / "plan.json"), 0, *paths, settings=settings,
-                             device="cpu", workers=workers)
-            merge_context([paths[0]], [paths[1]], [paths[2]], str(prep / "s.json"), str(out / "w.jsonl"),
-                          str(out / "rej"), str(out / "s.json"), dataset="demo")
-            results[workers] = (time.perf_counter() - t, (out / "w.jsonl").read_bytes())
+            context_stage(files, audio_root=root, workers=workers)
+            results[workers] = (time.perf_counter() - t, Path(files.with_context).read_bytes())
 
     print(f"\n2. context stage on the demo corpus x{times}: {n} utterances, {audio:.0f} s of audio")
     print(f"{'run':<44}{'seconds':>9}{'utt/s':>9}{'audio s/s':>11}")
     rows = [("floor: decode + embed, 1 process", floor)] + [
-        (f"stage (plan+part+merge), {w} worker(s)", results[w][0]) for w in (1, 2)]
+        (f"stage (plan+part+merge), {w} worker(s)", results[w][0]) for w in (1, 2)
+    ]
     for name, s in rows:
         print(f"{name:<44}{s:>9.2f}{n / s:>9.1f}{audio / s:>11.0f}")
-    print(f"1 worker / floor speed: {floor / results[1][0]:.2f};  2 workers / 1 worker: "
-          f"{results[1][0] / results[2][0]:.2f}x;  outputs identical: {results[1][1] == results[2][1]}")
+    print(
+        f"1 worker / floor speed: {floor / results[1][0]:.2f};  2 workers / 1 worker: "
+        f"{results[1][0] / results[2][0]:.2f}x;  outputs identical: {results[1][1] == results[2][1]}"
+    )
 
 
 def bench_balance() -> None:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import yaml
 
+from sharflow.layout import dataset_files
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -39,13 +41,28 @@ def config(work: Path) -> dict:
 
 def snakemake(work: Path, *args: str) -> tuple[float, float, subprocess.CompletedProcess]:
     """(seconds, peak RSS in MB of the snakemake process, result): one process per call."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(work),
-           "--configfile", str(work / "config.yaml"), "--profile", str(REPO / "profiles" / "local"), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(work),
+        "--configfile",
+        str(work / "config.yaml"),
+        "--profile",
+        str(REPO / "profiles" / "local"),
+        *args,
+    ]
     # a fresh child per call, so RUSAGE_CHILDREN's max RSS is this call's (it only grows otherwise)
-    wrapper = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
-               "p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
-               "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, p.returncode); "
-               "sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])")
+    wrapper = (
+        "import resource, subprocess, sys, time; t = time.perf_counter(); "
+        "p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / "
+        "1024, p.returncode); "
+        "sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])"
+    )
     proc = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True)
     seconds, rss, rc = proc.stdout.split()
     if int(rc) != 0:
@@ -63,17 +80,26 @@ def main() -> None:
         floor_s, floor_mb, _ = snakemake(work, "-n")
         print(f"floor: dry run before the plan exists: {floor_s:.1f} s, {floor_mb:.0f} MB")
         t0 = time.perf_counter()
-        snakemake(work, "results/demo/shard_plan.json")
+        snakemake(work, dataset_files("demo").shard_plan)
         print(f"(prepare + context + shar_plan of the demo for real: {time.perf_counter() - t0:.0f} s)")
-        plan_path = work / "results" / "demo" / "shard_plan.json"
+        plan_path = work / dataset_files("demo").shard_plan
         plan = json.loads(plan_path.read_text())
-        plan.update(num_shards=args.shards, shards=[{"index": i, "records": 1, "seconds": 1.0} for i in range(args.shards)])
+        plan.update(
+            num_shards=args.shards,
+            shards=[{"index": i, "records": 1, "seconds": 1.0} for i in range(args.shards)],
+        )
         plan_path.write_text(json.dumps(plan))
 
         dry_s, dry_mb, proc = snakemake(work, "-n")
-        jobs = proc.stderr.split("Job stats:")[1].split("total")[1].split()[0] if "Job stats:" in proc.stderr else "?"
-        print(f"dry run, {args.shards} shards x 2 codecs ({jobs} jobs): {dry_s:.1f} s, {dry_mb:.0f} MB "
-              f"= {dry_s / floor_s:.1f}x the floor's time (target < 60 s, < 2 GB)")
+        jobs = (
+            proc.stderr.split("Job stats:")[1].split("total")[1].split()[0]
+            if "Job stats:" in proc.stderr
+            else "?"
+        )
+        print(
+            f"dry run, {args.shards} shards x 2 codecs ({jobs} jobs): {dry_s:.1f} s, {dry_mb:.0f} MB "
+            f"= {dry_s / floor_s:.1f}x the floor's time (target < 60 s, < 2 GB)"
+        )
         graph_s, graph_mb, _ = snakemake(work, "--rulegraph")
         print(f"--rulegraph: {graph_s:.1f} s, {graph_mb:.0f} MB")
         print(f"per planned shard: {(dry_s - floor_s) / args.shards * 1000:.2f} ms")

@@ -53,15 +53,34 @@ def main() -> None:
         cfg["codecs"] = {}
         (work / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         targets = [f"results/{name}/shar_stats.json" for name in cfg["datasets"]]
-        cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(work), "--configfile",
-               str(work / "config.yaml"), "--profile", str(REPO / "profiles" / "local"), "--cores", "2", *targets]
+        cmd = [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(work),
+            "--configfile",
+            str(work / "config.yaml"),
+            "--profile",
+            str(REPO / "profiles" / "local"),
+            "--cores",
+            "2",
+            *targets,
+        ]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(proc.stderr[-4000:])
         small, large = (peak_rss(work, name) for name in cfg["datasets"])
-        records = {name: json.loads((work / "results" / name / "shar_stats.json").read_text())["cuts"]
-                   for name in cfg["datasets"]}
-        print(f"peak RSS per job (MB), {records['x1']} vs {records[f'x{args.copies}']} cuts; ratio should stay near 1")
+        records = {
+            name: json.loads((work / "results" / name / "shar_stats.json").read_text())["cuts"]
+            for name in cfg["datasets"]
+        }
+        print(
+            f"peak RSS per job (MB), {records['x1']} vs {records[f'x{args.copies}']} cuts; ratio "
+            "should stay near 1"
+        )
         print(f"{'rule':<15}{'1x':>10}{f'{args.copies}x':>10}{'ratio':>8}")
         for rule in RULES:
             if rule in small and rule in large:

@@ -48,7 +48,12 @@ def make_corpus(tmp: Path, n_records: int, n_files: int) -> tuple[Path, Path]:
                 path, length = lengths[rng.randrange(n_files)]
                 dur = round(rng.uniform(0.5, min(3.0, length)), 3)
                 off = round(rng.uniform(0, length - dur), 3)
-            rec = {"audio_filepath": path, "duration": dur, "text": f"utterance number {j}", "speaker": f"spk{j % 97}"}
+            rec = {
+                "audio_filepath": path,
+                "duration": dur,
+                "text": f"utterance number {j}",
+                "speaker": f"spk{j % 97}",
+            }
             if off is not None:
                 rec["offset"] = off
             if j % 33 == 0:
@@ -72,8 +77,15 @@ def floor(manifest: Path, root: Path) -> float:
 def stage(tmp: Path, manifest: Path, root: Path, workers: int) -> tuple[float, Path]:
     out = tmp / f"out{workers}"
     t = time.perf_counter()
-    prepare_dataset(str(manifest), str(out / "prepared.jsonl"), str(out / "rejected"), str(out / "stats.json"),
-                    dataset="bench", audio_root=str(root), workers=workers)
+    prepare_dataset(
+        str(manifest),
+        prepared=str(out / "prepared.jsonl"),
+        rejected_dir=str(out / "rejected"),
+        stats=str(out / "stats.json"),
+        dataset="bench",
+        audio_root=str(root),
+        workers=workers,
+    )
     return time.perf_counter() - t, out
 
 
@@ -88,7 +100,11 @@ def scenario(title: str, n_records: int, n_files: int) -> bool:
         same = (out1 / "prepared.jsonl").read_bytes() == (out2 / "prepared.jsonl").read_bytes()
     print(f"\n{title}: {n_records} records over {n_files} audio files")
     print(f"{'run':<34}{'seconds':>9}{'records/s':>12}")
-    for name, t in [("floor (json + headers, serial)", t_floor), ("prepare, 1 worker", t1), ("prepare, 2 workers", t2)]:
+    for name, t in [
+        ("floor (json + headers, serial)", t_floor),
+        ("prepare, 1 worker", t1),
+        ("prepare, 2 workers", t2),
+    ]:
         print(f"{name:<34}{t:>9.2f}{n_records / t:>12.0f}")
     print(f"1 worker / floor speed:   {t_floor / t1:.2f}")
     print(f"2 workers / 1 worker:     {t1 / t2:.2f}x")
@@ -104,7 +120,9 @@ def main() -> None:
     args = parser.parse_args()
     same = scenario("one file per utterance", args.records, args.records)
     same &= scenario("segments of long files", args.records, args.long_files)
-    print(f"\npeak RSS of the main process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    print(
+        f"\npeak RSS of the main process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB"
+    )
     if not same:
         raise SystemExit(1)
 

@@ -19,14 +19,12 @@ import time
 from pathlib import Path
 
 import soundfile as sf
-from sharflow.shar_audio import compute_num_samples
-
 from _corpus import repeated_with_context
-from sharflow.shar_audio import EncodeSettings
+
+from sharflow.shar_audio import EncodeSettings, compute_num_samples
 
 # sharflow.shar and sharflow.context (lhotse, torch) are imported inside the functions: spawned
 # workers re-run this file's top level, and a real shard job's adapter keeps them light the same way.
-
 
 
 def floor(records: list[dict], root: Path, context: bool = True) -> float:
@@ -45,16 +43,25 @@ def floor(records: list[dict], root: Path, context: bool = True) -> float:
 
 
 def stage(tmp: Path, with_context: Path, root: Path, shard_size: int, workers: int) -> float:
-    from sharflow.shar import plan_shards, write_shard
+    from sharflow.layout import DatasetFiles
+    from sharflow.shar import write_shard
+    from sharflow.shar_plan import plan_shards
 
-    out = tmp / f"shar{workers}"
+    files = DatasetFiles(str(tmp / f"shar{workers}"))
     t = time.perf_counter()
-    plan = plan_shards(str(with_context), str(out / "plan.json"), str(out / "index.npy"), shard_size=shard_size, seed=0)
+    plan = plan_shards(
+        str(with_context), plan=files.shard_plan, index=files.shar_index, shard_size=shard_size, seed=0
+    )
     for s in range(plan["num_shards"]):
-        names = [f"shar/cuts/cuts.{s:06d}.jsonl.gz", f"shar/target_audio/recording.{s:06d}.tar",
-                 f"shar/context_audio/recording.{s:06d}.tar", f"jobs/{s}.stats.json", f"jobs/{s}.rej.jsonl"]
-        write_shard(str(with_context), str(out / "index.npy"), str(out / "plan.json"), s,
-                    *(str(out / n) for n in names), settings=EncodeSettings(audio_root=str(root)), workers=workers)
+        write_shard(
+            s,
+            with_context=str(with_context),
+            index=files.shar_index,
+            plan=files.shard_plan,
+            out=files.shard(s),
+            settings=EncodeSettings(audio_root=str(root)),
+            workers=workers,
+        )
     return time.perf_counter() - t
 
 
@@ -86,10 +93,15 @@ def main() -> None:
         t_floor_target = floor(records, root, context=False)
         t1 = stage(tmp, with_context, root, args.shard_size, 1)
         t2 = stage(tmp, with_context, root, args.shard_size, 2)
-        same = all((tmp / "shar1" / p.relative_to(tmp / "shar2")).read_bytes() == p.read_bytes()
-                   for p in (tmp / "shar2" / "shar").rglob("*.*"))
+        same = all(
+            (tmp / "shar1" / p.relative_to(tmp / "shar2")).read_bytes() == p.read_bytes()
+            for p in (tmp / "shar2" / "shar").rglob("*.*")
+        )
         t_lhotse = lhotse_to_shar(tmp, records, root, args.shard_size)
-    print(f"shar benchmark: {len(records)} utterances, {target:.0f} s target + {audio - target:.0f} s context audio")
+    print(
+        f"shar benchmark: {len(records)} utterances, {target:.0f} s target + {audio - target:.0f} s "
+        "context audio"
+    )
     print(f"{'run':<46}{'seconds':>9}{'audio s/s':>11}{'per core':>10}")
     for name, t, secs, cores in [
         ("floor: decode spans + FLAC encode, 1 process", t_floor, audio, 1),

@@ -16,11 +16,16 @@ from pathlib import Path
 
 import numpy as np
 
+from sharflow.layout import DatasetFiles
+
 
 def codes_of(tar_path: Path) -> dict[str, np.ndarray]:
     with tarfile.open(tar_path) as tar:
-        return {m.name[:-4]: np.load(io.BytesIO(tar.extractfile(m).read())) for m in tar.getmembers()
-                if m.name.endswith(".npy")}
+        return {
+            m.name[:-4]: np.load(io.BytesIO(tar.extractfile(m).read()))
+            for m in tar.getmembers()
+            if m.name.endswith(".npy")
+        }
 
 
 def context_choices(path: Path) -> dict[tuple, tuple]:
@@ -29,8 +34,11 @@ def context_choices(path: Path) -> dict[tuple, tuple]:
     with open(path, encoding="utf-8") as f:
         for line in f:
             r = json.loads(line)
-            choices[(r["audio_filepath"], r["offset"])] = (r["context_audio_filepath"], r["context_audio_offset"],
-                                                           r["context_speaker_similarity"])
+            choices[(r["audio_filepath"], r["offset"])] = (
+                r["context_audio_filepath"],
+                r["context_audio_offset"],
+                r["context_speaker_similarity"],
+            )
     return choices
 
 
@@ -42,12 +50,19 @@ def main() -> None:
     args = parser.parse_args()
     a, b = args.a / args.dataset, args.b / args.dataset
 
-    same = ["prepare/prepared.jsonl", "context/with_context.jsonl", "shard_plan.json"]
-    same += sorted(str(p.relative_to(a)) for f in ("cuts", "target_audio", "context_audio")
-                   for p in (a / "shar" / f).iterdir())
+    here = DatasetFiles(".")
+    same = [here.prepared, here.with_context, here.shard_plan]
+    same += sorted(
+        str(p.relative_to(a))
+        for f in ("cuts", "target_audio", "context_audio")
+        for p in (a / "shar" / f).iterdir()
+    )
     for name in same:
         print(f"{'equal' if (a / name).read_bytes() == (b / name).read_bytes() else 'DIFFERENT':<10} {name}")
-    ca, cb = context_choices(a / "context" / "with_context.jsonl"), context_choices(b / "context" / "with_context.jsonl")
+    ca, cb = (
+        context_choices(a / "context" / "with_context.jsonl"),
+        context_choices(b / "context" / "with_context.jsonl"),
+    )
     agree = sum(ca[k][:2] == cb[k][:2] for k in ca)
     gap = max(abs(ca[k][2] - cb[k][2]) for k in ca)
     print(f"context choices equal: {agree} of {len(ca)}; largest similarity difference {gap:.2e}")
@@ -64,8 +79,10 @@ def main() -> None:
                     equal += int((codes == other).sum())
                     arrays += 1
                     equal_arrays += bool(np.array_equal(codes, other))
-        print(f"{codec_dir.name}: {equal / frames:.5f} of {frames} codes equal; {equal_arrays} of {arrays} "
-              "utterances bit-identical")
+        print(
+            f"{codec_dir.name}: {equal / frames:.5f} of {frames} codes equal; {equal_arrays} of {arrays} "
+            "utterances bit-identical"
+        )
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@ rule build_random_codec:
     input:
         config=get_random_codec_config,
     output:
-        model="results/models/{codec}.nemo",
+        model=layout.codec_model("{codec}"),
     log:
         "logs/build_random_codec/{codec}.log",
     resources:
@@ -15,7 +15,7 @@ rule codec_model:
     input:
         model=get_codec_model_file,
     output:
-        spec="results/models/{codec}.json",
+        spec=layout.codec_spec("{codec}"),
     log:
         "logs/codec_model/{codec}.log",
     params:
@@ -28,13 +28,11 @@ rule codec_model:
 
 rule codes_shard:
     input:
-        target="results/{dataset}/shar/target_audio/recording.{shard}.tar",
-        context="results/{dataset}/shar/context_audio/recording.{shard}.tar",
-        codec="results/models/{codec}.json",
+        target=DS.shard("{shard}").target,
+        context=DS.shard("{shard}").context,
+        codec=layout.codec_spec("{codec}"),
     output:
-        target="results/{dataset}/shar/codes_{codec}/target_codes/codes.{shard}.tar",
-        context="results/{dataset}/shar/codes_{codec}/context_codes/codes.{shard}.tar",
-        stats="results/{dataset}/codes_jobs/{codec}/shard-{shard}.stats.json",
+        **DS.codes("{codec}", "{shard}").named(),
     log:
         "logs/codes_shard/{dataset}/{codec}/{shard}.log",
     benchmark:
@@ -52,9 +50,9 @@ rule codes_shard:
 
 rule codes_merge:
     input:
-        stats=get_shard_files("results/{dataset}/codes_jobs/{codec}/shard-{shard}.stats.json"),
+        stats=get_codes_job_stats,
     output:
-        stats="results/{dataset}/codes_stats/{codec}.json",
+        stats=DS.codes_stats("{codec}"),
     log:
         "logs/codes_merge/{dataset}/{codec}.log",
     resources:

@@ -1,12 +1,13 @@
 import functools
-import json
 import os
 import re
 from pathlib import Path
 
+from sharflow import layout
 from sharflow.config import validate_config
 from sharflow.errors import SharflowError
 from sharflow.parallel import resolve_workers
+from sharflow.ranks import host_shows_gpu
 
 try:
     validate_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
@@ -14,27 +15,27 @@ except SharflowError as e:
     raise WorkflowError(str(e)) from None
 
 DATASETS = sorted(config["datasets"])
+CODECS = sorted(config["codecs"])
+# Every path comes from sharflow.layout; DS gives a dataset's files as patterns of {dataset}.
+DS = layout.dataset_files("{dataset}")
 
 
 wildcard_constraints:
     dataset="|".join(re.escape(d) for d in DATASETS),
     part=r"\d{4}",
     shard=r"\d{6}",
-    codec="|".join(re.escape(c) for c in sorted(config["codecs"])) or "(?!)",
+    codec="|".join(re.escape(c) for c in CODECS) or "(?!)",
 
 
 def get_final_outputs():
     """Every file the default target builds, for every dataset (and codec)."""
-    return expand(
-        [
-            "results/{dataset}/prepare/stats.json",
-            "results/{dataset}/context/stats.json",
-            "results/{dataset}/shar_stats.json",
-        ],
-        dataset=DATASETS,
-    ) + expand("results/{dataset}/codes_stats/{codec}.json", dataset=DATASETS, codec=sorted(config["codecs"])) + expand(
-        ["results/{dataset}/buckets.yaml", "results/{dataset}/verify.json"], dataset=DATASETS
-    ) + ["results/input_cfg.yaml", "results/report/summary.html"]
+    files = [layout.dataset_files(ds) for ds in DATASETS]
+    return (
+        [path for f in files for path in (f.prepare_stats, f.context_stats, f.shar_stats)]
+        + [f.codes_stats(codec) for f in files for codec in CODECS]
+        + [path for f in files for path in (f.buckets, f.verify)]
+        + [layout.INPUT_CFG, f"{layout.REPORT_DIR}/summary.html"]
+    )
 
 
 def get_manifest(wildcards):
@@ -71,8 +72,17 @@ def get_grouping(wildcards):
 def get_context_part_settings(wildcards):
     """Fields of sharflow.context.PartSettings for the dataset."""
     ctx = config["context"]
-    keys = ["embedder", "embedder_options", "min_similarity", "min_context_duration",
-            "max_context_duration", "top_k", "block_rows", "embed_batch", "save_embeddings"]
+    keys = [
+        "embedder",
+        "embedder_options",
+        "min_similarity",
+        "min_context_duration",
+        "max_context_duration",
+        "top_k",
+        "block_rows",
+        "embed_batch",
+        "save_embeddings",
+    ]
     return {"audio_root": config["datasets"][wildcards.dataset]["audio_root"], **{k: ctx[k] for k in keys}}
 
 
@@ -80,27 +90,34 @@ def get_context_threads(wildcards):
     return min(resolve_workers(config["context"]["workers"]), workflow.cores)
 
 
-def get_context_gpus(wildcards):
-    """One GPU per context job unless the config pins the stage to the CPU."""
-    return 0 if config["context"]["device"] == "cpu" else 1
+HOST_SHOWS_GPU = host_shows_gpu()
+
+
+def gpu_request(gpus):
+    """A GPU rule's `gpu` resource: `gpus`, or 0 for a local run on a machine that shows no GPU.
+
+    Locally, `gpu` only caps how many GPU jobs run at once (profiles/local); with no GPU the jobs
+    run CPU ranks on their threads, and the cap would leave the other cores idle. A cluster
+    executor keeps the request whatever the submitting host has: the job's node has the GPUs.
+    """
+
+    def resource(wildcards):
+        return gpus if workflow.non_local_exec or HOST_SHOWS_GPU else 0
+
+    return resource
 
 
 def get_embedding_outputs():
     """Extra outputs of context_part when context.save_embeddings is on."""
-    if not config["context"]["save_embeddings"]:
-        return {}
-    prefix = "results/{dataset}/context/parts/part-{part}"
-    return {"embeddings": f"{prefix}.embeddings.npy", "embedding_ids": f"{prefix}.embedding_ids.jsonl"}
+    return DS.context_embeddings("{part}") if config["context"]["save_embeddings"] else {}
 
 
-def get_context_parts(suffix):
-    """Input function: the files of every context part of a dataset, ending in `suffix`."""
+def get_context_parts(kind):
+    """Input function: file `kind` (records, rejected, stats) of every context part of a dataset."""
 
     def parts(wildcards):
-        return [
-            f"results/{wildcards.dataset}/context/parts/part-{p:04d}.{suffix}"
-            for p in range(config["context"]["parts"])
-        ]
+        files = layout.dataset_files(wildcards.dataset)
+        return [getattr(files.context_part(p), kind) for p in range(config["context"]["parts"])]
 
     return parts
 
@@ -116,10 +133,12 @@ def get_encode_settings(wildcards):
 
 # Per-shard rules take static values where they can: a callable costs Snakemake ~0.5 ms per job,
 # which adds up with tens of thousands of shard jobs (benchmarks/bench_dag.py). Snakemake caps a
-# job's threads at --cores; the Slurm profile sets them per rule.
+# job's threads at --cores; the Slurm profile sets them per rule. The `gpu` resource is the one
+# callable: whether a job holds the local GPU cap depends on the executor, known once the run starts.
 SHAR_THREADS = resolve_workers(config["shar"]["workers"])
 CODES_THREADS = resolve_workers(config["codes"]["workers"])
-CODES_GPUS = 0 if config["codes"]["device"] == "cpu" else config["codes"]["gpus_per_job"]
+CODES_GPUS = gpu_request(0 if config["codes"]["device"] == "cpu" else config["codes"]["gpus_per_job"])
+CONTEXT_GPUS = gpu_request(0 if config["context"]["device"] == "cpu" else 1)
 
 
 def get_verify_threads(wildcards):
@@ -128,8 +147,7 @@ def get_verify_threads(wildcards):
 
 @functools.lru_cache(maxsize=None)
 def _num_shards(plan_path, mtime):
-    with open(plan_path) as f:
-        return json.load(f)["num_shards"]
+    return layout.planned_shards(plan_path)
 
 
 def num_shards(dataset):
@@ -138,14 +156,16 @@ def num_shards(dataset):
     return _num_shards(plan, os.path.getmtime(plan))
 
 
-def get_shard_files(pattern):
-    """Input function: `pattern`, with the job's wildcards, for every shard index of the dataset."""
+def get_shar_job_stats(wildcards):
+    """Input function: the stats file of every shar_shard job of the dataset."""
+    files = layout.dataset_files(wildcards.dataset)
+    return [files.shard(s).stats for s in range(num_shards(wildcards.dataset))]
 
-    def files(wildcards):
-        values = dict(wildcards.items())
-        return [pattern.format(**values, shard=f"{s:06d}") for s in range(num_shards(wildcards.dataset))]
 
-    return files
+def get_codes_job_stats(wildcards):
+    """Input function: the stats file of every codes_shard job of the dataset and codec."""
+    files = layout.dataset_files(wildcards.dataset)
+    return [files.codes(wildcards.codec, s).stats for s in range(num_shards(wildcards.dataset))]
 
 
 def get_random_codec_config(wildcards):
@@ -159,7 +179,7 @@ def _codec_model_path(codec):
     """Where the codec's model is, and whether the workflow builds it."""
     spec = config["codecs"][codec]
     if spec["random_from_config"]:
-        return f"results/models/{codec}.nemo", True
+        return layout.codec_model(codec), True
     return spec["model"], False
 
 
@@ -173,7 +193,12 @@ def get_codec_spec(wildcards):
     """Fields of sharflow.codes.CodecSpec."""
     spec = config["codecs"][wildcards.codec]
     path, _ = _codec_model_path(wildcards.codec)
-    return {"name": wildcards.codec, "backend": spec["backend"], "model": path, "precision": spec["precision"]}
+    return {
+        "name": wildcards.codec,
+        "backend": spec["backend"],
+        "model": path,
+        "precision": spec["precision"],
+    }
 
 
 def get_training_codec():
@@ -183,37 +208,38 @@ def get_training_codec():
 
 def get_training_codes_stats(wildcards):
     codec = get_training_codec()
-    return expand("results/{dataset}/codes_stats/{codec}.json", dataset=DATASETS, codec=[codec] if codec else [])
+    return [layout.dataset_files(ds).codes_stats(codec) for ds in DATASETS] if codec else []
 
 
 def get_codes_stats(wildcards):
     """{codec: codes stats file} of the dataset."""
-    return {codec: f"results/{wildcards.dataset}/codes_stats/{codec}.json" for codec in sorted(config["codecs"])}
+    return {codec: layout.dataset_files(wildcards.dataset).codes_stats(codec) for codec in CODECS}
 
 
 def get_report_datasets(wildcards):
     """Arguments of sharflow.report.write_report: every stats file of every dataset."""
-    return {
-        ds: {
-            "prepare": f"results/{ds}/prepare/stats.json",
-            "context": f"results/{ds}/context/stats.json",
-            "shar": f"results/{ds}/shar_stats.json",
-            "codes": {codec: f"results/{ds}/codes_stats/{codec}.json" for codec in sorted(config["codecs"])},
-            "buckets": f"results/{ds}/buckets.yaml",
-            "verify": f"results/{ds}/verify.json",
-            "plan": f"results/{ds}/shard_plan.json",
-            "shar_dir": f"results/{ds}/shar",
+    out = {}
+    for ds in DATASETS:
+        files = layout.dataset_files(ds)
+        out[ds] = {
+            "prepare": files.prepare_stats,
+            "context": files.context_stats,
+            "shar": files.shar_stats,
+            "codes": {codec: files.codes_stats(codec) for codec in CODECS},
+            "buckets": files.buckets,
+            "verify": files.verify,
+            "plan": files.shard_plan,
+            "shar_dir": files.shar_dir,
         }
-        for ds in DATASETS
-    }
+    return out
 
 
 def get_report_inputs(wildcards):
-    """The files of get_report_datasets, as named inputs."""
-    datasets = get_report_datasets(wildcards).values()
-    names = ("prepare", "context", "shar", "buckets", "verify", "plan")
-    inputs = {name: [d[name] for d in datasets] for name in names}
-    inputs["codes"] = [path for d in datasets for path in d["codes"].values()]
+    """Every file of get_report_datasets (the shar folder aside: the report reads it by the plan)."""
+    inputs = []
+    for files in get_report_datasets(wildcards).values():
+        inputs += [path for key, path in files.items() if key not in ("codes", "shar_dir")]
+        inputs += files["codes"].values()
     return inputs
 
 
@@ -221,8 +247,8 @@ def get_training_datasets(wildcards):
     """Arguments of sharflow.training.write_input_cfg for every dataset."""
     return {
         ds: {
-            "shar_dir": f"results/{ds}/shar",
-            "plan": f"results/{ds}/shard_plan.json",
+            "shar_dir": layout.dataset_files(ds).shar_dir,
+            "plan": layout.dataset_files(ds).shard_plan,
             "weight": config["datasets"][ds]["weight"],
             "tags": config["datasets"][ds]["tags"],
         }

@@ -1,8 +1,8 @@
 rule context_plan:
     input:
-        prepared="results/{dataset}/prepare/prepared.jsonl",
+        prepared=DS.prepared,
     output:
-        plan="results/{dataset}/context/plan.json",
+        plan=DS.context_plan,
     log:
         "logs/context_plan/{dataset}.log",
     benchmark:
@@ -19,12 +19,10 @@ rule context_plan:
 
 rule context_part:
     input:
-        prepared="results/{dataset}/prepare/prepared.jsonl",
-        plan="results/{dataset}/context/plan.json",
+        prepared=DS.prepared,
+        plan=DS.context_plan,
     output:
-        records="results/{dataset}/context/parts/part-{part}.jsonl",
-        rejected="results/{dataset}/context/parts/part-{part}.rejected.jsonl",
-        stats="results/{dataset}/context/parts/part-{part}.stats.json",
+        **DS.context_part("{part}").named(),
         **get_embedding_outputs(),
     log:
         "logs/context_part/{dataset}/part-{part}.log",
@@ -35,7 +33,7 @@ rule context_part:
         device=config["context"]["device"],
     threads: get_context_threads
     resources:
-        gpu=get_context_gpus,
+        gpu=CONTEXT_GPUS,
         mem_mb=8000,
     script:
         "../workflow_scripts/context_part.py"
@@ -43,14 +41,14 @@ rule context_part:
 
 rule context_merge:
     input:
-        records=get_context_parts("jsonl"),
-        rejected=get_context_parts("rejected.jsonl"),
-        stats=get_context_parts("stats.json"),
-        prepare_stats="results/{dataset}/prepare/stats.json",
+        records=get_context_parts("records"),
+        rejected=get_context_parts("rejected"),
+        stats=get_context_parts("stats"),
+        prepare_stats=DS.prepare_stats,
     output:
-        with_context="results/{dataset}/context/with_context.jsonl",
-        rejected=directory("results/{dataset}/context/rejected"),
-        stats="results/{dataset}/context/stats.json",
+        with_context=DS.with_context,
+        rejected=directory(DS.context_rejected),
+        stats=DS.context_stats,
     log:
         "logs/context_merge/{dataset}.log",
     benchmark:

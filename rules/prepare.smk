@@ -2,9 +2,9 @@ rule prepare:
     input:
         manifest=get_manifest,
     output:
-        prepared="results/{dataset}/prepare/prepared.jsonl",
-        rejected=directory("results/{dataset}/prepare/rejected"),
-        stats="results/{dataset}/prepare/stats.json",
+        prepared=DS.prepared,
+        rejected=directory(DS.prepare_rejected),
+        stats=DS.prepare_stats,
     log:
         "logs/prepare/{dataset}.log",
     benchmark:

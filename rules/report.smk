@@ -1,14 +1,18 @@
 rule report:
     input:
-        unpack(get_report_inputs),
+        get_report_inputs,
     output:
-        durations=report("results/report/durations.png", caption="report/durations.rst", category="Data"),
-        buckets=report("results/report/buckets.png", caption="report/buckets.rst", category="Data"),
-        similarity=report("results/report/similarity.png", caption="report/similarity.rst", category="Context"),
-        load=report("results/report/load.png", caption="report/load.rst", category="Context"),
-        rejects=report("results/report/rejects.png", caption="report/rejects.rst", category="Records"),
-        summary=report("results/report/summary.html", caption="report/summary.rst", category="Records"),
-        summary_tsv="results/report/summary.tsv",
+        durations=report(
+            f"{layout.REPORT_DIR}/durations.png", caption="report/durations.rst", category="Data"
+        ),
+        buckets=report(f"{layout.REPORT_DIR}/buckets.png", caption="report/buckets.rst", category="Data"),
+        similarity=report(
+            f"{layout.REPORT_DIR}/similarity.png", caption="report/similarity.rst", category="Context"
+        ),
+        load=report(f"{layout.REPORT_DIR}/load.png", caption="report/load.rst", category="Context"),
+        rejects=report(f"{layout.REPORT_DIR}/rejects.png", caption="report/rejects.rst", category="Records"),
+        summary=report(f"{layout.REPORT_DIR}/summary.html", caption="report/summary.rst", category="Records"),
+        summary_tsv=f"{layout.REPORT_DIR}/summary.tsv",
     log:
         "logs/report/report.log",
     params:

@@ -1,9 +1,9 @@
 checkpoint shar_plan:
     input:
-        with_context="results/{dataset}/context/with_context.jsonl",
+        with_context=DS.with_context,
     output:
-        plan="results/{dataset}/shard_plan.json",
-        index="results/{dataset}/shar_index.npy",
+        plan=DS.shard_plan,
+        index=DS.shar_index,
     log:
         "logs/shar_plan/{dataset}.log",
     benchmark:
@@ -19,15 +19,11 @@ checkpoint shar_plan:
 
 rule shar_shard:
     input:
-        with_context="results/{dataset}/context/with_context.jsonl",
-        plan="results/{dataset}/shard_plan.json",
-        index="results/{dataset}/shar_index.npy",
+        with_context=DS.with_context,
+        plan=DS.shard_plan,
+        index=DS.shar_index,
     output:
-        cuts="results/{dataset}/shar/cuts/cuts.{shard}.jsonl.gz",
-        target="results/{dataset}/shar/target_audio/recording.{shard}.tar",
-        context="results/{dataset}/shar/context_audio/recording.{shard}.tar",
-        stats="results/{dataset}/shar_jobs/shard-{shard}.stats.json",
-        rejected="results/{dataset}/shar_jobs/shard-{shard}.rejected.jsonl",
+        **DS.shard("{shard}").named(),
     log:
         "logs/shar_shard/{dataset}/{shard}.log",
     benchmark:
@@ -43,11 +39,11 @@ rule shar_shard:
 
 rule shar_merge:
     input:
-        stats=get_shard_files("results/{dataset}/shar_jobs/shard-{shard}.stats.json"),
-        context_stats="results/{dataset}/context/stats.json",
+        stats=get_shar_job_stats,
+        context_stats=DS.context_stats,
     output:
-        stats="results/{dataset}/shar_stats.json",
-        rejected=directory("results/{dataset}/shar_rejected"),
+        stats=DS.shar_stats,
+        rejected=directory(DS.shar_rejected),
     log:
         "logs/shar_merge/{dataset}.log",
     benchmark:

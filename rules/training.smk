@@ -1,13 +1,12 @@
 rule buckets:
     input:
-        plan="results/{dataset}/shard_plan.json",
-        shar_stats="results/{dataset}/shar_stats.json",
+        plan=DS.shard_plan,
+        shar_stats=DS.shar_stats,
     output:
-        buckets="results/{dataset}/buckets.yaml",
+        buckets=DS.buckets,
     log:
         "logs/buckets/{dataset}.log",
     params:
-        shar_dir="results/{dataset}/shar",
         num_buckets=config["buckets"]["num_buckets"],
         sub_buckets=config["buckets"]["sub_buckets"],
         z_threshold=config["buckets"]["z_threshold"],
@@ -19,11 +18,11 @@ rule buckets:
 
 rule input_cfg:
     input:
-        shar_stats=expand("results/{dataset}/shar_stats.json", dataset=DATASETS),
+        shar_stats=[layout.dataset_files(ds).shar_stats for ds in DATASETS],
         codes=get_training_codes_stats,
-        plans=expand("results/{dataset}/shard_plan.json", dataset=DATASETS),
+        plans=[layout.dataset_files(ds).shard_plan for ds in DATASETS],
     output:
-        input_cfg="results/input_cfg.yaml",
+        input_cfg=layout.INPUT_CFG,
     log:
         "logs/input_cfg/input_cfg.log",
     params:

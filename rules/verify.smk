@@ -1,14 +1,13 @@
 rule verify:
     input:
         codes_stats=lambda wildcards: list(get_codes_stats(wildcards).values()),
-        plan="results/{dataset}/shard_plan.json",
-        shar_stats="results/{dataset}/shar_stats.json",
+        plan=DS.shard_plan,
+        shar_stats=DS.shar_stats,
     output:
-        verify="results/{dataset}/verify.json",
+        verify=DS.verify,
     log:
         "logs/verify/{dataset}.log",
     params:
-        shar_dir="results/{dataset}/shar",
         codes_stats=get_codes_stats,
     threads: get_verify_threads
     resources:

@@ -1,10 +1,20 @@
-"""Fixtures shared by several test modules: the demo corpus through the stages, a tiny codec."""
+"""Fixtures shared by test modules: the demo corpus through the stages, a tiny codec, workflow runs."""
 
 import pytest
+from test_prepare import dirty_manifest
 
 from sharflow.codecs.nemo import build_random_codec
-from test_prepare import dirty_manifest
-from testkit import REPO, demo_config, prepare_demo, run_codes, run_snakemake, run_stage, system_tool, write_all
+from testkit import (
+    REPO,
+    Background,
+    demo_config,
+    prepare_demo,
+    run_codes,
+    run_snakemake,
+    run_stage,
+    system_tool,
+    write_all,
+)
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +35,9 @@ def demo_shards(with_context, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_nemo_codec(tmp_path_factory):
-    return build_random_codec(REPO / "config" / "models" / "tiny_codec.yaml", tmp_path_factory.mktemp("codec") / "tiny.nemo")
+    return build_random_codec(
+        REPO / "config" / "models" / "tiny_codec.yaml", tmp_path_factory.mktemp("codec") / "tiny.nemo"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -41,13 +53,41 @@ def chromium():
     return system_tool("chromium", ["chromium"])
 
 
-@pytest.fixture(scope="session")
-def two_datasets(tmp_path_factory):
+def run_two_datasets(tmp):
     """One local run of the default target over the demo corpus and a dirty manifest."""
-    tmp = tmp_path_factory.mktemp("wf")
     manifest, root = dirty_manifest(tmp)
     config = demo_config(prepare={"max_rejected_fraction": 0.9})
     config["datasets"]["dirty"] = {"manifest": str(manifest), "audio_root": str(root), "language": "de"}
     work = tmp / "work"
     proc = run_snakemake(work, config)
     return work, proc, manifest
+
+
+@pytest.fixture(scope="session", autouse=True)
+def early_runs(request, tmp_path_factory):
+    """{name: Background} of the long workflow runs the selected tests need, started before the first test.
+
+    The two-dataset run overlaps the unit tests, and the Slurm run (which mostly waits on Slurm's
+    queue) overlaps everything: the suite takes minutes less than running them in turn.
+    """
+    wanted = {name for item in request.session.items for name in getattr(item, "fixturenames", ())}
+    runs = {}
+    if {"two_datasets", "slurm_run"} & wanted:
+        runs["two_datasets"] = Background(run_two_datasets, tmp_path_factory.mktemp("wf"))
+    if "slurm_run" in wanted:
+        from test_slurm import run_on_slurm
+
+        runs["slurm"] = Background(run_on_slurm, tmp_path_factory.mktemp("slurm"))
+    return runs
+
+
+@pytest.fixture(scope="session")
+def two_datasets(early_runs):
+    """(work dir, CompletedProcess, dirty manifest) of run_two_datasets."""
+    return early_runs["two_datasets"].result()
+
+
+@pytest.fixture(scope="session")
+def slurm_run(early_runs):
+    """(work dir, snakemake output, Slurm state dir, real profile) of test_slurm.run_on_slurm."""
+    return early_runs["slurm"].result()

@@ -41,7 +41,7 @@ def brute_force_makespan(costs: list[float], bins: int) -> float:
     best = float("inf")
     for assignment in itertools.product(range(bins), repeat=len(costs)):
         load = [0.0] * bins
-        for cost, b in zip(costs, assignment):
+        for cost, b in zip(costs, assignment, strict=True):
             load[b] += cost
         best = min(best, max(load))
     return best

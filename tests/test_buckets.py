@@ -16,8 +16,9 @@ def test_1d_bins_are_lhotses_and_balance_the_duration():
     bins = duration_bins(d, 12)
     assert bins == [float(x) for x in estimate_duration_buckets(cuts, 12)]
     rounded = d.round(2)
-    lhotse_rounded = estimate_duration_buckets([MonoCut(id=str(i), start=0, duration=float(x), channel=0)
-                                                for i, x in enumerate(rounded)], 12)
+    lhotse_rounded = estimate_duration_buckets(
+        [MonoCut(id=str(i), start=0, duration=float(x), channel=0) for i, x in enumerate(rounded)], 12
+    )
     assert duration_bins(rounded, 12) == [float(x) for x in lhotse_rounded]
     assert all(type(b) is float for b in bins)
     totals = np.array([d[bucket_of(d, bins) == i].sum() for i in range(12)])
@@ -42,7 +43,7 @@ def test_2d_bins_split_each_duration_bucket_by_tokens():
     bins, max_tps = duration_token_bins(d, t, 6, 3)
     assert len(bins) == len(max_tps) == 18
     for b in range(6):
-        group = bins[3 * b:3 * b + 3]
+        group = bins[3 * b : 3 * b + 3]
         assert len({x[0] for x in group}) == 1  # same duration bound
         assert [x[1] for x in group] == sorted(x[1] for x in group)  # increasing token bounds
     assert all(0 < tps < 100 for tps in max_tps)
@@ -61,8 +62,15 @@ def test_demo_bins_drive_lhotses_dynamic_bucketing_sampler(demo_shards, tmp_path
     durations, tokens = read_cut_lengths(cut_files)
     assert len(durations) == 56 and (tokens > 10).all()
     cuts = CutSet.from_shar(fields={"cuts": cut_files})
-    sampler = DynamicBucketingSampler(cuts, max_duration=30.0, duration_bins=result["bucket_duration_bins"],
-                                      num_buckets=6, shuffle=True, seed=0, buffer_size=100)
+    sampler = DynamicBucketingSampler(
+        cuts,
+        max_duration=30.0,
+        duration_bins=result["bucket_duration_bins"],
+        num_buckets=6,
+        shuffle=True,
+        seed=0,
+        buffer_size=100,
+    )
     seen = [c.id for batch in sampler for c in batch]
     assert sorted(seen) == sorted(c.id for c in CutSet.from_shar(fields={"cuts": cut_files}))
 
@@ -86,7 +94,17 @@ def test_a_cut_at_a_boundary_goes_where_lhotses_estimator_counted_it():
     # (lhotse's sampler itself assigns with bisect_left, i.e. to the lower bucket.)
     d = np.array([1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 3.0, 3.0])
     bins = duration_bins(d, 3)
-    assert bins == [float(x) for x in estimate_duration_buckets(
-        [MonoCut(id=str(i), start=0, duration=float(x), channel=0) for i, x in enumerate(d)], 3)] == [2.0, 3.0]
-    probes = np.array([np.nextafter(2.0, 0.0), 2.0, np.nextafter(2.0, 9.0), np.nextafter(3.0, 0.0), 3.0, 99.0])
+    assert (
+        bins
+        == [
+            float(x)
+            for x in estimate_duration_buckets(
+                [MonoCut(id=str(i), start=0, duration=float(x), channel=0) for i, x in enumerate(d)], 3
+            )
+        ]
+        == [2.0, 3.0]
+    )
+    probes = np.array(
+        [np.nextafter(2.0, 0.0), 2.0, np.nextafter(2.0, 9.0), np.nextafter(3.0, 0.0), 3.0, 99.0]
+    )
     assert bucket_of(probes, bins).tolist() == [0, 1, 1, 1, 2, 2]

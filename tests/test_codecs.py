@@ -15,7 +15,9 @@ from testkit import DEMO, REPO, assert_informative_codes
 
 @pytest.fixture(scope="session")
 def tiny_encodec(tmp_path_factory):
-    return build_random_encodec(REPO / "config" / "models" / "tiny_encodec.yaml", tmp_path_factory.mktemp("encodec"))
+    return build_random_encodec(
+        REPO / "config" / "models" / "tiny_encodec.yaml", tmp_path_factory.mktemp("encodec")
+    )
 
 
 def padded_batch(waves, spf):
@@ -40,8 +42,17 @@ def encode_each(codec, waves) -> list[np.ndarray]:
 def speech(codec, lengths) -> list[torch.Tensor]:
     """Demo utterances (4 speakers) at the codec's rate, cut to the given sample counts."""
     records = [json.loads(x) for x in (DEMO / "manifest.json").read_text().splitlines()[::8][:4]]
-    return [torch.from_numpy(load_segment(str(DEMO / "audio" / r["audio_filepath"]), r.get("offset", 0.0),
-                                          r["duration"], codec.sample_rate)[:n].copy()) for r, n in zip(records, lengths)]
+    return [
+        torch.from_numpy(
+            load_segment(
+                str(DEMO / "audio" / r["audio_filepath"]),
+                r.get("offset", 0.0),
+                r["duration"],
+                codec.sample_rate,
+            )[:n].copy()
+        )
+        for r, n in zip(records, lengths, strict=True)
+    ]
 
 
 def check_batch_parity(codec, masks_by_length=True):
@@ -53,12 +64,15 @@ def check_batch_parity(codec, masks_by_length=True):
     lengths = [40 * spf + 1, 40 * spf + 77, 41 * spf - 5, 41 * spf]  # all 41 frames
     waves = speech(codec, lengths)
     alone = encode_each(codec, waves)
-    assert_informative_codes(alone, reversed_arrays=encode_each(codec, [w.flip(0) for w in waves]),
-                             min_distinct=16)
+    assert_informative_codes(
+        alone, reversed_arrays=encode_each(codec, [w.flip(0) for w in waves]), min_distinct=16
+    )
     assert all(a.shape[1] == 41 for a in alone)
     together = encode_together(codec, waves)
-    assert all(np.array_equal(a, b) for a, b in zip(alone, together))
-    if masks_by_length:  # the check can fail: a length one frame short (the mask in the wrong place) changes that item
+    assert all(np.array_equal(a, b) for a, b in zip(alone, together, strict=True))
+    if (
+        masks_by_length
+    ):  # the check can fail: a length one frame short (the mask in the wrong place) changes that item
         wrong = encode_together(codec, waves, lengths=[lengths[0], lengths[1] - spf, *lengths[2:]])
         assert np.array_equal(wrong[0], alone[0]) and not np.array_equal(wrong[1], alone[1][:, :40])
     return waves, alone
@@ -67,7 +81,12 @@ def check_batch_parity(codec, masks_by_length=True):
 def test_nemo_codec_interface_and_exact_batch_parity(tiny_nemo_codec):
     torch.set_num_threads(1)
     codec = load_codec("nemo", str(tiny_nemo_codec))
-    assert (codec.sample_rate, codec.samples_per_frame, codec.num_codebooks, codec.codebook_size) == (22050, 1024, 8, 2016)
+    assert (codec.sample_rate, codec.samples_per_frame, codec.num_codebooks, codec.codebook_size) == (
+        22050,
+        1024,
+        8,
+        2016,
+    )
     waves, alone = check_batch_parity(codec)
     assert all(a.shape[0] == 8 and a.min() >= 0 and a.max() < 2016 for a in alone)
     # why plan_batches never mixes frame counts: the encoder sees a shorter item's padding
@@ -89,7 +108,7 @@ def test_hf_encodec_backend_and_its_batch_parity(tiny_encodec):
 
 
 def test_unloadable_models_are_explained(tmp_path):
-    with pytest.raises(SharflowError, match="local .nemo"):
+    with pytest.raises(SharflowError, match=r"local \.nemo"):
         load_codec("nemo", str(tmp_path / "missing.nemo"))
     with pytest.raises(SharflowError, match="transformers codec"):
         load_codec("hf", str(tmp_path))

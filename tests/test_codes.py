@@ -19,7 +19,7 @@ from sharflow.codecs import load_codec
 from sharflow.codes import Item, padding_efficiency, plan_batches
 from sharflow.errors import SharflowError
 from sharflow.shar_audio import compute_num_samples
-from testkit import assert_informative_codes, codes_in_tars, run_codes
+from testkit import assert_informative_codes, codes_in_tars, magpie_dataset, run_codes
 
 
 def test_batches_hold_one_frame_count_within_budget_and_pad_only_to_whole_frames():
@@ -62,7 +62,10 @@ def test_codes_round_trip_with_shapes_dtype_and_frame_shift(coded, demo_shards):
 
 def test_codes_do_not_depend_on_batching_or_ranks(coded, demo_shards, tiny_nemo_codec, tmp_path):
     out, _ = coded
-    tars = {kind: out / "shar" / "codes_tiny" / kind / "codes.000000.tar" for kind in ("target_codes", "context_codes")}
+    tars = {
+        kind: out / "shar" / "codes_tiny" / kind / "codes.000000.tar"
+        for kind in ("target_codes", "context_codes")
+    }
     stage = codes_in_tars([tars["target_codes"]])
     assert_informative_codes(stage)
     # the reference shares nothing with the stage's batching: each utterance encoded alone
@@ -78,7 +81,9 @@ def test_codes_do_not_depend_on_batching_or_ranks(coded, demo_shards, tiny_nemo_
             assert np.array_equal(stage[i], alone[0, :, : int(n[0])].numpy()), flacs[i].name
     run_codes(demo_shards[0], tmp_path, tiny_nemo_codec, shards=(0,), workers=2)
     for kind, path in tars.items():
-        assert (tmp_path / "shar" / "codes_tiny" / kind / "codes.000000.tar").read_bytes() == path.read_bytes()
+        assert (
+            tmp_path / "shar" / "codes_tiny" / kind / "codes.000000.tar"
+        ).read_bytes() == path.read_bytes()
 
 
 def test_undecodable_audio_fails_naming_shard_and_cut(demo_shards, tiny_nemo_codec, tmp_path):
@@ -102,16 +107,19 @@ def test_undecodable_audio_fails_naming_shard_and_cut(demo_shards, tiny_nemo_cod
 
 
 def test_nemo_dataset_loads_target_and_context_codes(coded, demo_shards):
-    from nemo.collections.tts.data.text_to_speech_dataset_lhotse import MagpieTTSLhotseDataset
-    from omegaconf import OmegaConf
 
     out, _ = coded
-    fields = {f: sorted(glob.glob(str(demo_shards[0] / "shar" / f / "*")))[:2] for f in ("cuts", "target_audio", "context_audio")}
-    fields.update({f: sorted(glob.glob(str(out / "shar" / "codes_tiny" / f / "*"))) for f in ("target_codes", "context_codes")})
-    tokenizers = OmegaConf.create({"english_phoneme": {
-        "_target_": "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.EnglishCharsTokenizer"}})
-    dataset = MagpieTTSLhotseDataset(sample_rate=22050, codec_model_samples_per_frame=1024, num_audio_codebooks=8,
-                                     tokenizer_config=tokenizers, load_16khz_audio=False)
+    fields = {
+        f: sorted(glob.glob(str(demo_shards[0] / "shar" / f / "*")))[:2]
+        for f in ("cuts", "target_audio", "context_audio")
+    }
+    fields.update(
+        {
+            f: sorted(glob.glob(str(out / "shar" / "codes_tiny" / f / "*")))
+            for f in ("target_codes", "context_codes")
+        }
+    )
+    dataset = magpie_dataset(load_16khz_audio=False)
     batch = dataset[CutSet(list(CutSet.from_shar(fields=fields))[:4])]
     assert batch["audio_codes"].shape[:2] == (4, 8) and batch["context_audio_codes"].shape[:2] == (4, 8)
     assert "audio" not in batch
@@ -127,7 +135,7 @@ def test_batch_plans_against_their_rules_on_ties_and_edge_sizes(lengths, budget,
     assert all(len(w) == 1 for w in width)  # one frame count per batch
     flat = [i for b in batches for i in b]
     assert flat == sorted(items, key=lambda i: (i.samples, i.cut, i.kind))  # taken in length order
-    for b, w in zip(batches, width):
+    for b, w in zip(batches, width, strict=True):
         assert len(b) == 1 or len(b) * w.pop() * spf <= budget
     # a batch is cut only where the frame count changes or the next item would not fit
     for b, nxt in itertools.pairwise(batches):

@@ -63,7 +63,7 @@ def test_every_schema_key_has_a_description_and_optional_keys_a_default():
 def test_yaml_errors_name_the_file(tmp_path):
     bad = tmp_path / "c.yaml"
     bad.write_text("datasets: [unclosed\n")
-    with pytest.raises(SharflowError, match="c.yaml"):
+    with pytest.raises(SharflowError, match=r"c\.yaml"):
         load_yaml(bad)
 
 

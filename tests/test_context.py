@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from sharflow.context import PartSettings, run_context_part
+from sharflow.layout import DatasetFiles
 from testkit import DEMO, prepare_demo, read_jsonl, run_stage, write_jsonl
 
 
@@ -14,12 +15,16 @@ from testkit import DEMO, prepare_demo, read_jsonl, run_stage, write_jsonl
 def demo_runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("ctx")
     prep = prepare_demo(tmp)
-    return (tmp, prep, run_stage(tmp, prep, parts=1, workers=1),
-            run_stage(tmp, prep, parts=3, workers=2, save_embeddings=True))
+    return (
+        tmp,
+        prep,
+        run_stage(tmp, prep, parts=1, workers=1),
+        run_stage(tmp, prep, parts=3, workers=2, save_embeddings=True),
+    )
 
 
 def test_every_demo_record_gets_a_same_voice_context(demo_runs):
-    _, prep, (ctx, stats), _ = demo_runs
+    _, _prep, (ctx, stats), _ = demo_runs
     records = read_jsonl(ctx / "with_context.jsonl")
     assert stats["records_in"] == 56 == stats["records_out"] == len(records)
     for r in records:
@@ -54,7 +59,7 @@ def test_bad_audio_singletons_and_threshold_are_rejected_with_reasons(tmp_path):
     victim.write_bytes(bytes(data))
     kal = next(r for r in records if "offset" in r)
     lone = dict(kal, offset=kal["offset"] + 0.01, duration=kal["duration"] - 0.02, speaker="lonely")
-    manifest = write_jsonl(tmp_path / "m.json", records + [lone])
+    manifest = write_jsonl(tmp_path / "m.json", [*records, lone])
     prep = prepare_demo(tmp_path, manifest, root)
     ctx, stats = run_stage(tmp_path, prep, root, parts=2, workers=1, min_similarity=0.97)
     assert stats["records_in"] == 57 == stats["records_out"] + stats["rejected_total"]
@@ -78,8 +83,14 @@ def test_stale_plan_is_reported(demo_runs, tmp_path):
     from sharflow.errors import SharflowError
 
     with pytest.raises(SharflowError, match="rerun the context_plan rule"):
-        run_context_part(str(other), str(ctx / "plan.json"), 0, *(str(tmp_path / f) for f in ("a", "b", "c")),
-                         settings=PartSettings(audio_root=str(DEMO / "audio")), device="cpu")
+        run_context_part(
+            0,
+            prepared=str(other),
+            plan=str(ctx / "plan.json"),
+            out=DatasetFiles(str(tmp_path)).context_part(0),
+            settings=PartSettings(audio_root=str(DEMO / "audio")),
+            device="cpu",
+        )
 
 
 def test_saved_embeddings_match_their_ids(demo_runs):
@@ -91,12 +102,15 @@ def test_saved_embeddings_match_their_ids(demo_runs):
     total = 0
     embedder = load_embedder("ge2e", "cpu")
     for p in range(3):
-        emb = np.load(ctx / "parts" / f"part-{p:04d}.embeddings.npy")
-        ids = read_jsonl(ctx / "parts" / f"part-{p:04d}.embedding_ids.jsonl")
+        saved = DatasetFiles(str(ctx.parent)).context_embeddings(p)
+        emb = np.load(saved["embeddings"])
+        ids = read_jsonl(saved["embedding_ids"])
         assert emb.shape == (len(ids), 256)
         assert [(i["group"], i["line"]) for i in ids] == sorted((i["group"], i["line"]) for i in ids)
         first = ids[0]
-        wave = load_segment(str(DEMO / "audio" / first["audio_filepath"]), first["offset"], first["duration"], 16000)
+        wave = load_segment(
+            str(DEMO / "audio" / first["audio_filepath"]), first["offset"], first["duration"], 16000
+        )
         np.testing.assert_allclose(embedder.embed([wave])[0], emb[0], atol=1e-4)
         total += len(ids)
     assert total == 56

@@ -1,5 +1,6 @@
 """The ge2e backend with the real pretrained weights from the resemblyzer package."""
 
+import itertools
 import json
 
 import numpy as np
@@ -17,8 +18,10 @@ def demo_embeddings():
     torch.set_num_threads(1)
     records = [json.loads(line) for line in (DEMO / "manifest.json").read_text().splitlines()]
     embedder = load_embedder("ge2e", "cpu")
-    waves = [load_segment(str(DEMO / "audio" / r["audio_filepath"]), r.get("offset", 0.0), r["duration"], 16000)
-             for r in records]
+    waves = [
+        load_segment(str(DEMO / "audio" / r["audio_filepath"]), r.get("offset", 0.0), r["duration"], 16000)
+        for r in records
+    ]
     return np.array([r["speaker"] for r in records]), embedder.embed(waves), embedder, waves
 
 
@@ -53,12 +56,14 @@ def test_mel_filterbank_is_librosas():
 
     for sr, n_fft, n_mels in [(16000, 400, 40), (22050, 1024, 80)]:
         ours = slaney_mel_filterbank(sr, n_fft, n_mels)
-        np.testing.assert_allclose(ours, librosa.filters.mel(sr=sr, n_fft=n_fft, n_mels=n_mels), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(
+            ours, librosa.filters.mel(sr=sr, n_fft=n_fft, n_mels=n_mels), rtol=1e-5, atol=1e-7
+        )
 
 
 def test_partial_windows_cover_the_utterance():
     assert partial_starts(8000) == [0]  # shorter than one window: one, zero-padded
     starts = partial_starts(16000 * 5)
-    assert starts[0] == 0 and all(b - a == 77 for a, b in zip(starts, starts[1:]))
+    assert starts[0] == 0 and all(b - a == 77 for a, b in itertools.pairwise(starts))
     last_end = (starts[-1] + PARTIAL_FRAMES) * 160
     assert last_end >= 16000 * 5 * 0.9

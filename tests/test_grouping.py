@@ -19,7 +19,10 @@ def test_libritts_is_speaker_by_chapter():
 
 def test_hifitts_is_speaker_by_book_by_chapter():
     key = group_key_function("hifitts")
-    assert key(rec("audio/92_clean/10425/thousandnights8_04_anonymous_0001.flac")) == "92/10425/thousandnights8_04"
+    assert (
+        key(rec("audio/92_clean/10425/thousandnights8_04_anonymous_0001.flac"))
+        == "92/10425/thousandnights8_04"
+    )
 
 
 def test_hifitts2_drops_the_last_underscore_part():

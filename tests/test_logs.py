@@ -8,17 +8,15 @@ from sharflow.logs import job_log
 
 def test_unexpected_errors_keep_their_traceback_in_the_log(tmp_path):
     log = tmp_path / "job.log"
-    with pytest.raises(ZeroDivisionError):
-        with job_log(str(log)):
-            1 / 0
+    with pytest.raises(ZeroDivisionError), job_log(str(log)):
+        _ = 1 / 0
     assert "Traceback" in log.read_text() and "ZeroDivisionError" in log.read_text()
 
 
 def test_errors_for_people_end_the_job_with_one_message(tmp_path, capfd):
     log = tmp_path / "job.log"
-    with pytest.raises(SystemExit) as e:
-        with job_log(str(log)):
-            raise SharflowError("datasets.x.audio_root 'nowhere' is not a folder")
+    with pytest.raises(SystemExit) as e, job_log(str(log)):
+        raise SharflowError("datasets.x.audio_root 'nowhere' is not a folder")
     assert e.value.code == 1
     assert "Traceback" not in log.read_text() and "audio_root 'nowhere'" in log.read_text()
     assert "sharflow: error: datasets.x.audio_root" in capfd.readouterr().err
@@ -30,5 +28,7 @@ def test_a_finished_job_logs_its_time_and_exact_peak_memory(tmp_path):
         block = bytearray(64 * 1024 * 1024)  # 64 MB touched
         block[::4096] = b"x" * len(block[::4096])
     text = log.read_text()
-    peak = int(re.search(r"job done in [\d.]+ s: peak RSS (\d+) MB, largest worker process \d+ MB", text).group(1))
+    peak = int(
+        re.search(r"job done in [\d.]+ s: peak RSS (\d+) MB, largest worker process \d+ MB", text).group(1)
+    )
     assert peak >= 64

@@ -16,7 +16,11 @@ def root(tmp_path):
 
 
 def check(record, root, **kw):
-    raw = record if isinstance(record, bytes) else (record if isinstance(record, str) else json.dumps(record)).encode()
+    raw = (
+        record
+        if isinstance(record, bytes)
+        else (record if isinstance(record, str) else json.dumps(record)).encode()
+    )
     return check_line(raw, CheckSettings("demo", str(root), **kw))
 
 
@@ -29,8 +33,13 @@ def test_good_record_is_standardized(root):
     assert isinstance(result, Accepted)
     out = json.loads(result.line)
     assert out == {
-        "audio_filepath": "spk/a.wav", "offset": 0.0, "duration": 2.0, "text": "Hello.",
-        "speaker": "| Language:en Dataset:demo Speaker:s1 |", "normalized_text": "hello", "cer": 0.01,
+        "audio_filepath": "spk/a.wav",
+        "offset": 0.0,
+        "duration": 2.0,
+        "text": "Hello.",
+        "speaker": "| Language:en Dataset:demo Speaker:s1 |",
+        "normalized_text": "hello",
+        "cer": 0.01,
         "source_audio": {"sampling_rate": 16000, "num_samples": 32000, "num_channels": 1},
     }
 

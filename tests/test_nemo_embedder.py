@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from sharflow.audio import load_segment
-from sharflow.context import PartSettings, plan_context, run_context_part
+from sharflow.context import PartSettings, run_context_part
+from sharflow.context_plan import plan_context
 from sharflow.errors import SharflowError
+from sharflow.layout import DatasetFiles
 from sharflow.speaker_embedders import load_embedder
 from sharflow.speaker_embedders.nemo import build_random_model
 from testkit import DEMO, REPO, assert_informative_embeddings, prepare_demo
@@ -16,8 +18,10 @@ from testkit import DEMO, REPO, assert_informative_embeddings, prepare_demo
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    return build_random_model(REPO / "config" / "models" / "tiny_speaker.yaml",
-                              tmp_path_factory.mktemp("nemo") / "tiny_speaker.nemo")
+    return build_random_model(
+        REPO / "config" / "models" / "tiny_speaker.yaml",
+        tmp_path_factory.mktemp("nemo") / "tiny_speaker.nemo",
+    )
 
 
 def test_embeddings_shape_norm_and_batch_invariance(tiny_model):
@@ -25,8 +29,10 @@ def test_embeddings_shape_norm_and_batch_invariance(tiny_model):
     embedder = load_embedder("nemo", "cpu", model=str(tiny_model))
     assert (embedder.sample_rate, embedder.dim) == (16000, 64)
     records = [json.loads(x) for x in (DEMO / "manifest.json").read_text().splitlines()[:6]]
-    waves = [load_segment(str(DEMO / "audio" / r["audio_filepath"]), r.get("offset", 0.0), r["duration"], 16000)
-             for r in records]
+    waves = [
+        load_segment(str(DEMO / "audio" / r["audio_filepath"]), r.get("offset", 0.0), r["duration"], 16000)
+        for r in records
+    ]
     batch = embedder.embed(waves)
     assert batch.shape == (6, 64) and batch.dtype == np.float32
     assert_informative_embeddings(batch)
@@ -37,16 +43,31 @@ def test_embeddings_shape_norm_and_batch_invariance(tiny_model):
 
 def test_context_part_runs_with_the_nemo_backend(tiny_model, tmp_path):
     prep = prepare_demo(tmp_path)
-    plan_context(str(prep / "prepared.jsonl"), str(tmp_path / "plan.json"), parts=1,
-                 grouping={"preset": "speaker"}, cost_per_audio_second=1e6)
-    settings = PartSettings(audio_root=str(DEMO / "audio"), embedder="nemo",
-                            embedder_options={"model": str(tiny_model)}, min_similarity=-1.0)
-    stats = run_context_part(str(prep / "prepared.jsonl"), str(tmp_path / "plan.json"), 0,
-                             *(str(tmp_path / f) for f in ("r.jsonl", "x.jsonl", "s.json")),
-                             settings=settings, device="cpu", workers=1)
+    plan_context(
+        str(prep / "prepared.jsonl"),
+        plan=str(tmp_path / "plan.json"),
+        parts=1,
+        grouping={"preset": "speaker"},
+        cost_per_audio_second=1e6,
+    )
+    settings = PartSettings(
+        audio_root=str(DEMO / "audio"),
+        embedder="nemo",
+        embedder_options={"model": str(tiny_model)},
+        min_similarity=-1.0,
+    )
+    stats = run_context_part(
+        0,
+        prepared=str(prep / "prepared.jsonl"),
+        plan=str(tmp_path / "plan.json"),
+        out=DatasetFiles(str(tmp_path)).context_part(0),
+        settings=settings,
+        device="cpu",
+        workers=1,
+    )
     assert stats["records_in"] == 56 == stats["records_out"]
 
 
 def test_unloadable_model_is_explained():
-    with pytest.raises(SharflowError, match="local .nemo file"):
+    with pytest.raises(SharflowError, match=r"local \.nemo file"):
         load_embedder("nemo", "cpu", model="/nonexistent/speaker.nemo")

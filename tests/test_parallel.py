@@ -1,6 +1,8 @@
 from functools import partial
 
-from sharflow.parallel import ordered_map
+import pytest
+
+from sharflow.parallel import ahead, ordered_map
 
 
 def scaled(factor, x):
@@ -28,3 +30,39 @@ def test_stream_is_consumed_lazily():
 
 def test_single_item_runs_in_process():
     assert list(ordered_map(partial(scaled, 2), [5], workers=4)) == [(5, 10)]
+
+
+def test_ahead_keeps_order_and_loads_exactly_one_item_ahead():
+    import threading
+
+    loaded, consumer_at = [], []
+    gate = threading.Event()
+
+    def load(x):
+        loaded.append(x)
+        if x == 1:
+            gate.set()
+        return x * 10
+
+    out = []
+    for item, value in ahead(load, range(4)):
+        if item == 0:
+            assert gate.wait(5)  # item 1 loads while item 0 is being used
+        consumer_at.append(len(loaded))
+        out.append((item, value))
+    assert out == [(0, 0), (1, 10), (2, 20), (3, 30)]
+    assert all(n <= i + 2 for i, n in enumerate(consumer_at))  # never more than one item ahead
+    assert list(ahead(load, [])) == []
+
+
+def test_ahead_raises_the_loaders_error_for_its_item():
+    def load(x):
+        if x == 2:
+            raise ValueError(f"bad {x}")
+        return x
+
+    got = []
+    with pytest.raises(ValueError, match="bad 2"):
+        for item, _ in ahead(load, range(5)):
+            got.append(item)
+    assert got == [0, 1]

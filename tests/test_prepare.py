@@ -46,8 +46,13 @@ def run(tmp_path, manifest, root, name="out", **kw):
     out = tmp_path / name
     kw.setdefault("max_rejected_fraction", 1.0)
     stats = prepare_dataset(
-        str(manifest), str(out / "prepared.jsonl"), str(out / "rejected"), str(out / "stats.json"),
-        dataset="dirty", audio_root=str(root), **kw,
+        str(manifest),
+        prepared=str(out / "prepared.jsonl"),
+        rejected_dir=str(out / "rejected"),
+        stats=str(out / "stats.json"),
+        dataset="dirty",
+        audio_root=str(root),
+        **kw,
     )
     return out, stats
 
@@ -67,7 +72,7 @@ def test_every_reason_and_nothing_lost(tmp_path):
     prepared = read_jsonl(out / "prepared.jsonl")
     rejected = [r for f in sorted((out / "rejected").glob("*.jsonl")) for r in read_jsonl(f)]
     assert len(prepared) + len(rejected) == n_lines
-    assert sorted(r["line"] for r in rejected) == sorted(set(r["line"] for r in rejected))
+    assert sorted(r["line"] for r in rejected) == sorted({r["line"] for r in rejected})
     original = manifest.read_text().splitlines()
     for r in rejected:
         assert r["original"] == original[r["line"] - 1]
@@ -102,12 +107,14 @@ def test_serial_and_parallel_runs_are_byte_identical(tmp_path, monkeypatch):
         assert (a / name).read_bytes() == (b / name).read_bytes()
     cmp = filecmp.dircmp(a / "rejected", b / "rejected")
     assert cmp.left_list == cmp.right_list and not cmp.diff_files
-    assert (a / "rejected" / "duplicate.jsonl").read_bytes() == (b / "rejected" / "duplicate.jsonl").read_bytes()
+    assert (a / "rejected" / "duplicate.jsonl").read_bytes() == (
+        b / "rejected" / "duplicate.jsonl"
+    ).read_bytes()
 
 
 def test_too_many_rejects_fail_with_a_message(tmp_path):
     manifest, root = dirty_manifest(tmp_path)
-    with pytest.raises(SharflowError, match="rejected .*max_rejected_fraction"):
+    with pytest.raises(SharflowError, match=r"rejected .*max_rejected_fraction"):
         run(tmp_path, manifest, root, max_rejected_fraction=0.5)
 
 
@@ -130,17 +137,29 @@ def test_speakers_naming_another_dataset_are_counted_and_warned_about(tmp_path, 
     write_tone(root / "a.wav", 2.0)
     write_tone(root / "b.wav", 3.0)
     ok = {"audio_filepath": "a.wav", "duration": 2.0, "text": "A sentence."}
-    manifest = write_jsonl(tmp_path / "m.json", [
-        {**ok, "speaker": "| Language:en Dataset:dirty Speaker:s1 |"},  # names this dataset: fine
-        {**ok, "audio_filepath": "b.wav", "duration": 3.0, "speaker": "| Language:en Dataset:LibriTTS Speaker:7 |"},
-        {**ok, "offset": 0.5, "duration": 1.0, "speaker": "| Language:en Dataset:LibriTTS Speaker:8 |"},
-        {**ok, "offset": 1.0, "duration": 1.0, "speaker": "| Language:en Dataset:HiFiTTS Speaker:9 |"},
-        {**ok, "offset": 0.2, "duration": 1.0, "speaker": "s2"},  # a plain id gets this dataset's name
-    ])
+    manifest = write_jsonl(
+        tmp_path / "m.json",
+        [
+            {**ok, "speaker": "| Language:en Dataset:dirty Speaker:s1 |"},  # names this dataset: fine
+            {
+                **ok,
+                "audio_filepath": "b.wav",
+                "duration": 3.0,
+                "speaker": "| Language:en Dataset:LibriTTS Speaker:7 |",
+            },
+            {**ok, "offset": 0.5, "duration": 1.0, "speaker": "| Language:en Dataset:LibriTTS Speaker:8 |"},
+            {**ok, "offset": 1.0, "duration": 1.0, "speaker": "| Language:en Dataset:HiFiTTS Speaker:9 |"},
+            {**ok, "offset": 0.2, "duration": 1.0, "speaker": "s2"},  # a plain id gets this dataset's name
+        ],
+    )
     _, stats = run(tmp_path, manifest, root)
     assert stats["records_out"] == 5
     assert stats["speakers_naming_other_datasets"] == {"HiFiTTS": 1, "LibriTTS": 2}
-    assert "3 prepared record(s) have speakers naming another dataset (HiFiTTS: 1, LibriTTS: 2)" in caplog.text
+    assert (
+        "3 prepared record(s) have speakers naming another dataset (HiFiTTS: 1, LibriTTS: 2)" in caplog.text
+    )
     assert "e.g. line 2: speaker '| Language:en Dataset:LibriTTS Speaker:7 |'" in caplog.text
-    _, clean = run(tmp_path, write_jsonl(tmp_path / "clean.json", [{**ok, "speaker": "s1"}]), root, name="clean")
+    _, clean = run(
+        tmp_path, write_jsonl(tmp_path / "clean.json", [{**ok, "speaker": "s1"}]), root, name="clean"
+    )
     assert clean["speakers_naming_other_datasets"] == {}

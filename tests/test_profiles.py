@@ -47,7 +47,11 @@ def test_slurm_profile_bundles_shard_jobs_in_series():
     assert all(profile["group-components"][g] >= 2 for g in profile["groups"].values())
     # a group asks for its parallel jobs' sum capped by `cores`: one shard job's threads fill it
     for rule in profile["groups"]:
-        assert profile["set-threads"][rule] == profile["set-resources"][rule]["cpus_per_task"] == profile["cores"]
+        assert (
+            profile["set-threads"][rule]
+            == profile["set-resources"][rule]["cpus_per_task"]
+            == profile["cores"]
+        )
 
 
 def test_local_profile_caps_gpus():
@@ -60,9 +64,23 @@ def test_slurm_profile_dry_run_parses(tmp_path):
     """The plugin is installed and the profile's keys and expressions are accepted."""
     (tmp_path / "c.yaml").write_text(yaml.safe_dump(demo_config()))
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(tmp_path),
-         "--configfile", str(tmp_path / "c.yaml"), "--profile", str(REPO / "profiles" / "slurm"), "-n"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-s",
+            str(REPO / "Snakefile"),
+            "-d",
+            str(tmp_path),
+            "--configfile",
+            str(tmp_path / "c.yaml"),
+            "--profile",
+            str(REPO / "profiles" / "slurm"),
+            "-n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "prepare" in proc.stdout

@@ -17,7 +17,9 @@ class Stack(torch.nn.Module):
         with torch.no_grad():  # a shrinking signal, as in the random NeMo codec
             for c in self.convs:
                 c.bias.fill_(0.5)
-                (c.parametrizations.weight.original0 if hasattr(c, "parametrizations") else c.weight).mul_(0.05)
+                (c.parametrizations.weight.original0 if hasattr(c, "parametrizations") else c.weight).mul_(
+                    0.05
+                )
 
     def forward(self, x):
         h = x[:, None]
@@ -39,17 +41,20 @@ def test_outputs_depend_on_the_input_after_standardizing_and_it_is_deterministic
         after, elsewhere = model(audio), model(other)
     torch.testing.assert_close(after.mean(dim=(0, 1)), torch.zeros(4), atol=1e-4, rtol=0)
     torch.testing.assert_close(after.std(dim=(0, 1)), torch.ones(4), atol=1e-4, rtol=0)
-    assert 0.3 < elsewhere.std(dim=(0, 1)).min()  # other signals stay in range, not only the calibration one
+    assert elsewhere.std(dim=(0, 1)).min() > 0.3  # other signals stay in range, not only the calibration one
 
     torch.manual_seed(0)
     again = Stack().eval()
     standardize_layers_(again, lambda: again(audio))
-    for a, b in zip(model.state_dict().values(), again.state_dict().values()):
+    for a, b in zip(model.state_dict().values(), again.state_dict().values(), strict=True):
         assert torch.equal(a, b)
 
 
 def test_calibration_signals_are_deterministic_and_differ_per_item():
-    a, b = calibration_batch(22050, items=3, seed=5, multiple_of=1024), calibration_batch(22050, items=3, seed=5, multiple_of=1024)
+    a, b = (
+        calibration_batch(22050, items=3, seed=5, multiple_of=1024),
+        calibration_batch(22050, items=3, seed=5, multiple_of=1024),
+    )
     assert torch.equal(a, b) and a.shape == (3, 64 * 1024)
     assert 0.03 < a.pow(2).mean().sqrt() < 0.08
     assert not torch.allclose(a[0], a[1])

@@ -30,7 +30,7 @@ def test_job_logs_devices_and_falls_back_to_cpu_outside_slurm(monkeypatch, caplo
 def test_slurm_job_granted_fewer_gpus_than_asked_fails_fast(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "42")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    with pytest.raises(SharflowError, match="context part 0 asked for 2 GPU.s. but sees 0"):
+    with pytest.raises(SharflowError, match=r"context part 0 asked for 2 GPU\(s\) but sees 0"):
         job_devices("auto", 1, gpus=2, what="context part 0")
     assert job_devices("cpu", 2, gpus=0) == ["cpu", "cpu"]  # a CPU job under Slurm is fine
 

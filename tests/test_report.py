@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from sharflow.buckets import write_buckets
+from sharflow.layout import DatasetFiles
 from sharflow.report import COLUMNS, duration_histogram, load_dataset, summary_rows, write_report
-from sharflow.shar import merge_shar_stats
+from sharflow.shar_merge import merge_shar_stats
 
 
 @pytest.fixture
@@ -19,26 +20,59 @@ def stats_files(with_context, demo_shards, tmp_path):
     """Every stats file the report reads, for the demo shards (prepare and codes stats written here)."""
     shards_dir, _, shard_stats, _ = demo_shards
     context = json.loads(with_context[1].read_text())
-    shar = merge_shar_stats(shard_stats, str(with_context[1]), str(tmp_path / "shar.json"),
-                            str(tmp_path / "shar_rejected"), dataset="demo")
+    shar = merge_shar_stats(
+        shard_stats,
+        str(with_context[1]),
+        str(tmp_path / "shar.json"),
+        str(tmp_path / "shar_rejected"),
+        dataset="demo",
+    )
     hours = context["hours_out"]
-    prepare = {"records_in": context["records_in"] + 3, "records_out": context["records_in"], "rejected_total": 3,
-               "rejected": {"duplicate": 2, "missing_audio": 1}, "hours_in": hours + 0.001, "hours_out": hours}
+    prepare = {
+        "records_in": context["records_in"] + 3,
+        "records_out": context["records_in"],
+        "rejected_total": 3,
+        "rejected": {"duplicate": 2, "missing_audio": 1},
+        "hours_in": hours + 0.001,
+        "hours_out": hours,
+    }
     (tmp_path / "prepare.json").write_text(json.dumps(prepare))
     cut_files = sorted(str(p) for p in (shards_dir / "shar" / "cuts").iterdir())
-    (tmp_path / "codes.json").write_text(json.dumps({"cuts": shar["cuts"], "audio_hours": shar["hours"] + shar["context_hours"]}))
-    (tmp_path / "verify.json").write_text(json.dumps({"cuts": shar["cuts"], "hours": shar["hours"], "shards": 4,
-                                                      "fields": ["cuts", "target_audio", "context_audio"]}))
+    (tmp_path / "codes.json").write_text(
+        json.dumps({"cuts": shar["cuts"], "audio_hours": shar["hours"] + shar["context_hours"]})
+    )
+    (tmp_path / "verify.json").write_text(
+        json.dumps(
+            {
+                "cuts": shar["cuts"],
+                "hours": shar["hours"],
+                "shards": 4,
+                "fields": ["cuts", "target_audio", "context_audio"],
+            }
+        )
+    )
     write_buckets(cut_files, str(tmp_path / "buckets.yaml"), num_buckets=6)
-    return {"prepare": str(tmp_path / "prepare.json"), "context": str(with_context[1]), "shar": str(tmp_path / "shar.json"),
-            "codes": {"tiny": str(tmp_path / "codes.json")}, "buckets": str(tmp_path / "buckets.yaml"),
-            "verify": str(tmp_path / "verify.json"), "shar_dir": str(shards_dir / "shar"),
-            "plan": str(shards_dir / "plan.json")}
+    return {
+        "prepare": str(tmp_path / "prepare.json"),
+        "context": str(with_context[1]),
+        "shar": str(tmp_path / "shar.json"),
+        "codes": {"tiny": str(tmp_path / "codes.json")},
+        "buckets": str(tmp_path / "buckets.yaml"),
+        "verify": str(tmp_path / "verify.json"),
+        "shar_dir": str(shards_dir / "shar"),
+        "plan": DatasetFiles(str(shards_dir)).shard_plan,
+    }
 
 
 def test_summary_accounts_for_every_record_at_every_stage(stats_files):
     rows = summary_rows(load_dataset("demo", stats_files))
-    assert [r["stage"] for r in rows] == ["prepare", "context", "shar", "codes tiny (target+context audio)", "verify"]
+    assert [r["stage"] for r in rows] == [
+        "prepare",
+        "context",
+        "shar",
+        "codes tiny (target+context audio)",
+        "verify",
+    ]
     for row in rows:
         assert row["records_in"] == row["records_out"] + row["rejected"], row
     assert rows[0]["rejected"] == 3 and rows[-1]["records_out"] == 56
@@ -47,7 +81,11 @@ def test_summary_accounts_for_every_record_at_every_stage(stats_files):
 
 def test_duration_histogram_is_streamed_and_exact(stats_files):
     cut_files = sorted(str(p) for p in (Path(stats_files["shar_dir"]) / "cuts").iterdir())
-    durations = [json.loads(line)["duration"] for f in cut_files for line in gzip.open(f, "rt")]
+    durations = [
+        json.loads(line)["duration"]
+        for f in cut_files
+        for line in gzip.decompress(Path(f).read_bytes()).splitlines()
+    ]
     edges, counts, seconds = duration_histogram(cut_files, max(durations))
     assert counts.sum() == len(durations) == 56
     assert seconds.sum() == pytest.approx(sum(durations))
@@ -64,7 +102,9 @@ def test_report_plots_and_summary(stats_files, tmp_path):
         assert (image[..., :3] < 0.9).any(axis=-1).mean() > 0.01, name  # something is drawn
     tsv = (out / "summary.tsv").read_text().splitlines()
     assert tsv[0].split("\t") == list(COLUMNS) and len(tsv) == 11
-    assert "<td>missing_audio" not in (out / "summary.html").read_text()  # reasons are in the plot, not the table
+    assert (
+        "<td>missing_audio" not in (out / "summary.html").read_text()
+    )  # reasons are in the plot, not the table
     first = {p.name: p.read_bytes() for p in out.iterdir()}
     write_report({"demo": stats_files, "again": stats_files}, str(out), min_similarity=0.6)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == first  # same stats, same bytes
@@ -78,12 +118,36 @@ def test_report_view_finds_the_plots_in_a_browser(stats_files, tmp_path, chromiu
     page = tmp_path / "page.html"
     page.write_text('<html><body><img src="r/durations.png"></body></html>')
     shot = tmp_path / "shot.png"
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
-                    "--window-size=1000,800", page.as_uri()], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--screenshot={shot}",
+            "--window-size=1000,800",
+            page.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     colour, pixels = signature_colour(str(tmp_path / "r" / "durations.png"))
     assert colour_pixels(str(shot), colour) == pytest.approx(pixels, rel=0.05)  # shown at its own size
     blank = tmp_path / "blank.html"
     blank.write_text("<html><body>nothing</body></html>")
-    subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
-                    "--window-size=1000,800", blank.as_uri()], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--screenshot={shot}",
+            "--window-size=1000,800",
+            blank.as_uri(),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     assert colour_pixels(str(shot), colour) == 0

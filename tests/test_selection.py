@@ -21,11 +21,14 @@ def same(a, b):
 
 
 @pytest.mark.parametrize("top_k, block", [(1, 7), (4, 64), (32, 1000)])
-@pytest.mark.parametrize("rules", [
-    SelectionRules(min_similarity=0.6, min_duration=3.0),
-    SelectionRules(min_similarity=0.3, min_duration=6.5, max_duration=7.5),  # forces widening
-    SelectionRules(min_similarity=0.95, min_duration=0.0),  # mostly rejects
-])
+@pytest.mark.parametrize(
+    "rules",
+    [
+        SelectionRules(min_similarity=0.6, min_duration=3.0),
+        SelectionRules(min_similarity=0.3, min_duration=6.5, max_duration=7.5),  # forces widening
+        SelectionRules(min_similarity=0.95, min_duration=0.0),  # mostly rejects
+    ],
+)
 def test_topk_equals_exhaustive(rules, top_k, block):
     emb, dur = clustered(400)
     rules = SelectionRules(rules.min_similarity, rules.min_duration, rules.max_duration, top_k)
@@ -85,7 +88,9 @@ def test_thresholds_at_the_value_itself_and_on_each_side():
         sel = select_context(emb, np.full(3, 4.0), SelectionRules(min_similarity, min_duration=3.0, top_k=1))
         assert sel.choice[0] == chosen, min_similarity
     for min_duration, chosen in ((np.nextafter(4.0, 0.0), 1), (4.0, 1), (np.nextafter(4.0, 9.0), -1)):
-        sel = select_context(emb, np.array([1.0, 4.0, 1.0]), SelectionRules(0.0, min_duration=min_duration, top_k=1))
+        sel = select_context(
+            emb, np.array([1.0, 4.0, 1.0]), SelectionRules(0.0, min_duration=min_duration, top_k=1)
+        )
         assert sel.choice[0] == chosen, min_duration
     for max_duration, chosen in ((np.nextafter(4.0, 0.0), 2), (4.0, 1), (np.nextafter(4.0, 9.0), 1)):
         rules = SelectionRules(0.0, min_duration=0.0, max_duration=max_duration, top_k=1)
@@ -98,14 +103,27 @@ def test_topk_equals_the_plain_exhaustive_walk_on_ties_and_edge_sizes(data):
     n = data.draw(st.integers(1, 12), label="n")
     rows = data.draw(st.lists(st.lists(st.booleans(), min_size=16, max_size=16), min_size=n, max_size=n))
     emb = signs(rows)
-    durations = np.array(data.draw(st.lists(st.sampled_from([0.5, np.nextafter(3.0, 0.0), 3.0, 4.0, 5.0, 8.0]),
-                                            min_size=n, max_size=n)))
+    durations = np.array(
+        data.draw(
+            st.lists(
+                st.sampled_from([0.5, np.nextafter(3.0, 0.0), 3.0, 4.0, 5.0, 8.0]), min_size=n, max_size=n
+            )
+        )
+    )
     rules = SelectionRules(
-        min_similarity=data.draw(st.sampled_from([-1.0, -0.25, 0.0, 0.25, np.nextafter(0.5, 1.0), 0.5, 0.875, 1.0])),
+        min_similarity=data.draw(
+            st.sampled_from([-1.0, -0.25, 0.0, 0.25, np.nextafter(0.5, 1.0), 0.5, 0.875, 1.0])
+        ),
         min_duration=3.0,
         max_duration=data.draw(st.sampled_from([None, 5.0, 3.0])),
         top_k=data.draw(st.integers(1, n + 1)),
     )
-    segments = np.array(data.draw(st.lists(st.integers(0, n), min_size=n, max_size=n))) if data.draw(st.booleans()) else None
-    fast = select_context(emb, durations, rules, same_segment=segments, block=data.draw(st.integers(1, n + 1)))
+    segments = (
+        np.array(data.draw(st.lists(st.integers(0, n), min_size=n, max_size=n)))
+        if data.draw(st.booleans())
+        else None
+    )
+    fast = select_context(
+        emb, durations, rules, same_segment=segments, block=data.draw(st.integers(1, n + 1))
+    )
     same(fast, select_context_exhaustive(emb, durations, rules, same_segment=segments))

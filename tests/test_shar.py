@@ -1,5 +1,6 @@
 """The shar stage: plan, shard writing, the format read back by lhotse and NeMo, failure behaviour."""
 
+import gzip
 import io
 import json
 import os
@@ -8,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,9 +19,12 @@ from lhotse.shar.utils import to_shar_placeholder
 from lhotse.shar.writers import AudioTarWriter
 
 from sharflow.errors import SharflowError
-from sharflow.shar import EncodedAudioTarWriter, merge_shar_stats, plan_shards, recording_id, segment_id
+from sharflow.layout import DatasetFiles
+from sharflow.shar import EncodedAudioTarWriter
 from sharflow.shar_audio import compute_num_samples, encode, read_span
-from testkit import DEMO, read_back, read_jsonl, write_all, write_jsonl
+from sharflow.shar_merge import merge_shar_stats
+from sharflow.shar_plan import plan_shards, recording_id, segment_id
+from testkit import DEMO, magpie_dataset, read_back, read_jsonl, write_all, write_jsonl
 
 
 def test_ids():
@@ -29,7 +34,13 @@ def test_ids():
 
 
 def test_plan_is_a_seeded_shuffle_with_contiguous_shards(with_context, tmp_path):
-    plan = plan_shards(str(with_context[0]), str(tmp_path / "p.json"), str(tmp_path / "i.npy"), shard_size=16, seed=7)
+    plan = plan_shards(
+        str(with_context[0]),
+        plan=str(tmp_path / "p.json"),
+        index=str(tmp_path / "i.npy"),
+        shard_size=16,
+        seed=7,
+    )
     assert plan["num_shards"] == 4 and [s["records"] for s in plan["shards"]] == [16, 16, 16, 8]
     index = np.load(tmp_path / "i.npy")
     offsets, pos = [], 0
@@ -37,16 +48,24 @@ def test_plan_is_a_seeded_shuffle_with_contiguous_shards(with_context, tmp_path)
         offsets.append(pos)
         pos += len(raw)
     assert sorted(index.tolist()) == offsets and index.tolist() != offsets
-    again = plan_shards(str(with_context[0]), str(tmp_path / "q.json"), str(tmp_path / "j.npy"), shard_size=16, seed=7)
+    again = plan_shards(
+        str(with_context[0]),
+        plan=str(tmp_path / "q.json"),
+        index=str(tmp_path / "j.npy"),
+        shard_size=16,
+        seed=7,
+    )
     assert again == plan and (tmp_path / "j.npy").read_bytes() == (tmp_path / "i.npy").read_bytes()
 
 
 def test_clashing_cut_ids_are_refused(with_context, tmp_path):
     records = read_jsonl(with_context[0])[:3]
     twin = dict(records[1], audio_filepath=records[1]["audio_filepath"].replace("/", "-"))
-    path = write_jsonl(tmp_path / "w.jsonl", records + [twin])
-    with pytest.raises(SharflowError, match="line 2 .* and line 4"):
-        plan_shards(str(path), str(tmp_path / "p.json"), str(tmp_path / "i.npy"), shard_size=4, seed=0)
+    path = write_jsonl(tmp_path / "w.jsonl", [*records, twin])
+    with pytest.raises(SharflowError, match=r"line 2 .* and line 4"):
+        plan_shards(
+            str(path), plan=str(tmp_path / "p.json"), index=str(tmp_path / "i.npy"), shard_size=4, seed=0
+        )
 
 
 def test_sample_counts_match_lhotse():
@@ -63,7 +82,7 @@ def test_read_span_is_exact_for_16_bit_and_resamples_float(tmp_path):
     sf.write(tmp_path / "a.flac", pcm, 22050, subtype="PCM_16")
     samples, rate, padded = read_span(str(tmp_path / "a.flac"), 0.5, 0.25)
     assert samples.dtype == np.int16 and rate == 22050 and padded == 0
-    np.testing.assert_array_equal(samples, pcm[11025:11025 + 5513])
+    np.testing.assert_array_equal(samples, pcm[11025 : 11025 + 5513])
     resampled, rate, _ = read_span(str(tmp_path / "a.flac"), 0.5, 0.25, sample_rate=16000)
     assert resampled.dtype == np.float32 and rate == 16000 and len(resampled) == 4000
     tail, _, padded = read_span(str(tmp_path / "a.flac"), 0.9, 0.2)
@@ -91,7 +110,7 @@ def test_tar_members_are_laid_out_as_lhotse_writes_them(tmp_path):
 
 
 def test_round_trip_through_from_shar(demo_shards, with_context):
-    out, plan, stats, _ = demo_shards
+    out, _plan, stats, _ = demo_shards
     records = {(r["audio_filepath"], r["offset"]): r for r in read_jsonl(with_context[0])}
     cuts = list(read_back(out))
     assert len(cuts) == 56 == len({c.id for c in cuts})
@@ -101,31 +120,34 @@ def test_round_trip_through_from_shar(demo_shards, with_context):
         target = c.target_audio.load_audio()[0]
         src, sr = sf.read(DEMO / "audio" / rel, dtype="float32")
         start = round(r["offset"] * sr)
-        np.testing.assert_array_equal(target, src[start:start + len(target)])
+        np.testing.assert_array_equal(target, src[start : start + len(target)])
         assert abs(len(target) / sr - r["duration"]) < 1 / sr
         ctx = c.context_audio.load_audio()[0]
         csrc, csr = sf.read(DEMO / "audio" / r["context_audio_filepath"], dtype="float32")
         cstart = round(r["context_audio_offset"] * csr)
-        np.testing.assert_array_equal(ctx, csrc[cstart:cstart + len(ctx)])
+        np.testing.assert_array_equal(ctx, csrc[cstart : cstart + len(ctx)])
         assert c.context_audio.duration == r["context_audio_duration"] != c.duration
         sup = c.supervisions[0]
         assert sup.speaker == r["speaker"] and sup.language == "en" and sup.text == r["text"]
         assert sup.custom["context_speaker_similarity"] == r["context_speaker_similarity"]
         assert sup.custom["context_recording_id"] == recording_id(r["context_audio_filepath"])
-    merged = merge_shar_stats(stats, str(with_context[1]), str(out / "s.json"), str(out / "rej"),
-                              dataset="demo")
+    merged = merge_shar_stats(
+        stats, str(with_context[1]), str(out / "s.json"), str(out / "rej"), dataset="demo"
+    )
     assert merged["cuts"] == 56 and merged["rejected_total"] == 0 and merged["shards"] == 4
 
 
 def test_each_field_holds_the_same_ids_in_the_same_order(demo_shards):
     import tarfile
 
-    out = demo_shards[0]
+    files = DatasetFiles(str(demo_shards[0]))
     for s in range(4):
-        ids = [json.loads(line)["id"] for line in
-               __import__("gzip").open(out / "shar" / "cuts" / f"cuts.{s:06d}.jsonl.gz", "rt")]
-        for field in ("target_audio", "context_audio"):
-            with tarfile.open(out / "shar" / field / f"recording.{s:06d}.tar") as t:
+        ids = [
+            json.loads(line)["id"]
+            for line in gzip.decompress(Path(files.shard(s).cuts).read_bytes()).splitlines()
+        ]
+        for tar_path in (files.shard(s).target, files.shard(s).context):
+            with tarfile.open(tar_path) as t:
                 names = t.getnames()
             assert names[0::2] == [f"{i}.flac" for i in ids] and names[1::2] == [f"{i}.json" for i in ids]
 
@@ -146,9 +168,10 @@ def test_failing_cut_goes_to_rejects_and_fields_stay_aligned(with_context, tmp_p
     data[200:] = bytes(len(data) - 200)  # header still readable, samples not
     (root / victim).write_bytes(bytes(data))
     users = {i for i, r in enumerate(records) if victim in (r["audio_filepath"], r["context_audio_filepath"])}
-    plan, stats, rejected = write_all(tmp_path, with_context[0], root=root)
-    merged = merge_shar_stats(stats, str(with_context[1]), str(tmp_path / "s.json"), str(tmp_path / "r"),
-                              dataset="demo")
+    _plan, stats, _rejected = write_all(tmp_path, with_context[0], root=root)
+    merged = merge_shar_stats(
+        stats, str(with_context[1]), str(tmp_path / "s.json"), str(tmp_path / "r"), dataset="demo"
+    )
     assert merged["rejected_total"] == len(users) and merged["cuts"] == 56 - len(users)
     assert set(merged["rejected"]) <= {"unreadable_audio", "unreadable_context_audio"}
     cuts = list(read_back(tmp_path))  # lhotse asserts equal ids across fields while reading
@@ -166,19 +189,27 @@ def test_empty_dataset_gives_one_valid_empty_shard(tmp_path):
 
 
 def test_a_killed_shard_job_leaves_no_file_under_a_final_name(with_context, tmp_path):
-    plan_shards(str(with_context[0]), str(tmp_path / "plan.json"), str(tmp_path / "index.npy"), shard_size=64, seed=0)
-    finals = [tmp_path / "shar" / "cuts" / "c.jsonl.gz", tmp_path / "shar" / "t" / "r.tar",
-              tmp_path / "shar" / "x" / "r.tar", tmp_path / "jobs" / "s.json", tmp_path / "jobs" / "r.jsonl"]
+    plan_shards(
+        str(with_context[0]),
+        plan=str(tmp_path / "plan.json"),
+        index=str(tmp_path / "index.npy"),
+        shard_size=64,
+        seed=0,
+    )
+    job = DatasetFiles(str(tmp_path)).shard(0)
+    finals = [Path(p) for p in job.named().values()]
     code = (
-        "from sharflow.shar import write_shard\nfrom sharflow.shar_audio import EncodeSettings\n"
-        f"write_shard({str(with_context[0])!r}, {str(tmp_path / 'index.npy')!r}, {str(tmp_path / 'plan.json')!r}, 0,"
-        f" *{[str(p) for p in finals]!r}, settings=EncodeSettings(audio_root={str(DEMO / 'audio')!r}, audio_format='wav'))\n"
+        "from sharflow.layout import ShardFiles\nfrom sharflow.shar import write_shard\n"
+        "from sharflow.shar_audio import EncodeSettings\n"
+        f"write_shard(0, with_context={str(with_context[0])!r}, index={str(tmp_path / 'index.npy')!r}, "
+        f"plan={str(tmp_path / 'plan.json')!r}, out=ShardFiles(**{job.named()!r}), "
+        f"settings=EncodeSettings(audio_root={str(DEMO / 'audio')!r}, audio_format='wav'))\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code])
     deadline = time.time() + 60
     partial = None
     while time.time() < deadline and partial is None:
-        for tmp in (tmp_path / "jobs").glob(".shard-000000.*"):
+        for tmp in (tmp_path / "shar_jobs").glob(".shard-000000.*"):
             tar = tmp / "target.tar"
             if tar.exists() and tar.stat().st_size > 0:
                 partial = tar
@@ -190,13 +221,8 @@ def test_a_killed_shard_job_leaves_no_file_under_a_final_name(with_context, tmp_
 
 
 def test_nemo_magpietts_dataset_reads_a_batch(demo_shards):
-    from nemo.collections.tts.data.text_to_speech_dataset_lhotse import MagpieTTSLhotseDataset
-    from omegaconf import OmegaConf
 
-    tokenizers = OmegaConf.create({"english_phoneme": {
-        "_target_": "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.EnglishCharsTokenizer"}})
-    dataset = MagpieTTSLhotseDataset(sample_rate=22050, codec_model_samples_per_frame=1024, num_audio_codebooks=8,
-                                     tokenizer_config=tokenizers, load_16khz_audio=True)
+    dataset = magpie_dataset(load_16khz_audio=True)
     cuts = CutSet(list(read_back(demo_shards[0]))[:4])
     batch = dataset[cuts]
     assert batch["audio"].shape[0] == 4 and batch["context_audio"].shape[0] == 4

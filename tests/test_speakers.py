@@ -16,8 +16,17 @@ def test_standard_strings_are_kept_with_their_dataset():
 
 @pytest.mark.parametrize(
     "value",
-    ["", "two words", "a|b", "| Language:en Dataset:x |", "| Language:en Dataset:a b Speaker:c |",
-     True, 1.5, None, ["x"]],
+    [
+        "",
+        "two words",
+        "a|b",
+        "| Language:en Dataset:x |",
+        "| Language:en Dataset:a b Speaker:c |",
+        True,
+        1.5,
+        None,
+        ["x"],
+    ],
 )
 def test_unusable_speakers_are_refused(value):
     with pytest.raises(SpeakerFormatError):

@@ -6,6 +6,7 @@ import shutil
 import yaml
 
 from sharflow.training import shard_range, write_input_cfg
+from testkit import magpie_dataset
 
 
 def test_shard_ranges():
@@ -15,34 +16,51 @@ def test_shard_ranges():
 
 def test_nemo_dataloader_reads_input_cfg_into_magpietts_batches(demo_shards, coded, tmp_path):
     from nemo.collections.common.data.lhotse.dataloader import get_lhotse_dataloader_from_config
-    from nemo.collections.tts.data.text_to_speech_dataset_lhotse import MagpieTTSLhotseDataset
     from omegaconf import OmegaConf
 
     # two shards of the demo with their codes, laid out as the workflow lays them out
     shar = tmp_path / "results" / "demo" / "shar"
-    for field, src in [("cuts", demo_shards[0] / "shar" / "cuts"), ("target_audio", demo_shards[0] / "shar" / "target_audio"),
-                       ("context_audio", demo_shards[0] / "shar" / "context_audio"),
-                       ("codes_tiny/target_codes", coded[0] / "shar" / "codes_tiny" / "target_codes"),
-                       ("codes_tiny/context_codes", coded[0] / "shar" / "codes_tiny" / "context_codes")]:
+    for field, src in [
+        ("cuts", demo_shards[0] / "shar" / "cuts"),
+        ("target_audio", demo_shards[0] / "shar" / "target_audio"),
+        ("context_audio", demo_shards[0] / "shar" / "context_audio"),
+        ("codes_tiny/target_codes", coded[0] / "shar" / "codes_tiny" / "target_codes"),
+        ("codes_tiny/context_codes", coded[0] / "shar" / "codes_tiny" / "context_codes"),
+    ]:
         (shar / field).mkdir(parents=True)
         for path in sorted(src.iterdir())[:2]:
             shutil.copy(path, shar / field)
     (tmp_path / "plan.json").write_text(json.dumps({"num_shards": 2}))
     config = write_input_cfg(
-        {"demo": {"shar_dir": str(shar), "plan": str(tmp_path / "plan.json"), "weight": None, "tags": {"lang": "en"}}},
-        str(tmp_path / "input_cfg.yaml"), codec="tiny", num_buckets=4,
+        {
+            "demo": {
+                "shar_dir": str(shar),
+                "plan": str(tmp_path / "plan.json"),
+                "weight": None,
+                "tags": {"lang": "en"},
+            }
+        },
+        str(tmp_path / "input_cfg.yaml"),
+        codec="tiny",
+        num_buckets=4,
         settings={"shuffle": True, "shard_seed": "randomized"},
     )
     written = yaml.safe_load((tmp_path / "input_cfg.yaml").read_text())
     assert written == config and written["input_cfg"][0]["weight"] > 0
     assert written["input_cfg"][0]["tags"] == {"dataset": "demo", "lang": "en"}
 
-    loader_cfg = OmegaConf.create({**written, "batch_duration": 40.0, "num_workers": 0, "seed": 0,
-                                   "bucket_buffer_size": 100, "shuffle_buffer_size": 100, "force_finite": True})
-    tokenizers = OmegaConf.create({"english_phoneme": {
-        "_target_": "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.EnglishCharsTokenizer"}})
-    dataset = MagpieTTSLhotseDataset(sample_rate=22050, codec_model_samples_per_frame=1024, num_audio_codebooks=8,
-                                     tokenizer_config=tokenizers, load_16khz_audio=False)
+    loader_cfg = OmegaConf.create(
+        {
+            **written,
+            "batch_duration": 40.0,
+            "num_workers": 0,
+            "seed": 0,
+            "bucket_buffer_size": 100,
+            "shuffle_buffer_size": 100,
+            "force_finite": True,
+        }
+    )
+    dataset = magpie_dataset(load_16khz_audio=False)
     loader = get_lhotse_dataloader_from_config(loader_cfg, global_rank=0, world_size=1, dataset=dataset)
     batch = next(iter(loader))
     assert batch["audio_codes"].shape[1] == 8 and batch["context_audio_codes"].shape[1] == 8

@@ -5,12 +5,14 @@ import io
 import json
 import shutil
 import tarfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from sharflow.codes import merge_codes_stats
 from sharflow.errors import SharflowError
+from sharflow.layout import DatasetFiles
 from sharflow.verify import verify_dataset
 from testkit import FIELDS, assert_informative_codes
 
@@ -23,23 +25,41 @@ def whole(demo_shards, coded, tmp_path):
     shards_dir, _, shard_stats, _ = demo_shards
     codes_dir, _ = coded
     shar = tmp_path / "shar"
-    for field in FIELDS:
-        (shar / field).mkdir(parents=True)
-        for s in SHARDS:
-            name = f"cuts.{s:06d}.jsonl.gz" if field == "cuts" else f"recording.{s:06d}.tar"
-            shutil.copy(shards_dir / "shar" / field / name, shar / field / name)
+    source = DatasetFiles(str(shards_dir))
+    for s in SHARDS:
+        for field, path in zip(
+            FIELDS, (source.shard(s).cuts, source.shard(s).target, source.shard(s).context), strict=True
+        ):
+            (shar / field).mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, shar / field)
     shutil.copytree(codes_dir / "shar" / "codes_tiny", shar / "codes_tiny")
-    stats = [json.loads(open(shard_stats[s]).read()) for s in SHARDS]
+    stats = [json.loads(Path(shard_stats[s]).read_text()) for s in SHARDS]
     (tmp_path / "plan.json").write_text(json.dumps({"num_shards": len(SHARDS)}))
-    (tmp_path / "shar_stats.json").write_text(json.dumps({
-        "cuts": sum(s["cuts"] for s in stats), "hours": round(sum(s["target_seconds"] for s in stats) / 3600, 6)}))
-    merge_codes_stats([str(codes_dir / "jobs" / f"{s}.json") for s in SHARDS], str(tmp_path / "codes_tiny.json"))
+    (tmp_path / "shar_stats.json").write_text(
+        json.dumps(
+            {
+                "cuts": sum(s["cuts"] for s in stats),
+                "hours": round(sum(s["target_seconds"] for s in stats) / 3600, 6),
+            }
+        )
+    )
+    merge_codes_stats(
+        [DatasetFiles(str(codes_dir)).codes("tiny", s).stats for s in SHARDS],
+        str(tmp_path / "codes_tiny.json"),
+    )
     return tmp_path
 
 
 def verify(root, workers=1, out="verify.json"):
-    return verify_dataset("demo", str(root / "shar"), str(root / "plan.json"), str(root / "shar_stats.json"),
-                          {"tiny": str(root / "codes_tiny.json")}, str(root / out), workers=workers)
+    return verify_dataset(
+        "demo",
+        str(root / "shar"),
+        str(root / "plan.json"),
+        str(root / "shar_stats.json"),
+        {"tiny": str(root / "codes_tiny.json")},
+        str(root / out),
+        workers=workers,
+    )
 
 
 def fails(root, *expected):
@@ -55,7 +75,13 @@ def fails(root, *expected):
 def test_whole_dataset_verifies_the_same_with_any_worker_count(whole):
     summary = verify(whole)
     assert summary["ok"] and summary["shards"] == 2 and summary["cuts"] == 32
-    assert summary["fields"] == ["cuts", "target_audio", "context_audio", "target_codes[tiny]", "context_codes[tiny]"]
+    assert summary["fields"] == [
+        "cuts",
+        "target_audio",
+        "context_audio",
+        "target_codes[tiny]",
+        "context_codes[tiny]",
+    ]
     assert summary["codec_frames"]["target_codes[tiny]"] > 0
     verify(whole, workers=2, out="verify2.json")
     assert (whole / "verify.json").read_bytes() == (whole / "verify2.json").read_bytes()
@@ -90,8 +116,14 @@ def read_codes_tar(path):
     """[(cut id, codes, manifest)] of a codes tar."""
     with tarfile.open(path) as t:
         members = t.getmembers()
-        return [(meta.name[:-5], np.load(io.BytesIO(t.extractfile(data).read())), json.loads(t.extractfile(meta).read()))
-                for data, meta in zip(members[0::2], members[1::2])]
+        return [
+            (
+                meta.name[:-5],
+                np.load(io.BytesIO(t.extractfile(data).read())),
+                json.loads(t.extractfile(meta).read()),
+            )
+            for data, meta in zip(members[0::2], members[1::2], strict=True)
+        ]
 
 
 def rewrite_codes_tar(path, entries):
@@ -101,9 +133,18 @@ def rewrite_codes_tar(path, entries):
     path.unlink()
     with ArrayTarWriter(str(path), shard_size=None, compression="numpy") as writer:
         for key, array, m in entries:
-            writer.write(key, array, TemporalArray(
-                array=Array(storage_type="shar", storage_path="", storage_key="", shape=list(array.shape)),
-                temporal_dim=-1, frame_shift=m["frame_shift"], start=0))
+            writer.write(
+                key,
+                array,
+                TemporalArray(
+                    array=Array(
+                        storage_type="shar", storage_path="", storage_key="", shape=list(array.shape)
+                    ),
+                    temporal_dim=-1,
+                    frame_shift=m["frame_shift"],
+                    start=0,
+                ),
+            )
 
 
 def test_codes_of_the_wrong_length_are_named(whole):
@@ -119,22 +160,30 @@ def test_a_codebook_with_one_value_is_warned_about_and_counted(whole, caplog):
     path = whole / "shar" / "codes_tiny" / "context_codes" / "codes.000001.tar"
     entries = read_codes_tar(path)
     assert_informative_codes([codes for _, codes, _ in entries], distinct_arrays=False, min_distinct=32)
-    assert verify(whole)["shards_with_constant_codebooks"] == {"target_codes[tiny]": 0, "context_codes[tiny]": 0}
+    assert verify(whole)["shards_with_constant_codebooks"] == {
+        "target_codes[tiny]": 0,
+        "context_codes[tiny]": 0,
+    }
     # what an untrained codec writes: codebook 2 holds 1204 everywhere (FSQ's middle level), the rest vary
     for _, codes, _ in entries:
         codes[2] = 1204
     rewrite_codes_tar(path, entries)
     summary = verify(whole, out="again.json")
-    assert summary["ok"] and summary["shards_with_constant_codebooks"] == {"target_codes[tiny]": 0,
-                                                                           "context_codes[tiny]": 1}
+    assert summary["ok"] and summary["shards_with_constant_codebooks"] == {
+        "target_codes[tiny]": 0,
+        "context_codes[tiny]": 1,
+    }
     assert "field context_codes[tiny], shard 1: codebook(s) [2] hold one value in every frame" in caplog.text
 
 
 def test_missing_and_stray_files_and_wrong_totals(whole):
     (whole / "shar" / "codes_tiny" / "context_codes" / "codes.000001.tar").unlink()
     (whole / "shar" / "target_audio" / "recording.000001.tar.tmp").write_bytes(b"partial")
-    message = fails(whole, "field context_codes[tiny]: 1 of 2 planned shards missing, first shard 1",
-                    "field target_audio: stray file")
+    message = fails(
+        whole,
+        "field context_codes[tiny]: 1 of 2 planned shards missing, first shard 1",
+        "field target_audio: stray file",
+    )
     assert "Delete the named shard files and rerun snakemake" in message
 
 
@@ -150,6 +199,9 @@ def test_audio_that_disagrees_with_the_cut_duration_is_named(whole):
     cuts[2]["duration"] = round(cuts[2]["duration"] + 0.01, 6)  # the audio stays as it was
     cuts[5]["supervisions"][0]["custom"]["context_audio_duration"] += 0.01
     path.write_bytes(gzip.compress(b"".join(json.dumps(c).encode() + b"\n" for c in cuts)))
-    message = fails(whole, f"field target_audio, shard 1, cut {cuts[2]['id']}:",
-                    f"field context_audio, shard 1, cut {cuts[5]['id']}:")
+    message = fails(
+        whole,
+        f"field target_audio, shard 1, cut {cuts[2]['id']}:",
+        f"field context_audio, shard 1, cut {cuts[5]['id']}:",
+    )
     assert "but the cut says" in message

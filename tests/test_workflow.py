@@ -7,7 +7,9 @@ import matplotlib.image
 import pytest
 import yaml
 
+from sharflow import layout
 from sharflow.dag import parse_dot, render_dag
+from sharflow.layout import DatasetFiles
 from testkit import REPO, assert_informative_codes, codes_in_tars, demo_config, read_jsonl, run_snakemake
 
 
@@ -34,51 +36,70 @@ def test_dirty_dataset_accounting_through_the_workflow(two_datasets):
     rejected_lines = sum(len(f.read_text().splitlines()) for f in (prep / "rejected").glob("*.jsonl"))
     prepared_lines = len((prep / "prepared.jsonl").read_text().splitlines())
     assert stats["records_in"] == len(manifest.read_text().splitlines())
-    assert stats["records_in"] == prepared_lines + rejected_lines == stats["records_out"] + stats["rejected_total"]
-    assert all(r["speaker"].startswith("| Language:de Dataset:dirty ") for r in read_jsonl(prep / "prepared.jsonl"))
+    assert (
+        stats["records_in"]
+        == prepared_lines + rejected_lines
+        == stats["records_out"] + stats["rejected_total"]
+    )
+    assert all(
+        r["speaker"].startswith("| Language:de Dataset:dirty ") for r in read_jsonl(prep / "prepared.jsonl")
+    )
     log = (work / "logs" / "prepare" / "dirty.log").read_text()
     assert "duplicate" in log and "first: line" in log  # the human-readable summary
 
 
-def test_rerun_is_a_no_op_and_outputs_are_deterministic(two_datasets, tmp_path):
+def test_rerun_is_a_no_op_a_new_codec_runs_alone_and_a_named_shard_reruns_alone(two_datasets, tmp_path):
+    # (that outputs do not depend on the worker count is test_crash's: its 1-core run equals this one)
     work, _, _ = two_datasets
-    proc = run_snakemake(work, yaml.safe_load((work / "config.yaml").read_text()), "-n")
+    config = yaml.safe_load((work / "config.yaml").read_text())
+    proc = run_snakemake(work, config, "-n")
     assert "Nothing to be done" in proc.stdout + proc.stderr
     again = tmp_path / "again"
-    run_snakemake(again, yaml.safe_load((work / "config.yaml").read_text()), "--cores", "1")
-    assert_informative_codes(codes_in_tars(sorted((work / "results" / "demo" / "shar").glob("codes_*/target_codes/*"))))
-    for ds in ("demo", "dirty"):
-        # data outputs; stats.json files of context and shar also hold wall-clock times
-        names = ["prepare/prepared.jsonl", "prepare/stats.json", "context/plan.json", "context/with_context.jsonl",
-                 "shard_plan.json", "shar_index.npy"]
-        names += [str(p.relative_to(work / "results" / ds)) for p in (work / "results" / ds / "shar").rglob("*.*")]
-        for name in names:
-            a = work / "results" / ds / name
-            b = again / "results" / ds / name
-            assert a.read_bytes() == b.read_bytes(), f"{ds}/{name} differs between 2 and 1 cores"
+    shutil.copytree(work, again, symlinks=True)  # keeps mtimes, so nothing is out of date
 
     # adding a codec runs only that codec's jobs and touches nothing that exists
     # (verify checks the new codes, and the report shows them)
     rechecked = ("verify.json", "report")
-    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in (again / "results").rglob("*")
-              if p.is_file() and not any(part in rechecked for part in p.parts)}
-    config = yaml.safe_load((work / "config.yaml").read_text())
+    before = {
+        p: (p.stat().st_mtime_ns, p.read_bytes())
+        for p in (again / "results").rglob("*")
+        if p.is_file() and not any(part in rechecked for part in p.parts)
+    }
     config["codecs"]["second"] = dict(config["codecs"]["tiny_nemo"])
     proc = run_snakemake(again, config)
     assert job_counts(proc.stdout + proc.stderr) == {
-        "all": 1, "build_random_codec": 1, "codec_model": 1, "codes_shard": 5, "codes_merge": 2,  # demo: 4 shards, dirty: 1
-        "verify": 2, "report": 1}
+        "all": 1,
+        "build_random_codec": 1,
+        "codec_model": 1,
+        "codes_shard": 5,  # demo: 4 shards, dirty: 1
+        "codes_merge": 2,
+        "verify": 2,
+        "report": 1,
+    }
     # (input_cfg points at the first codec, so it does not change)
     assert all((p.stat().st_mtime_ns, p.read_bytes()) == v for p, v in before.items())
-    assert "target_codes[second]" in json.loads((again / "results" / "demo" / "verify.json").read_text())["fields"]
-    assert len(list((again / "results" / "demo" / "shar" / "codes_second" / "target_codes").iterdir())) == 4
+    assert (
+        "target_codes[second]"
+        in json.loads((again / "results" / "demo" / "verify.json").read_text())["fields"]
+    )
+    second = sorted((again / "results" / "demo" / "shar" / "codes_second" / "target_codes").iterdir())
+    assert len(second) == 4
+    # the same codec config and seed build the same codec: the new codes equal the first codec's
+    first = again / "results" / "demo" / "shar" / "codes_tiny_nemo" / "target_codes"
+    assert_informative_codes(codes_in_tars(second))
+    assert [a.tobytes() for a in codes_in_tars(second)] == [
+        a.tobytes() for a in codes_in_tars(sorted(first.iterdir()))
+    ]
 
     # a user reruns one shard by naming its file: only that shard's job runs, with the same bytes
     lost = again / "results" / "demo" / "shar" / "target_audio" / "recording.000001.tar"
     lost.unlink()
     proc = run_snakemake(again, config, str(lost.relative_to(again)))
     assert job_counts(proc.stdout + proc.stderr) == {"shar_shard": 1}
-    assert lost.read_bytes() == (work / "results" / "demo" / "shar" / "target_audio" / "recording.000001.tar").read_bytes()
+    assert (
+        lost.read_bytes()
+        == (work / "results" / "demo" / "shar" / "target_audio" / "recording.000001.tar").read_bytes()
+    )
 
 
 def job_counts(output: str) -> dict[str, int]:
@@ -106,8 +127,15 @@ def test_shar_stage_in_the_workflow(two_datasets):
     stats = json.loads((work / "results" / "demo" / "shar_stats.json").read_text())
     assert stats["cuts"] == 56 and stats["shards"] == 4  # shipped config: shard_size 16
     shar = work / "results" / "demo" / "shar"
-    assert sorted(p.name for p in shar.iterdir()) == ["codes_tiny_nemo", "context_audio", "cuts", "target_audio"]
-    fields = {f: sorted(str(p) for p in (shar / f).iterdir()) for f in ("cuts", "target_audio", "context_audio")}
+    assert sorted(p.name for p in shar.iterdir()) == [
+        "codes_tiny_nemo",
+        "context_audio",
+        "cuts",
+        "target_audio",
+    ]
+    fields = {
+        f: sorted(str(p) for p in (shar / f).iterdir()) for f in ("cuts", "target_audio", "context_audio")
+    }
     assert [len(v) for v in fields.values()] == [4, 4, 4]
     assert len(list(CutSet.from_shar(fields=fields))) == 56
 
@@ -120,8 +148,12 @@ def test_codes_stage_in_the_workflow(two_datasets):
     assert stats["cuts"] == 56 and stats["shards"] == 4 and stats["dtype"] == "int16"
     shar = work / "results" / "demo" / "shar"
     fields = {f: sorted(str(p) for p in (shar / f).iterdir()) for f in ("cuts", "target_audio")}
-    fields.update({f: sorted(str(p) for p in (shar / "codes_tiny_nemo" / f).iterdir())
-                   for f in ("target_codes", "context_codes")})
+    fields.update(
+        {
+            f: sorted(str(p) for p in (shar / "codes_tiny_nemo" / f).iterdir())
+            for f in ("target_codes", "context_codes")
+        }
+    )
     cuts = list(CutSet.from_shar(fields=fields))
     assert len(cuts) == 56 and all(c.target_codes.load().shape[0] == 8 for c in cuts)
     # the demo codec's codes carry information: every codebook takes >= 64 values, and cuts of
@@ -130,7 +162,10 @@ def test_codes_stage_in_the_workflow(two_datasets):
     assert len(texts) == 56
     assert_informative_codes([c.target_codes.load() for c in cuts], min_distinct=64)
     verify = json.loads((work / "results" / "demo" / "verify.json").read_text())
-    assert verify["shards_with_constant_codebooks"] == {"target_codes[tiny_nemo]": 0, "context_codes[tiny_nemo]": 0}
+    assert verify["shards_with_constant_codebooks"] == {
+        "target_codes[tiny_nemo]": 0,
+        "context_codes[tiny_nemo]": 0,
+    }
     log = (work / "logs" / "build_random_codec" / "tiny_nemo.log").read_text()
     assert "RANDOMLY INITIALISED" in log
 
@@ -140,8 +175,12 @@ def test_training_hand_off_in_the_workflow(two_datasets):
     cfg = yaml.safe_load((work / "results" / "input_cfg.yaml").read_text())
     assert [e["tags"]["dataset"] for e in cfg["input_cfg"]] == ["demo", "dirty"]
     demo = cfg["input_cfg"][0]
-    assert demo["shar_path"]["target_codes"].endswith("codes_tiny_nemo/target_codes/codes.{000000..000003}.tar")
-    assert demo["weight"] == pytest.approx(json.loads((work / "results" / "demo" / "shar_stats.json").read_text())["hours"])
+    assert demo["shar_path"]["target_codes"].endswith(
+        "codes_tiny_nemo/target_codes/codes.{000000..000003}.tar"
+    )
+    assert demo["weight"] == pytest.approx(
+        json.loads((work / "results" / "demo" / "shar_stats.json").read_text())["hours"]
+    )
     assert cfg["use_bucketing"] and len(cfg["bucket_duration_bins"]) == cfg["num_buckets"] - 1
     buckets = yaml.safe_load((work / "results" / "demo" / "buckets.yaml").read_text())
     assert buckets["cuts"] == 56 and len(buckets["bucket_duration_bins_2d"]) == 2 * buckets["num_buckets"]
@@ -153,8 +192,11 @@ def test_verify_and_report_in_the_workflow(two_datasets, tmp_path, chromium):
         verify = json.loads((work / "results" / ds / "verify.json").read_text())
         shar = json.loads((work / "results" / ds / "shar_stats.json").read_text())
         assert verify["ok"] and verify["cuts"] == shar["cuts"] == (cuts or shar["cuts"])
-        assert verify["shards"] == json.loads((work / "results" / ds / "shard_plan.json").read_text())["num_shards"]
-    rows = [line.split("\t") for line in (work / "results" / "report" / "summary.tsv").read_text().splitlines()[1:]]
+        assert verify["shards"] == layout.planned_shards(DatasetFiles(str(work / "results" / ds)).shard_plan)
+    rows = [
+        line.split("\t")
+        for line in (work / "results" / "report" / "summary.tsv").read_text().splitlines()[1:]
+    ]
     assert {r[1] for r in rows} == {"demo", "dirty"}
     assert all(int(r[2]) == int(r[3]) + int(r[4]) for r in rows)
     assert any(r[0] == "prepare" and r[1] == "dirty" and int(r[4]) > 0 for r in rows)
@@ -164,8 +206,12 @@ def test_verify_and_report_in_the_workflow(two_datasets, tmp_path, chromium):
     run_snakemake(work, config, "--report", str(tmp_path / "report.html"))
     from sharflow.report_view import check_report
 
-    found = check_report(str(tmp_path / "report.html"), str(tmp_path / "screens"), str(work / "results" / "report"),
-                         browser=chromium)
+    found = check_report(
+        str(tmp_path / "report.html"),
+        str(tmp_path / "screens"),
+        str(work / "results" / "report"),
+        browser=chromium,
+    )
     plots = {"durations", "buckets", "similarity", "load", "rejects"}
     assert {k.rsplit("/", 1)[1].split(".")[0] for k in found} == plots | {"summary"}
     for key, info in found.items():
@@ -184,25 +230,44 @@ def test_damaged_shard_fails_verify_then_a_targeted_rerun_repairs_it(two_dataset
     proc = run_snakemake(copy, config, "--forcerun", "verify", check=False)  # README: re-check the files
     assert proc.returncode != 0
     log = (copy / "logs" / "verify" / "demo.log").read_text()
-    assert "dataset demo, field context_codes[tiny_nemo], shard 2" in log and str(codes.relative_to(copy)) in log
+    assert (
+        "dataset demo, field context_codes[tiny_nemo], shard 2" in log and str(codes.relative_to(copy)) in log
+    )
     assert "verify" in proc.stderr and "logs/verify/demo.log" in proc.stderr
 
-    assert_informative_codes(codes_in_tars([codes.with_name("codes.000001.tar")]), distinct_arrays=False,
-                             min_distinct=32)
+    assert_informative_codes(
+        codes_in_tars([codes.with_name("codes.000001.tar")]), distinct_arrays=False, min_distinct=32
+    )
     codes.unlink()  # README: delete the named file and ask for it
     proc = run_snakemake(copy, config, str(codes.relative_to(copy)))
     assert job_counts(proc.stdout + proc.stderr) == {"codes_shard": 1}
     assert codes.read_bytes() == good
     proc = run_snakemake(copy, config)
-    assert job_counts(proc.stdout + proc.stderr) == {"all": 1, "codes_merge": 1, "input_cfg": 1, "verify": 1, "report": 1}
+    assert job_counts(proc.stdout + proc.stderr) == {
+        "all": 1,
+        "codes_merge": 1,
+        "input_cfg": 1,
+        "verify": 1,
+        "report": 1,
+    }
 
 
 def test_dry_run_dag_renders(tmp_path):
     proc = run_snakemake(tmp_path / "w", demo_config(), "--rulegraph")
     nodes, edges = parse_dot(proc.stdout)
     # per-shard jobs join the graph once the shar_plan checkpoint has run (see the next test)
-    assert {"all", "prepare", "context_plan", "context_part", "context_merge", "shar_plan",
-            "shar_merge", "codes_merge", "buckets", "input_cfg"} <= set(nodes.values())
+    assert {
+        "all",
+        "prepare",
+        "context_plan",
+        "context_part",
+        "context_merge",
+        "shar_plan",
+        "shar_merge",
+        "codes_merge",
+        "buckets",
+        "input_cfg",
+    } <= set(nodes.values())
     assert edges
     out = tmp_path / "dag.png"
     assert render_dag(proc.stdout, out, engine="matplotlib") == "matplotlib"
@@ -236,3 +301,52 @@ def test_job_error_is_readable(tmp_path):
     out = proc.stdout + proc.stderr
     assert "sharflow: error: dataset 'demo': audio_root" in out
     assert "fix datasets.demo.audio_root" in out
+
+
+def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
+    work, _, _ = two_datasets
+    config = yaml.safe_load((work / "config.yaml").read_text())
+    codecs = list(config["codecs"])
+    expected, folders = set(), []
+    for ds in ("demo", "dirty"):
+        files = DatasetFiles(str(work / "results" / ds))
+        shards = range(layout.planned_shards(files.shard_plan))
+        expected |= {
+            files.prepared,
+            files.prepare_stats,
+            files.context_plan,
+            files.with_context,
+            files.context_stats,
+            files.shard_plan,
+            files.shar_index,
+            files.shar_stats,
+            files.buckets,
+            files.verify,
+        }
+        expected |= {
+            path for p in range(config["context"]["parts"]) for path in files.context_part(p).named().values()
+        }
+        expected |= {path for s in shards for path in files.shard(s).named().values()}
+        expected |= {path for c in codecs for s in shards for path in files.codes(c, s).named().values()}
+        expected |= {files.codes_stats(c) for c in codecs}
+        folders += [files.prepare_rejected, files.context_rejected, files.shar_rejected]
+    expected |= {str(work / layout.codec_model(c)) for c in codecs} | {
+        str(work / layout.codec_spec(c)) for c in codecs
+    }
+    expected |= {str(work / layout.INPUT_CFG)}
+    expected |= {
+        str(work / layout.REPORT_DIR / name)
+        for name in (
+            "durations.png",
+            "buckets.png",
+            "similarity.png",
+            "load.png",
+            "rejects.png",
+            "summary.html",
+            "summary.tsv",
+        )
+    }
+    found = {str(p) for p in (work / "results").rglob("*") if p.is_file()}
+    in_folders = {p for p in found if any(p.startswith(folder + "/") for folder in folders)}
+    assert in_folders  # the dirty dataset has rejects
+    assert found - in_folders == expected

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -17,13 +18,32 @@ import yaml
 from lhotse import CutSet
 
 from sharflow.codes import CodecSpec, encode_shard
-from sharflow.context import PartSettings, merge_context, plan_context, run_context_part
+from sharflow.context import PartSettings, run_context_part
+from sharflow.context_merge import merge_context
+from sharflow.context_plan import plan_context
+from sharflow.layout import DatasetFiles
 from sharflow.prepare import prepare_dataset
-from sharflow.shar import plan_shards, write_shard
+from sharflow.shar import write_shard
 from sharflow.shar_audio import EncodeSettings
+from sharflow.shar_plan import plan_shards
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "demo"
+
+
+def magpie_dataset(*, load_16khz_audio: bool):
+    """NeMo's MagpieTTSLhotseDataset for the demo codec's codes: 22.05 kHz, 1024 samples a frame, 8 books."""
+    from nemo.collections.tts.data.text_to_speech_dataset_lhotse import MagpieTTSLhotseDataset
+    from omegaconf import OmegaConf
+
+    chars = "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.EnglishCharsTokenizer"
+    return MagpieTTSLhotseDataset(
+        sample_rate=22050,
+        codec_model_samples_per_frame=1024,
+        num_audio_codebooks=8,
+        tokenizer_config=OmegaConf.create({"english_phoneme": {"_target_": chars}}),
+        load_16khz_audio=load_16khz_audio,
+    )
 
 
 def write_tone(path: Path, seconds: float, rate: int = 16000, fmt: str | None = None) -> Path:
@@ -68,14 +88,25 @@ def snakemake_cmd(workdir: Path, config: dict, *args: str, profile: str = "local
     configfile = workdir / "config.yaml"
     configfile.write_text(yaml.safe_dump(config, sort_keys=False))
     return [
-        sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(workdir),
-        "--configfile", str(configfile), "--profile", str(REPO / "profiles" / profile), *args,
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "--directory",
+        str(workdir),
+        "--configfile",
+        str(configfile),
+        "--profile",
+        str(REPO / "profiles" / profile),
+        *args,
     ]
 
 
-def run_snakemake(workdir: Path, config: dict, *args: str, check: bool = True, profile: str = "local",
-                  timeout: int = 900) -> subprocess.CompletedProcess:
-    """Run snakemake (snakemake_cmd) to the end; SIGKILL after `timeout` s (a hung run cannot stop the suite)."""
+def run_snakemake(
+    workdir: Path, config: dict, *args: str, check: bool = True, profile: str = "local", timeout: int = 900
+) -> subprocess.CompletedProcess:
+    """Run snakemake (snakemake_cmd) to the end; SIGKILL after `timeout` s: a hung run cannot hold CI."""
     cmd = ["timeout", "-s", "KILL", str(timeout), *snakemake_cmd(workdir, config, *args, profile=profile)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 60)
     if check and proc.returncode != 0:
@@ -85,53 +116,82 @@ def run_snakemake(workdir: Path, config: dict, *args: str, check: bool = True, p
 
 # ---- running stages directly (package functions, no snakemake) ---------------------------------
 
+
 def prepare_demo(tmp, manifest=DEMO / "manifest.json", root=DEMO / "audio"):
     out = tmp / "prepare"
-    prepare_dataset(str(manifest), str(out / "prepared.jsonl"), str(out / "rejected"), str(out / "stats.json"),
-                    dataset="demo", audio_root=str(root), workers=1)
+    prepare_dataset(
+        str(manifest),
+        prepared=str(out / "prepared.jsonl"),
+        rejected_dir=str(out / "rejected"),
+        stats=str(out / "stats.json"),
+        dataset="demo",
+        audio_root=str(root),
+        workers=1,
+    )
     return out
 
 
 def run_stage(tmp, prep, root=DEMO / "audio", parts=1, workers=1, save_embeddings=False, **rules):
-    ctx = tmp / f"context-{parts}-{workers}"
-    plan_context(str(prep / "prepared.jsonl"), str(ctx / "plan.json"), parts=parts,
-                 grouping={"preset": "speaker"}, cost_per_audio_second=1e6)
-    settings = PartSettings(audio_root=str(root), top_k=2, embed_batch=5, save_embeddings=save_embeddings, **rules)
-    files = {k: [] for k in ("records", "rejected", "stats")}
+    """The context stage (plan, every part, merge) over `prep`'s records; (context folder, stats)."""
+    source = DatasetFiles(str(prep.parent))
+    files = DatasetFiles(str(tmp / f"run-{parts}-{workers}"))
+    plan_context(
+        source.prepared,
+        plan=files.context_plan,
+        parts=parts,
+        grouping={"preset": "speaker"},
+        cost_per_audio_second=1e6,
+    )
+    settings = PartSettings(
+        audio_root=str(root), top_k=2, embed_batch=5, save_embeddings=save_embeddings, **rules
+    )
     for p in range(parts):
-        paths = [str(ctx / "parts" / f"part-{p:04d}.{s}") for s in ("jsonl", "rejected.jsonl", "stats.json")]
-        run_context_part(str(prep / "prepared.jsonl"), str(ctx / "plan.json"), p, *paths,
-                         settings=settings, device="cpu", workers=workers,
-                         out_embeddings=str(ctx / "parts" / f"part-{p:04d}.embeddings.npy"),
-                         out_embedding_ids=str(ctx / "parts" / f"part-{p:04d}.embedding_ids.jsonl"))
-        for k, path in zip(files, paths):
-            files[k].append(path)
-    stats = merge_context(files["records"], files["rejected"], files["stats"], str(prep / "stats.json"),
-                          str(ctx / "with_context.jsonl"), str(ctx / "rejected"), str(ctx / "stats.json"),
-                          dataset="demo")
-    return ctx, stats
+        embeddings = files.context_embeddings(p)
+        run_context_part(
+            p,
+            prepared=source.prepared,
+            plan=files.context_plan,
+            out=files.context_part(p),
+            settings=settings,
+            device="cpu",
+            workers=workers,
+            out_embeddings=embeddings["embeddings"],
+            out_embedding_ids=embeddings["embedding_ids"],
+        )
+    stats = merge_context(
+        part_records=[files.context_part(p).records for p in range(parts)],
+        part_rejected=[files.context_part(p).rejected for p in range(parts)],
+        part_stats=[files.context_part(p).stats for p in range(parts)],
+        prepare_stats=source.prepare_stats,
+        with_context=files.with_context,
+        rejected_dir=files.context_rejected,
+        stats=files.context_stats,
+        dataset="demo",
+    )
+    return Path(files.with_context).parent, stats
 
 
 FIELDS = ("cuts", "target_audio", "context_audio")
 
 
 def write_all(out, with_context, shard_size=16, workers=1, root=DEMO / "audio", **settings):
-    plan = plan_shards(str(with_context), str(out / "plan.json"), str(out / "index.npy"), shard_size=shard_size, seed=7)
-    stats, rejected = [], []
-    for s in range(plan["num_shards"]):
-        paths = {
-            "cuts": out / "shar" / "cuts" / f"cuts.{s:06d}.jsonl.gz",
-            "target": out / "shar" / "target_audio" / f"recording.{s:06d}.tar",
-            "context": out / "shar" / "context_audio" / f"recording.{s:06d}.tar",
-            "stats": out / "jobs" / f"shard-{s:06d}.stats.json",
-            "rejected": out / "jobs" / f"shard-{s:06d}.rejected.jsonl",
-        }
-        write_shard(str(with_context), str(out / "index.npy"), str(out / "plan.json"), s,
-                    *(str(p) for p in paths.values()),
-                    settings=EncodeSettings(audio_root=str(root), **settings), workers=workers)
-        stats.append(str(paths["stats"]))
-        rejected.append(str(paths["rejected"]))
-    return plan, stats, rejected
+    """Shards of `with_context` under `out` as the workflow lays out a dataset (sharflow.layout)."""
+    files = DatasetFiles(str(out))
+    plan = plan_shards(
+        str(with_context), plan=files.shard_plan, index=files.shar_index, shard_size=shard_size, seed=7
+    )
+    jobs = [files.shard(s) for s in range(plan["num_shards"])]
+    for s, job in enumerate(jobs):
+        write_shard(
+            s,
+            with_context=str(with_context),
+            index=files.shar_index,
+            plan=files.shard_plan,
+            out=job,
+            settings=EncodeSettings(audio_root=str(root), **settings),
+            workers=workers,
+        )
+    return plan, [job.stats for job in jobs], [job.rejected for job in jobs]
 
 
 def read_back(out):
@@ -139,16 +199,22 @@ def read_back(out):
 
 
 def run_codes(shards_dir, out, codec_path, shards=(0, 1), workers=1, name="tiny"):
+    """Codes of `shards` of the dataset at `shards_dir`, laid out under `out` as the workflow does."""
     spec = CodecSpec(name=name, backend="nemo", model=str(codec_path))
-    stats = []
-    for s in shards:
-        stats.append(encode_shard(
-            str(shards_dir / "shar" / "target_audio" / f"recording.{s:06d}.tar"),
-            str(shards_dir / "shar" / "context_audio" / f"recording.{s:06d}.tar"), s,
-            str(out / "shar" / f"codes_{name}" / "target_codes" / f"codes.{s:06d}.tar"),
-            str(out / "shar" / f"codes_{name}" / "context_codes" / f"codes.{s:06d}.tar"),
-            str(out / "jobs" / f"{s}.json"), codec=spec, batch_seconds=8.0, device="cpu", workers=workers))
-    return stats
+    source, files = DatasetFiles(str(shards_dir)), DatasetFiles(str(out))
+    return [
+        encode_shard(
+            s,
+            target_tar=source.shard(s).target,
+            context_tar=source.shard(s).context,
+            out=files.codes(name, s),
+            codec=spec,
+            batch_seconds=8.0,
+            device="cpu",
+            workers=workers,
+        )
+        for s in shards
+    ]
 
 
 def codes_in_tars(paths) -> list[np.ndarray]:
@@ -156,11 +222,17 @@ def codes_in_tars(paths) -> list[np.ndarray]:
     arrays = []
     for path in paths:
         with tarfile.open(path) as tar:
-            arrays += [np.load(io.BytesIO(tar.extractfile(m).read())) for m in tar.getmembers() if m.name.endswith(".npy")]
+            arrays += [
+                np.load(io.BytesIO(tar.extractfile(m).read()))
+                for m in tar.getmembers()
+                if m.name.endswith(".npy")
+            ]
     return arrays
 
 
-def assert_informative_codes(arrays, *, reversed_arrays=None, distinct_arrays: bool = True, min_distinct: int = 64):
+def assert_informative_codes(
+    arrays, *, reversed_arrays=None, distinct_arrays: bool = True, min_distinct: int = 64
+):
     """Fail unless codes carry information, so that a test comparing them can fail at all.
 
     `arrays`: (C, T) codes of different utterances (different audio when `distinct_arrays`).
@@ -172,13 +244,19 @@ def assert_informative_codes(arrays, *, reversed_arrays=None, distinct_arrays: b
     assert arrays and all(a.ndim == 2 for a in arrays), "codes must be a list of (C, T) arrays"
     stacked = np.concatenate(arrays, axis=1)
     distinct = [len(np.unique(row)) for row in stacked]
-    assert min(distinct) >= min_distinct, f"codebooks take only {distinct} distinct values (floor {min_distinct})"
+    assert min(distinct) >= min_distinct, (
+        f"codebooks take only {distinct} distinct values (floor {min_distinct})"
+    )
     for i, a in enumerate(arrays):
         assert a.shape[1] < 2 or (a[:, 1:] != a[:, :-1]).any(), f"codes {i}: every frame is the same"
     if distinct_arrays:
-        assert len({(a.shape, a.tobytes()) for a in arrays}) == len(arrays), "two different utterances got equal codes"
-    for i, (a, r) in enumerate(zip(arrays, reversed_arrays or [])):
-        assert a.shape != r.shape or (a != r).any(), f"codes {i}: the same audio played backwards gets the same codes"
+        assert len({(a.shape, a.tobytes()) for a in arrays}) == len(arrays), (
+            "two different utterances got equal codes"
+        )
+    for i, (a, r) in enumerate(zip(arrays, reversed_arrays or arrays, strict=True)):
+        assert reversed_arrays is None or a.shape != r.shape or (a != r).any(), (
+            f"codes {i}: the same audio played backwards gets the same codes"
+        )
 
 
 def assert_informative_embeddings(embeddings, *, min_spread: float = 0.05, max_similarity: float = 0.999):
@@ -189,7 +267,9 @@ def assert_informative_embeddings(embeddings, *, min_spread: float = 0.05, max_s
     """
     e = np.asarray(embeddings, dtype=np.float64)
     sims = (e @ e.T)[np.triu_indices(len(e), 1)]
-    assert sims.std() >= min_spread, f"cosine similarities hardly vary (std {sims.std():.4f}): embeddings are degenerate"
+    assert sims.std() >= min_spread, (
+        f"cosine similarities hardly vary (std {sims.std():.4f}): embeddings are degenerate"
+    )
     assert sims.max() < max_similarity, f"two different utterances embed alike (cosine {sims.max():.5f})"
 
 
@@ -202,10 +282,72 @@ def system_tool(binary: str, packages: list[str]) -> str:
     if path := shutil.which(binary):
         return path
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        pytest.skip(f"{binary} is not installed and this is not a root Debian machine (apt-get install {' '.join(packages)})")
+        pytest.skip(
+            f"{binary} is not installed and this is not a root Debian machine (apt-get install "
+            f"{' '.join(packages)})"
+        )
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", *packages]):
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
             pytest.skip(f"could not install {packages}: {done.stderr[-500:]}")
     return shutil.which(binary) or pytest.skip(f"{binary} not found after installing {packages}")
+
+
+class Background(threading.Thread):
+    """`fn(*args)` run in a thread started now; `result()` waits for it, then returns or raises as `fn` did.
+
+    The suite starts its long workflow runs this way before the first test (conftest.early_runs), so
+    that a run which mostly waits (Slurm's queue) or uses one core overlaps the unit tests. A
+    pytest.skip or pytest.fail raised in `fn` skips or fails the test that asks for the result.
+    """
+
+    def __init__(self, fn, *args):
+        super().__init__(daemon=True, name=getattr(fn, "__name__", "background"))
+        self.fn, self.args = fn, args
+        self.value, self.error = None, None
+        self.start()
+
+    def run(self):
+        try:
+            self.value = self.fn(*self.args)
+        except BaseException as e:
+            self.error = e
+
+    def result(self, timeout: float = 3600):
+        self.join(timeout)
+        if self.is_alive():
+            pytest.fail(f"background run {self.name} still running after {timeout} s")
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def deterministic_outputs(results: Path) -> list[str]:
+    """Files of a dataset's results that must be byte-identical between runs of the same inputs and config.
+
+    Everything but the stats and logs of the context, shar and codes jobs, which hold wall-clock times.
+    """
+    files = DatasetFiles(str(results))
+    fixed = (
+        files.prepared,
+        files.prepare_stats,
+        files.context_plan,
+        files.with_context,
+        files.shard_plan,
+        files.shar_index,
+        files.buckets,
+    )
+    shards = sorted(p for p in Path(files.shar_dir).rglob("*") if p.is_file())
+    return [str(Path(p).relative_to(results)) for p in (*fixed, *shards)]
+
+
+def assert_same_outputs(a: Path, b: Path, datasets, what: str) -> None:
+    """deterministic_outputs of each dataset are byte-identical under results dirs `a` and `b`."""
+    for ds in datasets:
+        names = deterministic_outputs(a / ds)
+        assert sum(name.startswith("shar/") for name in names) >= 5, f"{ds}: no shard in {names}"
+        for name in names:
+            assert (a / ds / name).read_bytes() == (b / ds / name).read_bytes(), (
+                f"{ds}/{name} differs: {what}"
+            )

@@ -5,15 +5,14 @@ from sharflow.logs import job_log
 # Spawned rank processes re-run this file as __mp_main__: the guard keeps them out of the body.
 if __name__ == "__main__":
     from sharflow.codes import encode_shard, read_codec_spec
+    from sharflow.layout import CodesFiles
 
     with job_log(snakemake.log[0]):
         encode_shard(
-            snakemake.input.target,
-            snakemake.input.context,
             int(snakemake.wildcards.shard),
-            snakemake.output.target,
-            snakemake.output.context,
-            snakemake.output.stats,
+            target_tar=snakemake.input.target,
+            context_tar=snakemake.input.context,
+            out=CodesFiles.of(snakemake.output),
             codec=read_codec_spec(snakemake.input.codec),
             batch_seconds=snakemake.params.batch_seconds,
             device=snakemake.params.device,

@@ -1,16 +1,16 @@
-"""Snakemake adapter: sharflow.context.merge_context."""
+"""Snakemake adapter: sharflow.context_merge.merge_context."""
 
-from sharflow.context import merge_context
+from sharflow.context_merge import merge_context
 from sharflow.logs import job_log
 
 with job_log(snakemake.log[0]):
     merge_context(
-        snakemake.input.records,
-        snakemake.input.rejected,
-        snakemake.input.stats,
-        snakemake.input.prepare_stats,
-        snakemake.output.with_context,
-        snakemake.output.rejected,
-        snakemake.output.stats,
+        part_records=snakemake.input.records,
+        part_rejected=snakemake.input.rejected,
+        part_stats=snakemake.input.stats,
+        prepare_stats=snakemake.input.prepare_stats,
+        with_context=snakemake.output.with_context,
+        rejected_dir=snakemake.output.rejected,
+        stats=snakemake.output.stats,
         dataset=snakemake.wildcards.dataset,
     )

@@ -1,18 +1,17 @@
 """Snakemake adapter: sharflow.context.run_context_part."""
 
 from sharflow.context import PartSettings, run_context_part
+from sharflow.layout import ContextPartFiles
 from sharflow.logs import job_log
 
 # The guard keeps spawned rank processes, which re-run this file as __mp_main__, out of the body.
 if __name__ == "__main__":
     with job_log(snakemake.log[0]):
         run_context_part(
-            snakemake.input.prepared,
-            snakemake.input.plan,
             int(snakemake.wildcards.part),
-            snakemake.output.records,
-            snakemake.output.rejected,
-            snakemake.output.stats,
+            prepared=snakemake.input.prepared,
+            plan=snakemake.input.plan,
+            out=ContextPartFiles.of(snakemake.output),
             settings=PartSettings(**snakemake.params.settings),
             device=snakemake.params.device,
             workers=snakemake.threads,

@@ -1,12 +1,12 @@
-"""Snakemake adapter: sharflow.context.plan_context."""
+"""Snakemake adapter: sharflow.context_plan.plan_context."""
 
-from sharflow.context import plan_context
+from sharflow.context_plan import plan_context
 from sharflow.logs import job_log
 
 with job_log(snakemake.log[0]):
     plan_context(
         snakemake.input.prepared,
-        snakemake.output.plan,
+        plan=snakemake.output.plan,
         parts=snakemake.params.parts,
         grouping=snakemake.params.grouping,
         cost_per_audio_second=snakemake.params.cost_per_audio_second,

@@ -8,9 +8,9 @@ if __name__ == "__main__":
     with job_log(snakemake.log[0]):
         prepare_dataset(
             snakemake.input.manifest,
-            snakemake.output.prepared,
-            snakemake.output.rejected,
-            snakemake.output.stats,
+            prepared=snakemake.output.prepared,
+            rejected_dir=snakemake.output.rejected,
+            stats=snakemake.output.stats,
             workers=snakemake.threads,
             **snakemake.params.settings,
         )

@@ -1,13 +1,13 @@
-"""Snakemake adapter: sharflow.shar.plan_shards."""
+"""Snakemake adapter: sharflow.shar_plan.plan_shards."""
 
 from sharflow.logs import job_log
-from sharflow.shar import plan_shards
+from sharflow.shar_plan import plan_shards
 
 with job_log(snakemake.log[0]):
     plan_shards(
         snakemake.input.with_context,
-        snakemake.output.plan,
-        snakemake.output.index,
+        plan=snakemake.output.plan,
+        index=snakemake.output.index,
         shard_size=snakemake.params.shard_size,
         seed=snakemake.params.seed,
     )

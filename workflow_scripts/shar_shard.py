@@ -5,20 +5,17 @@ from sharflow.logs import job_log
 # Spawned worker processes re-run this file as __mp_main__: the guard keeps them out of the body,
 # and importing sharflow.shar (lhotse, torch) inside it keeps their start-up light.
 if __name__ == "__main__":
+    from sharflow.layout import ShardFiles
     from sharflow.shar import write_shard
     from sharflow.shar_audio import EncodeSettings
 
     with job_log(snakemake.log[0]):
         write_shard(
-            snakemake.input.with_context,
-            snakemake.input.index,
-            snakemake.input.plan,
             int(snakemake.wildcards.shard),
-            snakemake.output.cuts,
-            snakemake.output.target,
-            snakemake.output.context,
-            snakemake.output.stats,
-            snakemake.output.rejected,
+            with_context=snakemake.input.with_context,
+            index=snakemake.input.index,
+            plan=snakemake.input.plan,
+            out=ShardFiles.of(snakemake.output),
             settings=EncodeSettings(**snakemake.params.settings),
             workers=snakemake.threads,
         )

@@ -1,13 +1,14 @@
 """Snakemake adapter: sharflow.verify.verify_dataset."""
 
 if __name__ == "__main__":  # verify.workers > 1 spawns processes that re-import this file
+    from sharflow.layout import shar_dir_of_plan
     from sharflow.logs import job_log
     from sharflow.verify import verify_dataset
 
     with job_log(snakemake.log[0]):
         verify_dataset(
             snakemake.wildcards.dataset,
-            snakemake.params.shar_dir,
+            shar_dir_of_plan(snakemake.input.plan),
             snakemake.input.plan,
             snakemake.input.shar_stats,
             snakemake.params.codes_stats,

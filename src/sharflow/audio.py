@@ -37,7 +37,7 @@ def resolve_audio_path(audio_root: str, path: str) -> tuple[str, str]:
     prefix = _root_prefix(audio_root)
     full = os.path.normpath(os.path.join(prefix, path))
     if full.startswith(prefix) and len(full) > len(prefix):
-        return full, full[len(prefix):].replace(os.sep, "/")
+        return full, full[len(prefix) :].replace(os.sep, "/")
     raise PathEscapeError(f"{path!r} resolves to {full!r}, outside the audio root {prefix!r}")
 
 

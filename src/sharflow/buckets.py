@@ -40,13 +40,15 @@ def duration_bins(durations: np.ndarray, num_buckets: int, weights: np.ndarray |
     With no weights this is exactly lhotse's estimate_duration_buckets.
     """
     if num_buckets < 2 or len(durations) < num_buckets:
-        raise ValueError(f"need 2 <= num_buckets <= number of cuts, got {num_buckets} for {len(durations)} cuts")
+        raise ValueError(
+            f"need 2 <= num_buckets <= number of cuts, got {num_buckets} for {len(durations)} cuts"
+        )
     weights = np.ones_like(durations) if weights is None else np.asarray(weights, dtype=np.float64)
     order = np.argsort(durations, kind="stable")
     sizes, mass = durations[order], (durations * weights)[order]
     per_bucket = mass.sum() / num_buckets
     bins, total = [], 0.0
-    for size, m in zip(sizes.tolist(), mass.tolist()):
+    for size, m in zip(sizes.tolist(), mass.tolist(), strict=True):
         if total > per_bucket:
             bins.append(float(size))
             total = 0.0
@@ -59,8 +61,9 @@ def bucket_of(durations: np.ndarray, bins: list[float]) -> np.ndarray:
     return np.searchsorted(np.asarray(bins), durations, side="right")
 
 
-def duration_token_bins(durations: np.ndarray, tokens: np.ndarray, num_buckets: int, sub_buckets: int,
-                        z_threshold: float = 4.0) -> tuple[list[list[float]], list[float]]:
+def duration_token_bins(
+    durations: np.ndarray, tokens: np.ndarray, num_buckets: int, sub_buckets: int, z_threshold: float = 4.0
+) -> tuple[list[list[float]], list[float]]:
     """2D bins [[max_duration, max_tokens], ...] and the max tokens-per-second of each bin."""
     edges = duration_bins(durations, num_buckets)
     which = bucket_of(durations, edges)
@@ -72,7 +75,9 @@ def duration_token_bins(durations: np.ndarray, tokens: np.ndarray, num_buckets: 
         order = np.argsort(t, kind="stable")
         d, t = d[order], t[order]
         cum = np.cumsum(t)
-        cuts = [int(np.searchsorted(cum, cum[-1] * k / sub_buckets, side="left")) for k in range(1, sub_buckets)]
+        cuts = [
+            int(np.searchsorted(cum, cum[-1] * k / sub_buckets, side="left")) for k in range(1, sub_buckets)
+        ]
         for part in np.split(np.arange(len(t)), sorted(set(cuts))):
             if len(part) == 0:
                 continue
@@ -83,8 +88,9 @@ def duration_token_bins(durations: np.ndarray, tokens: np.ndarray, num_buckets: 
     return bins, max_tps
 
 
-def write_buckets(cut_files: list[str], out: str, *, num_buckets: int, sub_buckets: int = 0,
-                  z_threshold: float = 4.0) -> dict:
+def write_buckets(
+    cut_files: list[str], out: str, *, num_buckets: int, sub_buckets: int = 0, z_threshold: float = 4.0
+) -> dict:
     """buckets.yaml for one dataset: num_buckets, bucket_duration_bins, min/max duration (+ 2D bins)."""
     durations, tokens = read_cut_lengths(cut_files)
     num_buckets = min(num_buckets, len(durations))
@@ -94,12 +100,14 @@ def write_buckets(cut_files: list[str], out: str, *, num_buckets: int, sub_bucke
         "bucket_duration_bins": bins,
         "min_duration": float(durations.min()) if len(durations) else 0.0,
         "max_duration": float(durations.max()) if len(durations) else 0.0,
-        "cuts": int(len(durations)),
+        "cuts": len(durations),
         "hours": round(float(durations.sum()) / 3600, 6),
     }
     if sub_buckets and num_buckets >= 2:
         bins_2d, max_tps = duration_token_bins(durations, tokens, num_buckets, sub_buckets, z_threshold)
-        result.update(bucket_duration_bins_2d=bins_2d, max_tps=max_tps, tokens="characters of normalized_text")
+        result.update(
+            bucket_duration_bins_2d=bins_2d, max_tps=max_tps, tokens="characters of normalized_text"
+        )
     with atomic_file(out, "w", encoding="utf-8") as f:
         yaml.safe_dump(result, f, sort_keys=False)
     return result

@@ -25,15 +25,16 @@ import shutil
 import tarfile
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
-from sharflow.atomic import atomic_file
+from sharflow.atomic import read_json, write_json
 from sharflow.balance import lpt_assign
 from sharflow.errors import SharflowError
+from sharflow.layout import CodesFiles
+from sharflow.parallel import ahead
 from sharflow.ranks import job_devices, run_ranks
 from sharflow.shar_audio import compute_num_samples
 
@@ -58,16 +59,13 @@ def write_codec_spec(spec: dict, out: str) -> CodecSpec:
     changes (by its time stamp), the other codecs' jobs do not.
     """
     codec = CodecSpec(**spec)
-    with atomic_file(out, "w", encoding="utf-8") as f:
-        json.dump(asdict(codec), f, indent=1)
-        f.write("\n")
+    write_json(out, asdict(codec))
     log.info("codec %s: %s model %s (%s)", codec.name, codec.backend, codec.model, codec.precision)
     return codec
 
 
 def read_codec_spec(path: str) -> CodecSpec:
-    with open(path, encoding="utf-8") as f:
-        return CodecSpec(**json.load(f))
+    return CodecSpec(**read_json(path))
 
 
 @dataclass(frozen=True)
@@ -83,7 +81,7 @@ def audio_members(tar_path: str) -> list[tuple[str, str, dict]]:
     out = []
     with tarfile.open(tar_path, "r:") as tar:
         members = tar.getmembers()
-        for data, meta in zip(members[0::2], members[1::2]):
+        for data, meta in zip(members[0::2], members[1::2], strict=True):
             manifest = json.loads(tar.extractfile(meta).read())
             out.append((meta.name.rsplit(".", 1)[0], data.name, manifest))
     return out
@@ -94,8 +92,14 @@ def whole_frames(samples: int, samples_per_frame: int) -> int:
     return -(-samples // samples_per_frame) * samples_per_frame
 
 
-def plan_batches(items: list[Item], budget_samples: int, samples_per_frame: int, *,
-                 same_frames: bool = True, by_length: bool = True) -> list[list[Item]]:
+def plan_batches(
+    items: list[Item],
+    budget_samples: int,
+    samples_per_frame: int,
+    *,
+    same_frames: bool = True,
+    by_length: bool = True,
+) -> list[list[Item]]:
     """Batches whose padded size (batch size × longest item in whole frames) fits the budget.
 
     same_frames: a batch holds items of one frame count only, so no item is padded past its own
@@ -138,28 +142,50 @@ def cached_codec(codec: CodecSpec, device: str):
 
 
 def encode_shard(
-    target_tar: str, context_tar: str, shard: int, out_target: str, out_context: str, out_stats: str,
-    *, codec: CodecSpec, batch_seconds: float = 60.0, device: str = "auto", workers: int = 1, gpus: int = 0,
+    shard: int,
+    *,
+    target_tar: str,
+    context_tar: str,
+    out: CodesFiles,
+    codec: CodecSpec,
+    batch_seconds: float = 60.0,
+    device: str = "auto",
+    workers: int = 1,
+    gpus: int = 0,
 ) -> dict:
     """Encode one shard's target and context audio with `codec`; write both code tars atomically."""
     start = time.perf_counter()
     devices = job_devices(device, workers, gpus, f"codes {codec.name}, shard {shard}")
     model = cached_codec(codec, devices[0])  # rank 0 runs in this process and reuses it
     sr, spf = model.sample_rate, model.samples_per_frame
-    log.info("codec %s: %s, %d Hz, %d samples per frame, %d codebooks of %d", codec.name, model.description, sr,
-             spf, model.num_codebooks, model.codebook_size)
+    log.info(
+        "codec %s: %s, %d Hz, %d samples per frame, %d codebooks of %d",
+        codec.name,
+        model.description,
+        sr,
+        spf,
+        model.num_codebooks,
+        model.codebook_size,
+    )
 
-    listings = {kind: audio_members(path) for kind, path in zip(KINDS, (target_tar, context_tar))}
+    listings = {
+        kind: audio_members(path) for kind, path in zip(KINDS, (target_tar, context_tar), strict=True)
+    }
     ids = [cid for cid, _, _ in listings["target"]]
     if [cid for cid, _, _ in listings["context"]] != ids:
-        raise SharflowError(f"shard {shard}: {target_tar} and {context_tar} hold different cut ids; rebuild the shard")
+        raise SharflowError(
+            f"shard {shard}: {target_tar} and {context_tar} hold different cut ids; rebuild the shard"
+        )
     items = [
         Item(i, kind, member, _samples_at(manifest, sr))
-        for kind in KINDS for i, (_, member, manifest) in enumerate(listings[kind])
+        for kind in KINDS
+        for i, (_, member, manifest) in enumerate(listings[kind])
     ]
     batches = plan_batches(items, int(batch_seconds * sr), spf)
     efficiency = padding_efficiency(batches, spf)
-    rank_batches = lpt_assign({b: sum(i.samples for i in batch) for b, batch in enumerate(batches)}, len(devices))
+    rank_batches = lpt_assign(
+        {b: sum(i.samples for i in batch) for b, batch in enumerate(batches)}, len(devices)
+    )
     args = [([batches[b] for b in bs], target_tar, context_tar, codec, ids, shard) for bs in rank_batches]
     results = run_ranks(encode_batches, devices, args)
     codes: dict[tuple[int, str], np.ndarray] = {}
@@ -167,7 +193,7 @@ def encode_shard(
         codes.update(rank_codes)
     num_codebooks, codebook_size = results[0][1]["num_codebooks"], results[0][1]["codebook_size"]
     dtype = np.int16 if codebook_size <= np.iinfo(np.int16).max + 1 else np.int32
-    _write_codes(codes, ids, sr, spf, dtype, out_target, out_context, Path(out_stats).parent)
+    _write_codes(codes, ids, sr, spf, dtype, out.target, out.context, Path(out.stats).parent)
     stats = {
         "codec": codec.name,
         "shard": shard,
@@ -185,11 +211,17 @@ def encode_shard(
         "rank_seconds": [r[1]["seconds"] for r in results],
         "seconds": round(time.perf_counter() - start, 3),
     }
-    with atomic_file(out_stats, "w", encoding="utf-8") as f:
-        json.dump(stats, f, indent=1)
-        f.write("\n")
-    log.info("codes %s, shard %d: %d cuts, %.0f s of audio in %d batches (padding efficiency %.3f) in %.1f s",
-             codec.name, shard, len(ids), stats["audio_seconds"], len(batches), efficiency, stats["seconds"])
+    write_json(out.stats, stats)
+    log.info(
+        "codes %s, shard %d: %d cuts, %.0f s of audio in %d batches (padding efficiency %.3f) in %.1f s",
+        codec.name,
+        shard,
+        len(ids),
+        stats["audio_seconds"],
+        len(batches),
+        efficiency,
+        stats["seconds"],
+    )
     return stats
 
 
@@ -199,8 +231,16 @@ def _samples_at(manifest: dict, rate: int) -> int:
     return compute_num_samples(manifest["num_samples"] / manifest["sampling_rate"], rate)
 
 
-def encode_batches(rank: int, device: str, batches: list[list[Item]], target_tar: str, context_tar: str,
-                   codec: CodecSpec, ids: list[str], shard: int) -> tuple[dict, dict]:
+def encode_batches(
+    rank: int,
+    device: str,
+    batches: list[list[Item]],
+    target_tar: str,
+    context_tar: str,
+    codec: CodecSpec,
+    ids: list[str],
+    shard: int,
+) -> tuple[dict, dict]:
     """One rank: decode (one batch ahead) and encode its batches; returns ({(cut, kind): codes}, info)."""
     import torch
     from tqdm import tqdm
@@ -212,9 +252,14 @@ def encode_batches(rank: int, device: str, batches: list[list[Item]], target_tar
     sr, spf = model.sample_rate, model.samples_per_frame
     out: dict[tuple[int, str], np.ndarray] = {}
     with (
-        tarfile.open(target_tar, "r:") as t_tar, tarfile.open(context_tar, "r:") as c_tar,
-        ThreadPoolExecutor(1) as pool,
-        tqdm(total=sum(len(b) for b in batches), desc=f"codes rank {rank} ({device})", unit="utt", mininterval=5) as progress,
+        tarfile.open(target_tar, "r:") as t_tar,
+        tarfile.open(context_tar, "r:") as c_tar,
+        tqdm(
+            total=sum(len(b) for b in batches),
+            desc=f"codes rank {rank} ({device})",
+            unit="utt",
+            mininterval=5,
+        ) as progress,
     ):
         tars = {"target": t_tar, "context": c_tar}
 
@@ -225,27 +270,31 @@ def encode_batches(rank: int, device: str, batches: list[list[Item]], target_tar
                 try:
                     wave = _decode(tars[item.kind], item.member, sr)
                 except Exception as e:
-                    raise SharflowError(f"shard {shard}, cut {ids[item.cut]}: {item.kind} audio does not decode ({e})") from None
+                    raise SharflowError(
+                        f"shard {shard}, cut {ids[item.cut]}: {item.kind} audio does not decode ({e})"
+                    ) from None
                 n = min(len(wave), item.samples)
                 x[row, :n] = torch.from_numpy(wave[:n])
             return x
 
-        pending = pool.submit(load, batches[0]) if batches else None
-        for b, batch in enumerate(batches):
-            x = pending.result()
-            pending = pool.submit(load, batches[b + 1]) if b + 1 < len(batches) else None
+        for batch, x in ahead(load, batches):
             lengths = torch.tensor([i.samples for i in batch])
             codes, code_lengths = model.encode(x.to(device), lengths.to(device))
             codes, code_lengths = codes.cpu().numpy(), code_lengths.cpu().numpy()
             for row, item in enumerate(batch):
                 expected = frames(item.samples, spf)
                 if int(code_lengths[row]) != expected:
-                    raise SharflowError(f"codec {codec.name} gave {int(code_lengths[row])} frames for {expected} expected "
-                                        f"(shard {shard}, cut {ids[item.cut]})")
+                    raise SharflowError(
+                        f"codec {codec.name} gave {int(code_lengths[row])} frames for {expected} expected "
+                        f"(shard {shard}, cut {ids[item.cut]})"
+                    )
                 out[(item.cut, item.kind)] = codes[row, :, :expected]
             progress.update(len(batch))
-    info = {"num_codebooks": model.num_codebooks, "codebook_size": model.codebook_size,
-            "seconds": round(time.perf_counter() - start, 3)}
+    info = {
+        "num_codebooks": model.num_codebooks,
+        "codebook_size": model.codebook_size,
+        "seconds": round(time.perf_counter() - start, 3),
+    }
     return out, info
 
 
@@ -269,13 +318,17 @@ def _write_codes(codes, ids, sr, spf, dtype, out_target, out_context, work_dir: 
     work_dir.mkdir(parents=True, exist_ok=True)
     tmp_dir = Path(tempfile.mkdtemp(prefix=".codes.", dir=work_dir))
     try:
-        for kind, final in finals.items():
+        for kind in finals:
             with ArrayTarWriter(str(tmp_dir / f"{kind}.tar"), shard_size=None, compression="numpy") as writer:
                 for i, cid in enumerate(ids):
                     array = codes[(i, kind)].astype(dtype)
                     manifest = TemporalArray(
-                        array=Array(storage_type="shar", storage_path="", storage_key="", shape=list(array.shape)),
-                        temporal_dim=-1, frame_shift=spf / sr, start=0,
+                        array=Array(
+                            storage_type="shar", storage_path="", storage_key="", shape=list(array.shape)
+                        ),
+                        temporal_dim=-1,
+                        frame_shift=spf / sr,
+                        start=0,
                     )
                     writer.write(cid, array, manifest)
             if not (tmp_dir / f"{kind}.tar").exists():
@@ -291,8 +344,7 @@ def merge_codes_stats(shard_stats: list[str], out: str) -> dict:
     """Totals of one codec's shard jobs for a dataset: cuts, audio, padding efficiency, time."""
     shards = []
     for path in shard_stats:
-        with open(path, encoding="utf-8") as f:
-            shards.append(json.load(f))
+        shards.append(read_json(path))
     audio = sum(s["audio_seconds"] for s in shards)
     padded = sum(s["audio_seconds"] / s["padding_efficiency"] for s in shards if s["padding_efficiency"])
     first = shards[0] if shards else {}
@@ -302,12 +354,19 @@ def merge_codes_stats(shard_stats: list[str], out: str) -> dict:
         "cuts": sum(s["cuts"] for s in shards),
         "audio_hours": round(audio / 3600, 6),
         "padding_efficiency": round(audio / padded, 4) if padded else 1.0,
-        **{k: first.get(k) for k in ("sample_rate", "samples_per_frame", "num_codebooks", "codebook_size", "dtype")},
+        **{
+            k: first.get(k)
+            for k in ("sample_rate", "samples_per_frame", "num_codebooks", "codebook_size", "dtype")
+        },
         "seconds": round(sum(s["seconds"] for s in shards), 3),
     }
-    with atomic_file(out, "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=1)
-        f.write("\n")
-    log.info("codes %s: %d cuts in %d shards, %.3f h of audio, padding efficiency %.3f", summary["codec"],
-             summary["cuts"], summary["shards"], summary["audio_hours"], summary["padding_efficiency"])
+    write_json(out, summary)
+    log.info(
+        "codes %s: %d cuts in %d shards, %.3f h of audio, padding efficiency %.3f",
+        summary["codec"],
+        summary["cuts"],
+        summary["shards"],
+        summary["audio_hours"],
+        summary["padding_efficiency"],
+    )
     return summary

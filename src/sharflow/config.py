@@ -55,8 +55,10 @@ def _cross_checks(config: dict) -> list[str]:
     problems = []
     shar = config.get("shar", {})
     if shar.get("audio_format") == "opus" and shar.get("sample_rate") not in OPUS_RATES:
-        problems.append(f"  shar.sample_rate: opus needs one of {', '.join(map(str, OPUS_RATES))} Hz (got "
-                        f"{shar.get('sample_rate')}); set shar.sample_rate or use audio_format flac")
+        problems.append(
+            f"  shar.sample_rate: opus needs one of {', '.join(map(str, OPUS_RATES))} Hz (got "
+            f"{shar.get('sample_rate')}); set shar.sample_rate or use audio_format flac"
+        )
     for name, codec in config.get("codecs", {}).items():
         if (codec.get("model") is None) == (codec.get("random_from_config") is None):
             problems.append(f"  codecs.{name}: give exactly one of model or random_from_config")
@@ -64,7 +66,10 @@ def _cross_checks(config: dict) -> list[str]:
             problems.append(f"  codecs.{name}.random_from_config: only the nemo backend builds random codecs")
     chosen = config.get("training", {}).get("codec")
     if chosen is not None and chosen not in config.get("codecs", {}):
-        problems.append(f"  training.codec: {chosen!r} is not one of the codecs ({', '.join(config.get('codecs', {})) or 'none'})")
+        problems.append(
+            f"  training.codec: {chosen!r} is not one of the codecs "
+            f"({', '.join(config.get('codecs', {})) or 'none'})"
+        )
     return problems
 
 

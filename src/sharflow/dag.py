@@ -49,7 +49,9 @@ def render_dag(dot_text: str, out: str | Path, engine: str = "auto") -> str:
     if engine == "dot":
         subprocess.run(
             ["dot", f"-T{out.suffix.lstrip('.')}", "-o", str(out)],
-            input=_graph_text(dot_text), text=True, check=True,
+            input=_graph_text(dot_text),
+            text=True,
+            check=True,
         )
         return engine
     _render_matplotlib(*parse_dot(dot_text), out)
@@ -86,16 +88,25 @@ def _render_matplotlib(nodes: dict[str, str], edges: list[tuple[str, str]], out:
     for n in sorted(nodes, key=lambda n: (depth[n], nodes[n], n)):
         rows.setdefault(depth[n], []).append(n)
     width = max(len(r) for r in rows.values())
-    pos = {
-        n: ((i + 0.5) * width / len(row), -d) for d, row in rows.items() for i, n in enumerate(row)
-    }
+    pos = {n: ((i + 0.5) * width / len(row), -d) for d, row in rows.items() for i, n in enumerate(row)}
     fig, ax = plt.subplots(figsize=(max(4, 2.2 * width), max(3, 1.2 * len(rows))))
     for a, b in edges:
-        ax.annotate("", xy=pos[b], xytext=pos[a],
-                    arrowprops=dict(arrowstyle="->", color="grey", lw=1.5, shrinkA=14, shrinkB=14))
+        ax.annotate(
+            "",
+            xy=pos[b],
+            xytext=pos[a],
+            arrowprops={"arrowstyle": "->", "color": "grey", "lw": 1.5, "shrinkA": 14, "shrinkB": 14},
+        )
     for n, (x, y) in pos.items():
-        ax.text(x, y, nodes[n], ha="center", va="center", fontsize=9,
-                bbox=dict(boxstyle="round", fc="white", ec="tab:blue", lw=1.5))
+        ax.text(
+            x,
+            y,
+            nodes[n],
+            ha="center",
+            va="center",
+            fontsize=9,
+            bbox={"boxstyle": "round", "fc": "white", "ec": "tab:blue", "lw": 1.5},
+        )
     ax.set_xlim(-0.2, width + 0.2)
     ax.set_ylim(-len(rows) + 0.4, 0.6)
     ax.axis("off")

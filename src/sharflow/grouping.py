@@ -45,7 +45,9 @@ PRESETS: dict[str, GroupKey] = {
 }
 
 
-def group_key_function(preset: str = "speaker", regex: str | None = None, field: str = "audio_filepath") -> GroupKey:
+def group_key_function(
+    preset: str = "speaker", regex: str | None = None, field: str = "audio_filepath"
+) -> GroupKey:
     """The group-key function for a config: a preset name, or a regex applied to `field`.
 
     With a regex, a record whose field does not match falls back to its speaker id, prefixed so

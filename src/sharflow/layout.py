@@ -1,18 +1,44 @@
-"""Where a dataset's Shar fields live, and which shard files its plan promises.
+"""Where every file of the workflow lives: one place, asked by the rules, the scripts and the tests.
 
-results/<dataset>/shar/
-    cuts/cuts.NNNNNN.jsonl.gz
-    target_audio/recording.NNNNNN.tar      context_audio/recording.NNNNNN.tar
-    codes_<codec>/target_codes/codes.NNNNNN.tar    codes_<codec>/context_codes/codes.NNNNNN.tar
+results/<dataset>/
+    prepare/{prepared.jsonl, rejected/, stats.json}
+    context/{plan.json, parts/part-NNNN.*, with_context.jsonl, rejected/, stats.json}
+    shard_plan.json  shar_index.npy          the shar_plan checkpoint
+    shar/
+        cuts/cuts.NNNNNN.jsonl.gz
+        target_audio/recording.NNNNNN.tar      context_audio/recording.NNNNNN.tar
+        codes_<codec>/target_codes/codes.NNNNNN.tar    codes_<codec>/context_codes/codes.NNNNNN.tar
+    shar_jobs/shard-NNNNNN.{stats.json, rejected.jsonl}    shar_stats.json  shar_rejected/
+    codes_jobs/<codec>/shard-NNNNNN.stats.json               codes_stats/<codec>.json
+    buckets.yaml  verify.json
+results/models/<codec>.{nemo, json}   results/input_cfg.yaml   results/report/
 
-Jobs after the shard jobs (buckets, verify, report, input_cfg) find the shard files from the plan
-here instead of listing them as Snakemake inputs: only the merge jobs depend on the shar_plan
-checkpoint, which keeps a 10,000-shard DAG quick to build (benchmarks/bench_dag.py).
+`DatasetFiles("results/{dataset}")` gives the rules their patterns ("{shard}" stays a wildcard);
+`DatasetFiles("results/demo")` and an int shard give one job's files. Jobs after the shard jobs
+(buckets, verify, report, input_cfg) find the shard files from the plan here instead of listing
+them as Snakemake inputs: only the merge jobs depend on the shar_plan checkpoint, which keeps a
+10,000-shard DAG quick to build (benchmarks/bench_dag.py).
 """
 
-import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from sharflow.atomic import read_json
+
+RESULTS = "results"
+STATS_SUFFIX = ".stats.json"
+REJECTED_SUFFIX = ".rejected.jsonl"
+
+
+def shard_key(shard: int | str) -> str:
+    """A shard's file key: 6 digits (000042); a wildcard pattern such as "{shard}" stays as it is."""
+    return shard if isinstance(shard, str) else f"{shard:06d}"
+
+
+def part_key(part: int | str) -> str:
+    """A context part's file key: 4 digits (0003); a wildcard pattern such as "{part}" stays as it is."""
+    return part if isinstance(part, str) else f"{part:04d}"
+
 
 CODE_FIELDS = ("target_codes", "context_codes")
 
@@ -31,13 +57,15 @@ class Field:
     def label(self) -> str:
         return f"{self.field}[{self.codec}]" if self.codec else self.field
 
-    def name(self, shard: int) -> str:
-        return f"{self.prefix}.{shard:06d}{self.suffix}"
+    def name(self, shard: int | str) -> str:
+        return f"{self.prefix}.{shard_key(shard)}{self.suffix}"
 
 
 CUTS = Field("cuts", None, "cuts", "cuts", ".jsonl.gz")
-AUDIO_FIELDS = (Field("target_audio", None, "target_audio", "recording", ".tar"),
-                Field("context_audio", None, "context_audio", "recording", ".tar"))
+AUDIO_FIELDS = (
+    Field("target_audio", None, "target_audio", "recording", ".tar"),
+    Field("context_audio", None, "context_audio", "recording", ".tar"),
+)
 
 
 def codes_fields(codec: str) -> tuple[Field, ...]:
@@ -50,8 +78,7 @@ def fields(codecs: list[str]) -> list[Field]:
 
 
 def planned_shards(plan_path: str) -> int:
-    with open(plan_path, encoding="utf-8") as f:
-        return int(json.load(f)["num_shards"])
+    return int(read_json(plan_path)["num_shards"])
 
 
 def shard_files(shar_dir: str, field: Field, num_shards: int) -> list[str]:
@@ -61,3 +88,166 @@ def shard_files(shar_dir: str, field: Field, num_shards: int) -> list[str]:
 def cut_files(shar_dir: str, plan_path: str) -> list[str]:
     """The cuts file of every shard the plan promises."""
     return shard_files(shar_dir, CUTS, planned_shards(plan_path))
+
+
+def shar_dir_of_plan(plan_path: str) -> str:
+    """The shar folder of the dataset whose shard plan is `plan_path`."""
+    return str(Path(plan_path).parent / "shar")
+
+
+def rejected_beside(stats_path: str) -> str:
+    """A shard job's rejects file, beside its stats (shard-N.stats.json -> shard-N.rejected.jsonl)."""
+    if not stats_path.endswith(STATS_SUFFIX):
+        raise ValueError(f"not a shard stats file: {stats_path}")
+    return stats_path[: -len(STATS_SUFFIX)] + REJECTED_SUFFIX
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Named files of one job; `named()` gives them as a rule's `output:` (or `input:`) mapping."""
+
+    def named(self) -> dict[str, str]:
+        return asdict(self)
+
+    @classmethod
+    def of(cls, named):
+        """The files from a mapping with (at least) these names: a Snakemake job's `output`."""
+        return cls(**{name: named[name] for name in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class ContextPartFiles(Outputs):
+    records: str
+    rejected: str
+    stats: str
+
+
+@dataclass(frozen=True)
+class ShardFiles(Outputs):
+    """A shar_shard job's files: its cuts, target_audio and context_audio files, stats and rejects."""
+
+    cuts: str
+    target: str
+    context: str
+    stats: str
+    rejected: str
+
+
+@dataclass(frozen=True)
+class CodesFiles(Outputs):
+    """A codes_shard job's files: target and context codes of one shard and one codec, and stats."""
+
+    target: str
+    context: str
+    stats: str
+
+
+@dataclass(frozen=True)
+class DatasetFiles:
+    """Every file of one dataset under `root`: results/<dataset>, or the pattern results/{dataset}."""
+
+    root: str
+
+    def _path(self, *parts: str) -> str:
+        return "/".join((self.root, *parts))
+
+    @property
+    def prepared(self) -> str:
+        return self._path("prepare", "prepared.jsonl")
+
+    @property
+    def prepare_rejected(self) -> str:
+        return self._path("prepare", "rejected")
+
+    @property
+    def prepare_stats(self) -> str:
+        return self._path("prepare", "stats.json")
+
+    @property
+    def context_plan(self) -> str:
+        return self._path("context", "plan.json")
+
+    def context_part(self, part: int | str) -> ContextPartFiles:
+        prefix = self._path("context", "parts", f"part-{part_key(part)}")
+        return ContextPartFiles(f"{prefix}.jsonl", prefix + REJECTED_SUFFIX, prefix + STATS_SUFFIX)
+
+    def context_embeddings(self, part: int | str) -> dict[str, str]:
+        prefix = self._path("context", "parts", f"part-{part_key(part)}")
+        return {"embeddings": f"{prefix}.embeddings.npy", "embedding_ids": f"{prefix}.embedding_ids.jsonl"}
+
+    @property
+    def with_context(self) -> str:
+        return self._path("context", "with_context.jsonl")
+
+    @property
+    def context_rejected(self) -> str:
+        return self._path("context", "rejected")
+
+    @property
+    def context_stats(self) -> str:
+        return self._path("context", "stats.json")
+
+    @property
+    def shard_plan(self) -> str:
+        return self._path("shard_plan.json")
+
+    @property
+    def shar_index(self) -> str:
+        return self._path("shar_index.npy")
+
+    @property
+    def shar_dir(self) -> str:
+        return self._path("shar")
+
+    def shard(self, shard: int | str) -> ShardFiles:
+        target, context = (self._path("shar", f.folder, f.name(shard)) for f in AUDIO_FIELDS)
+        job = self._path("shar_jobs", f"shard-{shard_key(shard)}")
+        return ShardFiles(
+            self._path("shar", CUTS.folder, CUTS.name(shard)),
+            target,
+            context,
+            job + STATS_SUFFIX,
+            job + REJECTED_SUFFIX,
+        )
+
+    @property
+    def shar_stats(self) -> str:
+        return self._path("shar_stats.json")
+
+    @property
+    def shar_rejected(self) -> str:
+        return self._path("shar_rejected")
+
+    def codes(self, codec: str, shard: int | str) -> CodesFiles:
+        target, context = (self._path("shar", f.folder, f.name(shard)) for f in codes_fields(codec))
+        return CodesFiles(
+            target, context, self._path("codes_jobs", codec, f"shard-{shard_key(shard)}{STATS_SUFFIX}")
+        )
+
+    def codes_stats(self, codec: str) -> str:
+        return self._path("codes_stats", f"{codec}.json")
+
+    @property
+    def buckets(self) -> str:
+        return self._path("buckets.yaml")
+
+    @property
+    def verify(self) -> str:
+        return self._path("verify.json")
+
+
+def dataset_files(dataset: str) -> DatasetFiles:
+    return DatasetFiles(f"{RESULTS}/{dataset}")
+
+
+def codec_model(codec: str) -> str:
+    """Where the workflow builds a codec (random_from_config)."""
+    return f"{RESULTS}/models/{codec}.nemo"
+
+
+def codec_spec(codec: str) -> str:
+    return f"{RESULTS}/models/{codec}.json"
+
+
+INPUT_CFG = f"{RESULTS}/input_cfg.yaml"
+REPORT_DIR = f"{RESULTS}/report"

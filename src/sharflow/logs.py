@@ -5,8 +5,8 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from sharflow.errors import SharflowError
 
@@ -53,4 +53,5 @@ def job_footprint(start: float) -> str:
     """Wall time and exact peak memory of this process and of its finished worker processes."""
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    return f"job done in {time.perf_counter() - start:.1f} s: peak RSS {own:.0f} MB, largest worker process {workers:.0f} MB"
+    wall = time.perf_counter() - start
+    return f"job done in {wall:.1f} s: peak RSS {own:.0f} MB, largest worker process {workers:.0f} MB"

@@ -9,9 +9,9 @@ import json
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
-from sharflow.audio import PathEscapeError, probe_audio, resolve_audio_path
+from sharflow.audio import AudioInfo, PathEscapeError, probe_audio, resolve_audio_path
 from sharflow.speakers import SpeakerFormatError, standardize_speaker
 
 # Reject reason -> what it means, in the order records are checked.
@@ -80,6 +80,42 @@ def check_line(raw: bytes, settings: CheckSettings) -> Accepted | Rejected:
     absent), `duration`, `text`, the standardized `speaker`, every other manifest field as it was,
     and `source_audio` ({sampling_rate, num_samples, num_channels} from the header).
     """
+    record = _parse(raw)
+    if isinstance(record, Rejected):
+        return record
+    fields = _check_fields(record, settings)
+    if isinstance(fields, Rejected):
+        return fields
+    audio = _check_audio(fields, "offset" in record, settings)
+    if isinstance(audio, Rejected):
+        return audio
+    rel, info = audio
+    out = {
+        "audio_filepath": rel,
+        "offset": fields.offset,
+        "duration": fields.duration,
+        "text": fields.text,
+        "speaker": fields.speaker,
+        **{k: v for k, v in record.items() if k not in _STANDARD_KEYS},
+        "source_audio": {
+            "sampling_rate": info.sampling_rate,
+            "num_samples": info.num_samples,
+            "num_channels": info.num_channels,
+        },
+    }
+    key = (rel, round(fields.offset * 1e5), round(fields.duration * 1e5))
+    return Accepted(json.dumps(out, ensure_ascii=False), key, fields.duration, fields.speaker)
+
+
+class _Fields(NamedTuple):
+    path: str
+    duration: float
+    offset: float
+    text: str
+    speaker: str  # standardized
+
+
+def _parse(raw: bytes) -> dict | Rejected:
     try:
         record = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
@@ -88,12 +124,15 @@ def check_line(raw: bytes, settings: CheckSettings) -> Accepted | Rejected:
         return Rejected("malformed_json", "blank line" if not raw.strip() else str(e))
     if not isinstance(record, dict):
         return Rejected("not_an_object", f"expected a JSON object, got {type(record).__name__}")
+    return record
 
+
+def _check_fields(record: dict, settings: CheckSettings) -> _Fields | Rejected:
+    """The record's required fields, typed and in range, and its standardized speaker."""
     required = ["audio_filepath", "duration", "speaker"] + (["text"] if settings.require_text else [])
     missing = [k for k in required if k not in record]
     if missing:
         return Rejected("missing_field", f"missing {', '.join(missing)}")
-
     path, duration = record["audio_filepath"], record["duration"]
     offset, text = record.get("offset", 0.0), record.get("text", "")
     for name, value, ok in (
@@ -114,9 +153,16 @@ def check_line(raw: bytes, settings: CheckSettings) -> Accepted | Rejected:
         speaker = standardize_speaker(record["speaker"], settings.language, settings.dataset)
     except SpeakerFormatError as e:
         return Rejected("bad_speaker", str(e), duration)
+    return _Fields(path, duration, offset, text, speaker)
 
+
+def _check_audio(
+    fields: _Fields, has_offset: bool, settings: CheckSettings
+) -> tuple[str, AudioInfo] | Rejected:
+    """(path relative to the audio root, header) of the record's audio, if it is there and long enough."""
+    duration = fields.duration
     try:
-        full, rel = resolve_audio_path(settings.audio_root, path)
+        full, rel = resolve_audio_path(settings.audio_root, fields.path)
     except PathEscapeError as e:
         return Rejected("path_escapes_root", str(e), duration)
     try:
@@ -129,30 +175,15 @@ def check_line(raw: bytes, settings: CheckSettings) -> Accepted | Rejected:
         return Rejected("unreadable_audio", f"{full}: {e}", duration)
     if info.num_samples == 0:
         return Rejected("zero_length_audio", f"{full} holds no samples", duration)
-    mismatch = _duration_mismatch(offset, duration, info.duration, "offset" in record)
+    mismatch = _duration_mismatch(fields.offset, duration, info.duration, has_offset)
     if mismatch > settings.duration_tolerance:
         return Rejected(
             "duration_mismatch",
-            f"offset {offset} + duration {duration} vs file duration {info.duration:.4f} s "
+            f"offset {fields.offset} + duration {duration} vs file duration {info.duration:.4f} s "
             f"(off by {mismatch:.4f} s > tolerance {settings.duration_tolerance} s)",
             duration,
         )
-
-    out = {
-        "audio_filepath": rel,
-        "offset": offset,
-        "duration": duration,
-        "text": text,
-        "speaker": speaker,
-        **{k: v for k, v in record.items() if k not in _STANDARD_KEYS},
-        "source_audio": {
-            "sampling_rate": info.sampling_rate,
-            "num_samples": info.num_samples,
-            "num_channels": info.num_channels,
-        },
-    }
-    key = (rel, round(offset * 1e5), round(duration * 1e5))
-    return Accepted(json.dumps(out, ensure_ascii=False), key, duration, speaker)
+    return rel, info
 
 
 # Segments of one long file share its header: read it once per process (misses are not cached).

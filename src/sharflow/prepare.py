@@ -6,17 +6,17 @@ Memory is bounded by the chunks in flight plus one small key per accepted record
 """
 
 import hashlib
-import json
 import logging
 import os
 from collections import Counter
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO
 
 from tqdm import tqdm
 
-from sharflow.atomic import atomic_dir, atomic_file
+from sharflow.atomic import atomic_dir, atomic_file, write_json
 from sharflow.errors import SharflowError
 from sharflow.manifest import REASONS, Accepted, CheckSettings, Rejected, check_line
 from sharflow.parallel import ordered_map, resolve_workers
@@ -48,7 +48,7 @@ def _read_chunks(f: IO[bytes], progress: tqdm) -> Iterator[list[bytes]]:
 def _checked_lines(chunks, settings: CheckSettings, workers: int) -> Iterator[tuple[bytes, object]]:
     """(raw line, result) in input order; with workers > 1 at most 2×workers chunks in flight."""
     for chunk, results in ordered_map(partial(check_chunk, settings), chunks, workers):
-        yield from zip(chunk, results)
+        yield from zip(chunk, results, strict=True)
 
 
 def _stable_hash(key: tuple) -> int:
@@ -58,10 +58,10 @@ def _stable_hash(key: tuple) -> int:
 
 def prepare_dataset(
     manifest: str,
+    *,
     prepared: str,
     rejected_dir: str,
     stats: str,
-    *,
     dataset: str,
     audio_root: str,
     language: str = "en",
@@ -85,92 +85,125 @@ def prepare_dataset(
     settings = CheckSettings(dataset, audio_root, language, require_text, duration_tolerance)
     workers = resolve_workers(workers)
     log.info("prepare %s: %s (audio root %s) with %d worker(s)", dataset, manifest, audio_root, workers)
-
-    counts: Counter[str] = Counter()
-    examples: dict[str, str] = {}
-    seconds_in = seconds_out = 0.0
-    records_in = records_out = 0
-    seen: dict[int, int] = {}  # hash of duplicate key -> first line number
-    other_datasets: Counter[str] = Counter()  # speakers' Dataset: names that are not `dataset`
-    other_example = ""
-
+    tally = _Tally(dataset)
     with (
         open(manifest, "rb") as src,
         atomic_file(prepared, "w", encoding="utf-8") as out,
         atomic_dir(rejected_dir) as rej_dir,
         RejectWriter(rej_dir) as rejects,
-        tqdm(total=os.path.getsize(manifest), unit="B", unit_scale=True, desc="prepare",
-             mininterval=5, file=None) as progress,
+        tqdm(
+            total=os.path.getsize(manifest), unit="B", unit_scale=True, desc="prepare", mininterval=5
+        ) as progress,
     ):
-        for line_no, (raw, result) in enumerate(
-            _checked_lines(_read_chunks(src, progress), settings, workers), start=1
-        ):
-            records_in += 1
-            if isinstance(result, Accepted):
-                first = seen.setdefault(_stable_hash(result.key), line_no)
-                if first != line_no:
-                    result = Rejected(
-                        "duplicate", f"same audio_filepath, offset and duration as line {first}",
-                        result.duration,
-                    )
-            if result.duration is not None:
-                seconds_in += result.duration
+        lines = _checked_lines(_read_chunks(src, progress), settings, workers)
+        for line_no, (raw, checked) in enumerate(lines, start=1):
+            result = tally.add(line_no, checked)
             if isinstance(result, Accepted):
                 out.write(result.line + "\n")
-                records_out += 1
-                seconds_out += result.duration
-                named = parse_speaker(result.speaker).dataset
-                if named != dataset:
-                    other_datasets[named] += 1
-                    other_example = other_example or f"line {line_no}: speaker {result.speaker!r}"
-                continue
-            counts[result.reason] += 1
-            examples.setdefault(result.reason, f"line {line_no}: {result.detail}")
-            rejects.write(result.reason, {
-                "line": line_no,
-                "reason": result.reason,
-                "detail": result.detail,
-                "original": raw.decode("utf-8", errors="replace"),
-            })
+            else:
+                rejects.write(
+                    result.reason,
+                    {
+                        "line": line_no,
+                        "reason": result.reason,
+                        "detail": result.detail,
+                        "original": raw.decode("utf-8", errors="replace"),
+                    },
+                )
+        summary = tally.summary(manifest)
+        _log_summary(summary, tally.examples)
+        tally.warn_about_other_datasets()
+        _check_rejected_fraction(summary, tally, max_rejected_fraction)
+        write_json(stats, summary)
+    return summary
 
+
+class _Tally:
+    """Counts over the checked lines, and the duplicate check (one 8-byte key per accepted record)."""
+
+    def __init__(self, dataset: str):
+        self.dataset = dataset
+        self.counts: Counter[str] = Counter()
+        self.examples: dict[str, str] = {}
+        self.seconds_in = self.seconds_out = 0.0
+        self.records_in = self.records_out = 0
+        self.seen: dict[int, int] = {}  # hash of duplicate key -> first line number
+        self.other_datasets: Counter[str] = Counter()  # speakers' Dataset: names that are not `dataset`
+        self.other_example = ""
+
+    def add(self, line_no: int, result: Accepted | Rejected) -> Accepted | Rejected:
+        """Count a checked line; an accepted record seen before comes back as a duplicate reject."""
+        self.records_in += 1
+        if isinstance(result, Accepted):
+            first = self.seen.setdefault(_stable_hash(result.key), line_no)
+            if first != line_no:
+                detail = f"same audio_filepath, offset and duration as line {first}"
+                result = Rejected("duplicate", detail, result.duration)
+        if result.duration is not None:
+            self.seconds_in += result.duration
+        if isinstance(result, Accepted):
+            self.records_out += 1
+            self.seconds_out += result.duration
+            named = parse_speaker(result.speaker).dataset
+            if named != self.dataset:
+                self.other_datasets[named] += 1
+                self.other_example = self.other_example or f"line {line_no}: speaker {result.speaker!r}"
+        else:
+            self.counts[result.reason] += 1
+            self.examples.setdefault(result.reason, f"line {line_no}: {result.detail}")
+        return result
+
+    def summary(self, manifest: str) -> dict:
         summary = {
-            "dataset": dataset,
+            "dataset": self.dataset,
             "manifest": manifest,
-            "records_in": records_in,
-            "records_out": records_out,
-            "rejected_total": sum(counts.values()),
-            "rejected": dict(sorted(counts.items())),
-            "hours_in": round(seconds_in / 3600, 6),
-            "hours_out": round(seconds_out / 3600, 6),
-            "speakers_naming_other_datasets": dict(sorted(other_datasets.items())),
+            "records_in": self.records_in,
+            "records_out": self.records_out,
+            "rejected_total": sum(self.counts.values()),
+            "rejected": dict(sorted(self.counts.items())),
+            "hours_in": round(self.seconds_in / 3600, 6),
+            "hours_out": round(self.seconds_out / 3600, 6),
+            "speakers_naming_other_datasets": dict(sorted(self.other_datasets.items())),
         }
         assert summary["records_in"] == summary["records_out"] + summary["rejected_total"]
-        _log_summary(summary, examples)
-        if other_datasets:
-            log.warning(
-                "prepare %s: %d prepared record(s) have speakers naming another dataset (%s), e.g. %s. NeMo "
-                "takes the dataset name from the speaker string, so these train as those datasets; rewrite the "
-                "speakers as plain ids to have them named %r.", dataset, sum(other_datasets.values()),
-                ", ".join(f"{k}: {v}" for k, v in sorted(other_datasets.items())), other_example, dataset)
-        fraction = summary["rejected_total"] / max(records_in, 1)
-        if fraction > max_rejected_fraction:
-            raise SharflowError(
-                f"dataset {dataset!r}: {summary['rejected_total']} of {records_in} records of {manifest} "
-                f"rejected ({fraction:.0%} > prepare.max_rejected_fraction = {max_rejected_fraction}). "
-                f"Most common: {counts.most_common(1)[0][0]} ({examples[counts.most_common(1)[0][0]]}). "
-                "Check the manifest and datasets.<name>.audio_root, or raise the limit."
-            )
-        with atomic_file(stats, "w", encoding="utf-8") as f:
-            json.dump(summary, f, indent=2)
-            f.write("\n")
-    return summary
+        return summary
+
+    def warn_about_other_datasets(self) -> None:
+        if not self.other_datasets:
+            return
+        log.warning(
+            "prepare %s: %d prepared record(s) have speakers naming another dataset (%s), e.g. %s. NeMo "
+            "takes the dataset name from the speaker string, so these train as those datasets; "
+            "rewrite the speakers as plain ids to have them named %r.",
+            self.dataset,
+            sum(self.other_datasets.values()),
+            ", ".join(f"{k}: {v}" for k, v in sorted(self.other_datasets.items())),
+            self.other_example,
+            self.dataset,
+        )
+
+
+def _check_rejected_fraction(summary: dict, tally: _Tally, max_rejected_fraction: float) -> None:
+    fraction = summary["rejected_total"] / max(summary["records_in"], 1)
+    if fraction > max_rejected_fraction:
+        common = tally.counts.most_common(1)[0][0]
+        raise SharflowError(
+            f"dataset {summary['dataset']!r}: {summary['rejected_total']} of {summary['records_in']} "
+            f"records of {summary['manifest']} rejected ({fraction:.0%} > prepare.max_rejected_fraction = "
+            f"{max_rejected_fraction}). Most common: {common} ({tally.examples[common]}). "
+            "Check the manifest and datasets.<name>.audio_root, or raise the limit."
+        )
 
 
 def _log_summary(summary: dict, examples: dict[str, str]) -> None:
     log.info(
         "prepare %s: %d records in (%.3f h), %d prepared (%.3f h), %d rejected",
-        summary["dataset"], summary["records_in"], summary["hours_in"],
-        summary["records_out"], summary["hours_out"], summary["rejected_total"],
+        summary["dataset"],
+        summary["records_in"],
+        summary["hours_in"],
+        summary["records_out"],
+        summary["hours_out"],
+        summary["rejected_total"],
     )
     for reason, n in summary["rejected"].items():
         log.info("  %-18s %7d  %s; first: %s", reason, n, REASONS[reason], examples[reason])

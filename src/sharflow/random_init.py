@@ -16,8 +16,9 @@ import torch
 LAYER_TYPES = (torch.nn.Conv1d, torch.nn.Linear)
 
 
-def calibration_batch(sample_rate: int, items: int = 4, seconds: float = 3.0, seed: int = 0,
-                      multiple_of: int = 1) -> torch.Tensor:
+def calibration_batch(
+    sample_rate: int, items: int = 4, seconds: float = 3.0, seed: int = 0, multiple_of: int = 1
+) -> torch.Tensor:
     """(items, T) speech-like signals: a random pitch with 5 harmonics under a slow envelope, plus noise.
 
     RMS about 0.05; T is `seconds` of audio rounded down to a multiple of `multiple_of`.
@@ -35,7 +36,9 @@ def calibration_batch(sample_rate: int, items: int = 4, seconds: float = 3.0, se
     return torch.stack(rows)
 
 
-def standardize_layers_(module: torch.nn.Module, run: Callable[[], object], *, per_channel: bool = True) -> int:
+def standardize_layers_(
+    module: torch.nn.Module, run: Callable[[], object], *, per_channel: bool = True
+) -> int:
     """Rescale every Conv1d/Linear of `module`, in the order `run()` calls them, to unit-variance outputs.
 
     `run` feeds the calibration input through the model. Each layer's weight (the magnitude of a
@@ -52,8 +55,13 @@ def standardize_layers_(module: torch.nn.Module, run: Callable[[], object], *, p
         if per_channel or n == len(order) - 1:
             mean, std = out.mean(dim=dims), out.std(dim=dims).clamp_min(1e-12)
         else:
-            mean, std = torch.zeros(out.shape[channels]), out.std().clamp_min(1e-12).expand(out.shape[channels])
-        weight = layer.parametrizations.weight.original0 if hasattr(layer, "parametrizations") else layer.weight
+            mean, std = (
+                torch.zeros(out.shape[channels]),
+                out.std().clamp_min(1e-12).expand(out.shape[channels]),
+            )
+        weight = (
+            layer.parametrizations.weight.original0 if hasattr(layer, "parametrizations") else layer.weight
+        )
         with torch.no_grad():
             weight.mul_((1.0 / std).reshape(-1, *[1] * (weight.dim() - 1)))
             if layer.bias is not None:
@@ -63,8 +71,11 @@ def standardize_layers_(module: torch.nn.Module, run: Callable[[], object], *, p
 
 def _call_order(module: torch.nn.Module, run: Callable[[], object]) -> list[torch.nn.Module]:
     order: list[torch.nn.Module] = []
-    hooks = [m.register_forward_hook(lambda m, _i, _o: order.append(m) if m not in order else None)
-             for m in module.modules() if isinstance(m, LAYER_TYPES)]
+    hooks = [
+        m.register_forward_hook(lambda m, _i, _o: order.append(m) if m not in order else None)
+        for m in module.modules()
+        if isinstance(m, LAYER_TYPES)
+    ]
     try:
         with torch.no_grad():
             run()

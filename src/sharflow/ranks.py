@@ -5,6 +5,7 @@ function over its own units and returns a result. With one torch thread per CPU 
 split along fixed unit boundaries, outputs do not depend on the number of ranks.
 """
 
+import glob
 import logging
 import multiprocessing
 import os
@@ -33,7 +34,7 @@ def rank_devices(device: str, cpu_workers: int) -> list[str]:
 
 
 def job_devices(device: str, cpu_workers: int, gpus: int = 0, what: str = "job") -> list[str]:
-    """rank_devices, logged with what the job was granted; fails fast when a job sees fewer GPUs than it asked for.
+    """rank_devices, logged with what the job was granted; fails fast on fewer GPUs than the job asked for.
 
     `gpus` is the job's `gpu` resource (what it asked the scheduler for). Under Slurm (SLURM_JOB_ID
     set) seeing fewer is an error: a known pitfall of multi-GPU requests through the Slurm
@@ -42,17 +43,38 @@ def job_devices(device: str, cpu_workers: int, gpus: int = 0, what: str = "job")
     """
     devices = rank_devices(device, cpu_workers)
     cuda = [d for d in devices if d.startswith("cuda")]
-    granted = {k: os.environ[k] for k in ("SLURM_JOB_ID", "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE") if k in os.environ}
-    log.info("%s: device %s, asked for %d GPU(s), sees %s (CUDA_VISIBLE_DEVICES=%s%s)", what, device, gpus,
-             cuda or "no GPU", _visible(), "".join(f", {k}={v}" for k, v in granted.items()))
+    granted = {
+        k: os.environ[k] for k in ("SLURM_JOB_ID", "SLURM_JOB_GPUS", "SLURM_GPUS_ON_NODE") if k in os.environ
+    }
+    log.info(
+        "%s: device %s, asked for %d GPU(s), sees %s (CUDA_VISIBLE_DEVICES=%s%s)",
+        what,
+        device,
+        gpus,
+        cuda or "no GPU",
+        _visible(),
+        "".join(f", {k}={v}" for k, v in granted.items()),
+    )
     if gpus and len(cuda) < gpus and (cuda or "SLURM_JOB_ID" in os.environ):
         raise SharflowError(
-            f"{what} asked for {gpus} GPU(s) but sees {len(cuda)} (CUDA_VISIBLE_DEVICES={_visible()}); check the "
+            f"{what} asked for {gpus} GPU(s) but sees {len(cuda)} "
+            f"(CUDA_VISIBLE_DEVICES={_visible()}); check the "
             "rule's `gpu` resource in the profile and the partition's GRES, or set device: cpu"
         )
     if gpus and not cuda:
         log.warning("%s: no GPU visible: running on %d CPU process(es)", what, len(devices))
     return devices
+
+
+def host_shows_gpu() -> bool:
+    """Whether this process could see an NVIDIA GPU, from the device nodes alone (no torch import).
+
+    False when CUDA_VISIBLE_DEVICES hides every device ("" or "-1") or no /dev/nvidia<N> exists.
+    Cheap enough for Snakefile parse time; a job still asks torch which GPUs it really has.
+    """
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "x").strip() in ("", "-1"):
+        return False
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
 
 
 def _visible() -> str:

@@ -18,7 +18,7 @@ class RejectWriter:
 
     def write(self, reason: str, entry: dict | str) -> None:
         if reason not in self.files:
-            self.files[reason] = open(self.folder / f"{reason}.jsonl", "w", encoding="utf-8")
+            self.files[reason] = open(self.folder / f"{reason}.jsonl", "w", encoding="utf-8")  # noqa: SIM115 (closed by close())
         text = entry if isinstance(entry, str) else json.dumps(entry, ensure_ascii=False) + "\n"
         self.files[reason].write(text)
 

@@ -7,7 +7,6 @@ for scripts.
 """
 
 import html
-import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from sharflow.atomic import atomic_file
+from sharflow.atomic import atomic_file, read_json
 from sharflow.buckets import iter_cut_lengths
 from sharflow.layout import cut_files
 
@@ -39,23 +38,18 @@ class DatasetStats:
     cut_files: list[str] = field(default_factory=list)
 
 
-def _json(path: str) -> dict:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def load_dataset(name: str, files: dict) -> DatasetStats:
     """`files`: prepare, context, shar, verify (json), buckets (yaml), codes {codec: json}, shar_dir, plan."""
     with open(files["buckets"], encoding="utf-8") as f:
         buckets = yaml.safe_load(f)
     return DatasetStats(
         name=name,
-        prepare=_json(files["prepare"]),
-        context=_json(files["context"]),
-        shar=_json(files["shar"]),
-        codes={codec: _json(path) for codec, path in sorted(files["codes"].items())},
+        prepare=read_json(files["prepare"]),
+        context=read_json(files["context"]),
+        shar=read_json(files["shar"]),
+        codes={codec: read_json(path) for codec, path in sorted(files["codes"].items())},
         buckets=buckets,
-        verify=_json(files["verify"]),
+        verify=read_json(files["verify"]),
         cut_files=cut_files(files["shar_dir"], files["plan"]),
     )
 
@@ -69,10 +63,18 @@ def summary_rows(ds: DatasetStats) -> list[dict]:
         ("shar", s["records_in"], s["cuts"], s["rejected_total"], c["hours_out"], s["hours"]),
     ]
     for codec, k in ds.codes.items():
-        rows.append((f"codes {codec} (target+context audio)", s["cuts"], k["cuts"], s["cuts"] - k["cuts"],
-                     round(s["hours"] + s["context_hours"], 6), k["audio_hours"]))
+        rows.append(
+            (
+                f"codes {codec} (target+context audio)",
+                s["cuts"],
+                k["cuts"],
+                s["cuts"] - k["cuts"],
+                round(s["hours"] + s["context_hours"], 6),
+                k["audio_hours"],
+            )
+        )
     rows.append(("verify", s["cuts"], v["cuts"], s["cuts"] - v["cuts"], s["hours"], v["hours"]))
-    return [dict(zip(COLUMNS, (stage, ds.name, *rest))) for stage, *rest in rows]
+    return [dict(zip(COLUMNS, (stage, ds.name, *rest), strict=True)) for stage, *rest in rows]
 
 
 def rejected_by_reason(ds: DatasetStats) -> dict[tuple[str, str], int]:
@@ -83,7 +85,9 @@ def rejected_by_reason(ds: DatasetStats) -> dict[tuple[str, str], int]:
     return out
 
 
-def duration_histogram(cut_files: list[str], max_duration: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def duration_histogram(
+    cut_files: list[str], max_duration: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(edges, cut counts, seconds) per bin over [0, max_duration], streamed from the cuts files."""
     edges = np.linspace(0.0, max(max_duration, 1e-3) * (1 + 1e-9), HIST_BINS + 1)
     counts = np.zeros(HIST_BINS, dtype=np.int64)
@@ -108,6 +112,7 @@ def duration_histogram(cut_files: list[str], max_duration: float) -> tuple[np.nd
 
 # ---- plots --------------------------------------------------------------------------------------
 
+
 def _figure(n_panels: int, height: float = 3.2):
     import matplotlib
 
@@ -130,12 +135,18 @@ def _save(fig, path: str) -> None:
 
 def plot_durations(datasets: list[DatasetStats], histograms: dict, path: str) -> None:
     fig, axes = _figure(len(datasets))
-    for ax, ds in zip(axes, datasets):
+    for ax, ds in zip(axes, datasets, strict=True):
         edges, counts, seconds = histograms[ds.name]
         # coarser bars than the CDF's resolution, so the shape reads at a glance
         step = max(1, HIST_BINS // 50)
-        ax.bar(edges[:-1:step], np.add.reduceat(counts, np.arange(0, HIST_BINS, step)),
-               width=edges[step] - edges[0], align="edge", color="tab:blue", edgecolor="white")
+        ax.bar(
+            edges[:-1:step],
+            np.add.reduceat(counts, np.arange(0, HIST_BINS, step)),
+            width=edges[step] - edges[0],
+            align="edge",
+            color="tab:blue",
+            edgecolor="white",
+        )
         ax.set_title(f"{ds.name}: {int(counts.sum())} cuts, {seconds.sum() / 3600:.3f} h")
         ax.set_xlabel("cut duration (s)")
         ax.set_ylabel("cuts")
@@ -144,7 +155,7 @@ def plot_durations(datasets: list[DatasetStats], histograms: dict, path: str) ->
 
 def plot_similarity(datasets: list[DatasetStats], min_similarity: float, path: str) -> None:
     fig, axes = _figure(len(datasets))
-    for ax, ds in zip(axes, datasets):
+    for ax, ds in zip(axes, datasets, strict=True):
         hist = ds.context["similarity_histogram"]
         edges, counts = np.asarray(hist["edges"]), np.asarray(hist["counts"])
         ax.bar(edges[:-1], counts, width=np.diff(edges), align="edge", color="tab:green", edgecolor="white")
@@ -158,7 +169,7 @@ def plot_similarity(datasets: list[DatasetStats], min_similarity: float, path: s
 
 def plot_rejects(datasets: list[DatasetStats], path: str) -> None:
     fig, axes = _figure(len(datasets))
-    for ax, ds in zip(axes, datasets):
+    for ax, ds in zip(axes, datasets, strict=True):
         rejected = rejected_by_reason(ds)
         if not rejected:
             ax.text(0.5, 0.5, "no records rejected", ha="center", va="center", fontsize=14)
@@ -178,7 +189,7 @@ def plot_rejects(datasets: list[DatasetStats], path: str) -> None:
 def plot_load(datasets: list[DatasetStats], path: str) -> None:
     """Context stage: each part's and rank's share of the planned cost vs its share of the time."""
     fig, axes = _figure(len(datasets), height=3.6)
-    for ax, ds in zip(axes, datasets):
+    for ax, ds in zip(axes, datasets, strict=True):
         labels, planned, actual = [], [], []
         for part in ds.context["parts"]:
             for rank in part["ranks"]:
@@ -200,7 +211,7 @@ def plot_load(datasets: list[DatasetStats], path: str) -> None:
 def plot_buckets(datasets: list[DatasetStats], histograms: dict, path: str) -> None:
     """Duration-weighted CDF with the bucket boundaries: equal-duration buckets are equal steps."""
     fig, axes = _figure(len(datasets))
-    for ax, ds in zip(axes, datasets):
+    for ax, ds in zip(axes, datasets, strict=True):
         edges, _, seconds = histograms[ds.name]
         cdf = np.concatenate([[0.0], np.cumsum(seconds)]) / max(seconds.sum(), 1e-12)
         ax.plot(edges, cdf, color="tab:blue", label="share of total audio ≤ duration")
@@ -215,20 +226,24 @@ def plot_buckets(datasets: list[DatasetStats], histograms: dict, path: str) -> N
 
 # ---- tables -------------------------------------------------------------------------------------
 
+
 def write_summary(rows: list[dict], verify: dict[str, dict], html_path: str, tsv_path: str) -> None:
     with atomic_file(tsv_path, "w", encoding="utf-8") as f:
         f.write("\t".join(COLUMNS) + "\n")
         for row in rows:
             f.write("\t".join(str(row[c]) for c in COLUMNS) + "\n")
     head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in COLUMNS)
+
     def cell(column, value):
         return f"{value:.4f}" if column.startswith("hours") else str(value)
 
     body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell(c, row[c]))}</td>" for c in COLUMNS) + "</tr>" for row in rows
+        "<tr>" + "".join(f"<td>{html.escape(cell(c, row[c]))}</td>" for c in COLUMNS) + "</tr>"
+        for row in rows
     )
     checks = "".join(
-        f"<li>{html.escape(ds)}: {v['shards']} shards × {len(v['fields'])} fields verified, {v['cuts']} cuts</li>"
+        f"<li>{html.escape(ds)}: {v['shards']} shards × {len(v['fields'])} fields verified, "
+        f"{v['cuts']} cuts</li>"
         for ds, v in sorted(verify.items())
     )
     page = f"""<!DOCTYPE html>
@@ -261,6 +276,8 @@ def write_report(datasets: dict[str, dict], out_dir: str, *, min_similarity: flo
     plot_load(loaded, str(out / "load.png"))
     plot_buckets(loaded, histograms, str(out / "buckets.png"))
     rows = [row for ds in loaded for row in summary_rows(ds)]
-    write_summary(rows, {ds.name: ds.verify for ds in loaded}, str(out / "summary.html"), str(out / "summary.tsv"))
+    write_summary(
+        rows, {ds.name: ds.verify for ds in loaded}, str(out / "summary.html"), str(out / "summary.tsv")
+    )
     log.info("report: %d datasets, %d summary rows, plots in %s", len(loaded), len(rows), out_dir)
     return rows

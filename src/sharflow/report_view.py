@@ -24,7 +24,8 @@ OPEN_RESULT = """<script>
 window.addEventListener("load", () => setTimeout(() => {{
   const key = {key};
   const entry = results[key];
-  app.setView({{content: entry.mime_type === "text/html" ? "html" : "img", contentPath: entry.data_uri, resultPath: key}});
+  const content = entry.mime_type === "text/html" ? "html" : "img";
+  app.setView({{content: content, contentPath: entry.data_uri, resultPath: key}});
 }}, 200));
 </script>
 """
@@ -39,12 +40,16 @@ def report_results(report_html: str) -> dict[str, dict]:
     text = Path(report_html).read_text(encoding="utf-8")
     start = text.find("var results = {")  # the report template's table, not the bundled libraries'
     if start < 0:
-        raise SharflowError(f"{report_html}: no embedded results table; is it a snakemake --report HTML file?")
+        raise SharflowError(
+            f"{report_html}: no embedded results table; is it a snakemake --report HTML file?"
+        )
     results, _ = json.JSONDecoder().raw_decode(text, start + len("var results = "))
     return results
 
 
-def screenshot(report_html: str, key: str, out_png: str, browser: str, size: tuple[int, int] = (1400, 1100)) -> None:
+def screenshot(
+    report_html: str, key: str, out_png: str, browser: str, size: tuple[int, int] = (1400, 1100)
+) -> None:
     """Screenshot of the report with result `key` opened."""
     text = Path(report_html).read_text(encoding="utf-8")
     end = text.rfind("</body>")  # the last one: bundled scripts hold the string too
@@ -54,12 +59,23 @@ def screenshot(report_html: str, key: str, out_png: str, browser: str, size: tup
     with tempfile.TemporaryDirectory(prefix="sharflow-report-") as tmp:
         copy = Path(tmp) / "report.html"
         copy.write_text(page, encoding="utf-8")
-        cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-               f"--user-data-dir={tmp}/profile", f"--window-size={size[0]},{size[1]}",
-               "--virtual-time-budget=10000", f"--screenshot={Path(out_png).resolve()}", copy.as_uri()]
+        cmd = [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            f"--user-data-dir={tmp}/profile",
+            f"--window-size={size[0]},{size[1]}",
+            "--virtual-time-budget=10000",
+            f"--screenshot={Path(out_png).resolve()}",
+            copy.as_uri(),
+        ]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         if done.returncode != 0 or not Path(out_png).exists():
-            raise SharflowError(f"{browser} could not screenshot {report_html} ({key}): {done.stderr[-2000:]}")
+            raise SharflowError(
+                f"{browser} could not screenshot {report_html} ({key}): {done.stderr[-2000:]}"
+            )
 
 
 def _rgb(png: str) -> np.ndarray:
@@ -85,11 +101,15 @@ def colour_pixels(png: str, colour: tuple[int, int, int], tolerance: int = 12) -
     return int(np.count_nonzero(np.abs(pixels - np.asarray(colour)).max(axis=1) <= tolerance))
 
 
-def check_report(report_html: str, out_dir: str, plots_dir: str | None = None, browser: str | None = None) -> dict[str, dict]:
+def check_report(
+    report_html: str, out_dir: str, plots_dir: str | None = None, browser: str | None = None
+) -> dict[str, dict]:
     """Screenshot every result; for PNG results also found in plots_dir, count the plot's colour on screen."""
     browser = browser or find_browser()
     if browser is None:
-        raise SharflowError(f"no Chromium found (looked for {', '.join(BROWSERS)}); install it: apt-get install chromium")
+        raise SharflowError(
+            f"no Chromium found (looked for {', '.join(BROWSERS)}); install it: apt-get install chromium"
+        )
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     found = {}
     for key, entry in sorted(report_results(report_html).items()):
@@ -97,7 +117,11 @@ def check_report(report_html: str, out_dir: str, plots_dir: str | None = None, b
         screenshot(report_html, key, shot, browser)
         info = {"screenshot": shot, "mime_type": entry.get("mime_type")}
         source = Path(plots_dir or ".") / Path(key).name
-        if entry.get("mime_type") == "image/png" and source.exists() and (sig := signature_colour(str(source))):
+        if (
+            entry.get("mime_type") == "image/png"
+            and source.exists()
+            and (sig := signature_colour(str(source)))
+        ):
             colour, in_plot = sig
             info.update(colour=colour, plot_pixels=in_plot, screen_pixels=colour_pixels(shot, colour))
         found[key] = info
@@ -108,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("report", help="HTML file written by snakemake --report")
     parser.add_argument("--out", default="report_screens", help="folder for the screenshots")
-    parser.add_argument("--plots", default="results/report", help="folder holding the plots, to compare colours")
+    parser.add_argument(
+        "--plots", default="results/report", help="folder holding the plots, to compare colours"
+    )
     args = parser.parse_args(argv)
     try:
         found = check_report(args.report, args.out, args.plots)
@@ -116,7 +142,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     for key, info in found.items():
-        extra = f"  plot colour {info['colour']}: {info['screen_pixels']} px on screen" if "colour" in info else ""
+        extra = (
+            f"  plot colour {info['colour']}: {info['screen_pixels']} px on screen"
+            if "colour" in info
+            else ""
+        )
         print(f"{key}: {info['screenshot']}{extra}")
     return 0
 

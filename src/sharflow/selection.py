@@ -33,8 +33,15 @@ class Selection:
     widened_rows: int = 0
 
 
-def _walk(i: int, vals: np.ndarray, idx: np.ndarray, complete: bool, ok_duration: np.ndarray,
-          same_segment: np.ndarray | None, min_similarity: float) -> tuple[int, float, float] | None:
+def _walk(
+    i: int,
+    vals: np.ndarray,
+    idx: np.ndarray,
+    complete: bool,
+    ok_duration: np.ndarray,
+    same_segment: np.ndarray | None,
+    min_similarity: float,
+) -> tuple[int, float, float] | None:
     """Walk one row's candidates (sorted by -similarity, index). None means: widen and retry.
 
     `complete` says the candidates are every candidate of the row; otherwise only those strictly
@@ -44,7 +51,7 @@ def _walk(i: int, vals: np.ndarray, idx: np.ndarray, complete: bool, ok_duration
     vals, idx = vals[order], idx[order]
     boundary = -np.inf if complete else vals[-1]
     best = -np.inf
-    for v, j in zip(vals.tolist(), idx.tolist()):
+    for v, j in zip(vals.tolist(), idx.tolist(), strict=True):
         if not complete and v <= boundary:
             break
         if j == i or (same_segment is not None and same_segment[j] == same_segment[i]):
@@ -88,7 +95,7 @@ def select_context(
     best_seen = np.full(n, np.nan)
     widened = 0
     for start in range(0, n, block):
-        sims = emb[start:start + block] @ emb.T  # (b, n)
+        sims = emb[start : start + block] @ emb.T  # (b, n)
         k = min(rules.top_k + 1, n)  # +1: the row's own entry is among the top
         vals, idx = torch.topk(sims, k, dim=1, sorted=False)
         vals, idx = vals.cpu().numpy(), idx.cpu().numpy()
@@ -104,8 +111,12 @@ def select_context(
     return Selection(choice, similarity, best_seen, widened)
 
 
-def select_context_exhaustive(embeddings: np.ndarray, durations: np.ndarray, rules: SelectionRules,
-                              same_segment: np.ndarray | None = None) -> Selection:
+def select_context_exhaustive(
+    embeddings: np.ndarray,
+    durations: np.ndarray,
+    rules: SelectionRules,
+    same_segment: np.ndarray | None = None,
+) -> Selection:
     """Reference method, written from the rules alone and sharing no code with select_context.
 
     The full n×n similarity matrix; each row sorted whole (most similar first, ties by index), then
@@ -118,7 +129,9 @@ def select_context_exhaustive(embeddings: np.ndarray, durations: np.ndarray, rul
     n = len(durations)
     out = Selection(np.full(n, -1, dtype=np.int64), np.full(n, np.nan), np.full(n, -np.inf))
     for i in range(n):
-        others = [j for j in range(n) if j != i and (same_segment is None or same_segment[j] != same_segment[i])]
+        others = [
+            j for j in range(n) if j != i and (same_segment is None or same_segment[j] != same_segment[i])
+        ]
         for rank, j in enumerate(sorted(others, key=lambda j: (-float(sims[i, j]), j))):
             similarity = float(sims[i, j])
             if rank == 0:

@@ -38,7 +38,9 @@ class EncodedAudio:
     padded: int
 
 
-def read_span(path: str, offset: float, duration: float, sample_rate: int | None = None) -> tuple[np.ndarray, int, int]:
+def read_span(
+    path: str, offset: float, duration: float, sample_rate: int | None = None
+) -> tuple[np.ndarray, int, int]:
     """Channel 0 of [offset, offset + duration), decoding only that span, as lhotse counts samples.
 
     Returns (samples, rate, samples padded with zeros past the end of the file). Samples are
@@ -86,15 +88,21 @@ def encode(samples: np.ndarray, rate: int, audio_format: str) -> tuple[bytes, in
     return buf.getvalue(), clipped
 
 
-def encode_record(settings: EncodeSettings, record: dict) -> tuple[EncodedAudio, EncodedAudio] | tuple[str, str]:
+def encode_record(
+    settings: EncodeSettings, record: dict
+) -> tuple[EncodedAudio, EncodedAudio] | tuple[str, str]:
     """Decode and encode the target and context spans of one record (runs in a worker process).
 
     Returns the two encoded audios, or (reject reason, detail).
     """
     out = []
-    for keys, reason in ((("audio_filepath", "offset", "duration"), "unreadable_audio"),
-                         (("context_audio_filepath", "context_audio_offset", "context_audio_duration"),
-                          "unreadable_context_audio")):
+    for keys, reason in (
+        (("audio_filepath", "offset", "duration"), "unreadable_audio"),
+        (
+            ("context_audio_filepath", "context_audio_offset", "context_audio_duration"),
+            "unreadable_context_audio",
+        ),
+    ):
         path, offset, duration = (record[k] for k in keys)
         try:
             full, _ = resolve_audio_path(settings.audio_root, path)

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from sharflow import layout
 from sharflow.atomic import atomic_file
 from sharflow.buckets import duration_bins, read_cut_lengths
-from sharflow import layout
 
 
 def shard_range(folder: str, stem: str, suffix: str, num_shards: int) -> str:
@@ -24,8 +24,15 @@ def shard_range(folder: str, stem: str, suffix: str, num_shards: int) -> str:
     return f"{folder}/{stem}.{indices}{suffix}"
 
 
-def write_input_cfg(datasets: dict[str, dict], out: str, *, codec: str | None, num_buckets: int,
-                    settings: dict, path_prefix: str | None = None) -> dict:
+def write_input_cfg(
+    datasets: dict[str, dict],
+    out: str,
+    *,
+    codec: str | None,
+    num_buckets: int,
+    settings: dict,
+    path_prefix: str | None = None,
+) -> dict:
     """Write the NeMo dataloader config for `datasets` ({name: {shar_dir, plan (its shard plan),
     weight (None = hours), tags}}) and return it.
 
@@ -42,10 +49,18 @@ def write_input_cfg(datasets: dict[str, dict], out: str, *, codec: str | None, n
         shar = os.path.abspath(ds["shar_dir"])
         if path_prefix:
             shar = path_prefix.rstrip("/") + "/" + Path(ds["shar_dir"]).as_posix()
-        fields = {f.field: shard_range(f"{shar}/{f.folder}", f.prefix, f.suffix, num_shards)
-                  for f in layout.fields([codec] if codec else [])}
-        entries.append({"type": "lhotse_shar", "shar_path": fields, "weight": weight,
-                        "tags": {"dataset": name, **(ds.get("tags") or {})}})
+        fields = {
+            f.field: shard_range(f"{shar}/{f.folder}", f.prefix, f.suffix, num_shards)
+            for f in layout.fields([codec] if codec else [])
+        }
+        entries.append(
+            {
+                "type": "lhotse_shar",
+                "shar_path": fields,
+                "weight": weight,
+                "tags": {"dataset": name, **(ds.get("tags") or {})},
+            }
+        )
         if len(durations) and weight:
             all_durations.append(durations)
             all_weights.append(np.full(len(durations), weight / len(durations)))
@@ -61,6 +76,9 @@ def write_input_cfg(datasets: dict[str, dict], out: str, *, codec: str | None, n
         **settings,
     }
     with atomic_file(out, "w", encoding="utf-8") as f:
-        f.write("# NeMo Lhotse dataloader config written by sharflow: use it as model.train_ds (with your batch settings).\n")
+        f.write(
+            "# NeMo Lhotse dataloader config written by sharflow: use it as model.train_ds (with "
+            "your batch settings).\n"
+        )
         yaml.safe_dump(config, f, sort_keys=False)
     return config

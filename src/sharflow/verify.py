@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sharflow.atomic import atomic_file
+from sharflow.atomic import read_json, write_json
 from sharflow.errors import SharflowError
 from sharflow.layout import AUDIO_FIELDS, Field, codes_fields, fields, planned_shards
 from sharflow.parallel import ordered_map, resolve_workers
@@ -87,7 +87,7 @@ def _tar_pairs(tar: tarfile.TarFile) -> list[tuple[tarfile.TarInfo, tarfile.TarI
     members = tar.getmembers()
     if len(members) % 2:
         raise ValueError(f"{len(members)} members: data and manifest do not pair up")
-    return list(zip(members[0::2], members[1::2]))
+    return list(zip(members[0::2], members[1::2], strict=True))
 
 
 def _check_ids(problems: _Problems, label: str, pairs, ids: list[str]) -> bool:
@@ -101,7 +101,7 @@ def _check_ids(problems: _Problems, label: str, pairs, ids: list[str]) -> bool:
         names.append(key)
     if len(names) != len(ids):
         problems.add(label, f"{len(names)} entries but the cuts file has {len(ids)}")
-    for i, (found, expected) in enumerate(zip(names, ids)):
+    for i, (found, expected) in enumerate(zip(names, ids, strict=True)):
         if found != expected:
             problems.add(label, f"entry {i} is {found!r}: ids are out of order with the cuts file", expected)
             return False
@@ -113,7 +113,7 @@ def _check_audio(problems, label, tar, pairs, cuts) -> list[tuple[int, int]]:
     import soundfile as sf
 
     lengths = []
-    for (data, meta), cut in zip(pairs, cuts):
+    for (data, meta), cut in zip(pairs, cuts, strict=True):
         cid = cut["id"]
         try:
             manifest = json.loads(tar.extractfile(meta).read())
@@ -124,14 +124,24 @@ def _check_audio(problems, label, tar, pairs, cuts) -> list[tuple[int, int]]:
             continue
         lengths.append((declared, rate))
         try:
-            samples, decoded_rate = sf.read(io.BytesIO(tar.extractfile(data).read()), dtype="int16", always_2d=True)
+            samples, decoded_rate = sf.read(
+                io.BytesIO(tar.extractfile(data).read()), dtype="int16", always_2d=True
+            )
         except Exception as e:
             problems.add(label, f"audio does not decode ({type(e).__name__}: {e})", cid)
             continue
         if decoded_rate != rate or len(samples) != declared:
-            problems.add(label, f"decodes to {len(samples)} samples at {decoded_rate} Hz, manifest declares "
-                                f"{declared} at {rate} Hz", cid)
-        duration = cut["duration"] if label == "target_audio" else cut["supervisions"][0]["custom"]["context_audio_duration"]
+            problems.add(
+                label,
+                f"decodes to {len(samples)} samples at {decoded_rate} Hz, manifest declares "
+                f"{declared} at {rate} Hz",
+                cid,
+            )
+        duration = (
+            cut["duration"]
+            if label == "target_audio"
+            else cut["supervisions"][0]["custom"]["context_audio_duration"]
+        )
         if declared != compute_num_samples(duration, rate):
             problems.add(label, f"{declared} samples at {rate} Hz but the cut says {duration} s", cid)
     return lengths
@@ -145,7 +155,7 @@ def _check_codes(problems, label, tar, pairs, ids, codec: CodecInfo, audio_lengt
     frames = 0
     low = np.full(codec.num_codebooks, np.iinfo(np.int64).max)
     high = np.full(codec.num_codebooks, np.iinfo(np.int64).min)
-    for (data, meta), cid, (samples, rate) in zip(pairs, ids, audio_lengths):
+    for (data, meta), cid, (samples, rate) in zip(pairs, ids, audio_lengths, strict=True):
         try:
             manifest = json.loads(tar.extractfile(meta).read())
             codes = np.load(io.BytesIO(tar.extractfile(data).read()), allow_pickle=False)
@@ -155,10 +165,16 @@ def _check_codes(problems, label, tar, pairs, ids, codec: CodecInfo, audio_lengt
         frames += codes.shape[-1] if codes.ndim else 0
         if not rate:
             continue  # its audio manifest was already reported
-        at_codec_rate = samples if rate == codec.sample_rate else compute_num_samples(samples / rate, codec.sample_rate)
+        at_codec_rate = (
+            samples if rate == codec.sample_rate else compute_num_samples(samples / rate, codec.sample_rate)
+        )
         expected = (codec.num_codebooks, math.ceil(at_codec_rate / codec.samples_per_frame))
         if codes.shape != expected:
-            problems.add(label, f"codes shape {codes.shape}, expected {expected} for {samples} samples at {rate} Hz", cid)
+            problems.add(
+                label,
+                f"codes shape {codes.shape}, expected {expected} for {samples} samples at {rate} Hz",
+                cid,
+            )
         elif not np.issubdtype(codes.dtype, np.integer):
             problems.add(label, f"codes dtype {codes.dtype} is not an integer type", cid)
         elif codes.size and (codes.min() < 0 or codes.max() >= codec.codebook_size):
@@ -176,8 +192,15 @@ def _check_codes(problems, label, tar, pairs, ids, codec: CodecInfo, audio_lengt
 def verify_shard(check: ShardCheck) -> dict:
     """Every field of one shard; returns counts and the problems found (never raises on bad data)."""
     problems = _Problems(check)
-    result = {"shard": check.shard, "cuts": 0, "target_seconds": 0.0, "context_seconds": 0.0, "frames": {},
-              "constant_codebooks": {}, "problems": problems.items}
+    result = {
+        "shard": check.shard,
+        "cuts": 0,
+        "target_seconds": 0.0,
+        "context_seconds": 0.0,
+        "frames": {},
+        "constant_codebooks": {},
+        "problems": problems.items,
+    }
     try:
         cuts = _read_cuts(check.paths["cuts"])
     except Exception as e:
@@ -197,14 +220,15 @@ def verify_shard(check: ShardCheck) -> dict:
         except Exception as e:
             problems.add(label, f"tar does not read ({type(e).__name__}: {e})")
     for codec in check.codecs:
-        for field, audio_label in zip(codes_fields(codec.name), AUDIO_LABELS):
+        for field, audio_label in zip(codes_fields(codec.name), AUDIO_LABELS, strict=True):
             label = field.label
             try:
                 with tarfile.open(check.paths[label], "r:") as tar:
                     pairs = _tar_pairs(tar)
                     if _check_ids(problems, label, pairs, ids) and audio_label in audio_lengths:
-                        frames, constant = _check_codes(problems, label, tar, pairs, ids, codec,
-                                                        audio_lengths[audio_label])
+                        frames, constant = _check_codes(
+                            problems, label, tar, pairs, ids, codec, audio_lengths[audio_label]
+                        )
                         result["frames"][label] = frames
                         if constant and frames:
                             result["constant_codebooks"][label] = constant
@@ -213,14 +237,14 @@ def verify_shard(check: ShardCheck) -> dict:
     return result
 
 
-def _load_json(path: str) -> dict:
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def codec_info(name: str, codes_stats: dict) -> CodecInfo:
-    return CodecInfo(name, int(codes_stats["sample_rate"]), int(codes_stats["samples_per_frame"]),
-                     int(codes_stats["num_codebooks"]), int(codes_stats["codebook_size"]))
+    return CodecInfo(
+        name,
+        int(codes_stats["sample_rate"]),
+        int(codes_stats["samples_per_frame"]),
+        int(codes_stats["num_codebooks"]),
+        int(codes_stats["codebook_size"]),
+    )
 
 
 def _stray_files(shar_dir: Path, all_fields: list[Field], num_shards: int) -> list[str]:
@@ -229,31 +253,51 @@ def _stray_files(shar_dir: Path, all_fields: list[Field], num_shards: int) -> li
         expected = {fd.name(s) for s in range(num_shards)}
         folder = shar_dir / fd.folder
         if folder.is_dir():
-            strays += [f"field {fd.label}: stray file {p}" for p in sorted(folder.iterdir()) if p.name not in expected]
+            strays += [
+                f"field {fd.label}: stray file {p}"
+                for p in sorted(folder.iterdir())
+                if p.name not in expected
+            ]
     return strays
 
 
-def _compare_totals(dataset: str, totals: dict, shar_stats: dict, codes_stats: dict[str, dict], num_shards: int) -> list[str]:
+def _compare_totals(
+    dataset: str, totals: dict, shar_stats: dict, codes_stats: dict[str, dict], num_shards: int
+) -> list[str]:
     problems = []
     if totals["cuts"] != shar_stats["cuts"]:
-        problems.append(f"dataset {dataset}: {totals['cuts']} cuts in the shards, the shar stats say {shar_stats['cuts']}")
+        problems.append(
+            f"dataset {dataset}: {totals['cuts']} cuts in the shards, the shar stats say {shar_stats['cuts']}"
+        )
     if abs(totals["target_seconds"] / 3600 - shar_stats["hours"]) > 1e-5 + 1e-6 * totals["cuts"]:
-        problems.append(f"dataset {dataset}: {totals['target_seconds'] / 3600:.6f} h in the shards, the shar stats "
-                        f"say {shar_stats['hours']} h")
+        problems.append(
+            f"dataset {dataset}: {totals['target_seconds'] / 3600:.6f} h in the shards, the shar stats "
+            f"say {shar_stats['hours']} h"
+        )
     for name, stats in codes_stats.items():
         if stats["cuts"] != totals["cuts"] or stats["shards"] != num_shards:
-            problems.append(f"dataset {dataset}, codec {name}: codes stats count {stats['cuts']} cuts in "
-                            f"{stats['shards']} shards, the shards hold {totals['cuts']} in {num_shards}")
+            problems.append(
+                f"dataset {dataset}, codec {name}: codes stats count {stats['cuts']} cuts in "
+                f"{stats['shards']} shards, the shards hold {totals['cuts']} in {num_shards}"
+            )
     return problems
 
 
-def verify_dataset(dataset: str, shar_dir: str, plan: str, shar_stats: str, codes_stats: dict[str, str], out: str,
-                   *, workers: int = 0) -> dict:
+def verify_dataset(
+    dataset: str,
+    shar_dir: str,
+    plan: str,
+    shar_stats: str,
+    codes_stats: dict[str, str],
+    out: str,
+    *,
+    workers: int = 0,
+) -> dict:
     """Check every shard of every field; write `out` (verify.json) only when nothing is wrong."""
     from tqdm import tqdm
 
     num_shards = planned_shards(plan)
-    codec_stats = {name: _load_json(path) for name, path in sorted(codes_stats.items())}
+    codec_stats = {name: read_json(path) for name, path in sorted(codes_stats.items())}
     codecs = tuple(codec_info(name, s) for name, s in codec_stats.items())
     root = Path(shar_dir)
     all_fields = fields([c.name for c in codecs])
@@ -261,14 +305,18 @@ def verify_dataset(dataset: str, shar_dir: str, plan: str, shar_stats: str, code
     for fd in all_fields:
         missing = [s for s in range(num_shards) if not (root / fd.folder / fd.name(s)).is_file()]
         if missing:
-            problems.append(f"dataset {dataset}, field {fd.label}: {len(missing)} of {num_shards} planned shards "
-                            f"missing, first shard {missing[0]} ({root / fd.folder / fd.name(missing[0])})")
+            problems.append(
+                f"dataset {dataset}, field {fd.label}: {len(missing)} of {num_shards} planned shards "
+                f"missing, first shard {missing[0]} ({root / fd.folder / fd.name(missing[0])})"
+            )
     problems += [f"dataset {dataset}, {s}" for s in _stray_files(root, all_fields, num_shards)]
     totals: Counter = Counter()
     frames: Counter = Counter()
     constant_shards: Counter = Counter()
-    checks = (ShardCheck(dataset, s, {fd.label: str(root / fd.folder / fd.name(s)) for fd in all_fields}, codecs)
-              for s in range(num_shards))
+    checks = (
+        ShardCheck(dataset, s, {fd.label: str(root / fd.folder / fd.name(s)) for fd in all_fields}, codecs)
+        for s in range(num_shards)
+    )
     if not problems:  # a missing file would only repeat itself in every shard
         with tqdm(total=num_shards, desc=f"verify {dataset}", unit="shard", mininterval=5) as progress:
             for _, result in ordered_map(verify_shard, checks, resolve_workers(workers)):
@@ -278,17 +326,26 @@ def verify_dataset(dataset: str, shar_dir: str, plan: str, shar_stats: str, code
                 frames.update(result["frames"])
                 for label, codebooks in result["constant_codebooks"].items():
                     constant_shards[label] += 1
-                    log.warning("dataset %s, field %s, shard %d: codebook(s) %s hold one value in every frame: is "
-                                "the codec trained, and run in the right precision?", dataset, label,
-                                result["shard"], codebooks)
+                    log.warning(
+                        "dataset %s, field %s, shard %d: codebook(s) %s hold one value in every frame: is "
+                        "the codec trained, and run in the right precision?",
+                        dataset,
+                        label,
+                        result["shard"],
+                        codebooks,
+                    )
                 progress.update()
         if not problems:
-            problems += _compare_totals(dataset, totals, _load_json(shar_stats), codec_stats, num_shards)
+            problems += _compare_totals(dataset, totals, read_json(shar_stats), codec_stats, num_shards)
     if problems:
         for p in problems:
             log.error("%s", p)
         shown = "\n  ".join(problems[:MAX_PROBLEMS_SHOWN])
-        more = f"\n  ... and {len(problems) - MAX_PROBLEMS_SHOWN} more (see the log)" if len(problems) > MAX_PROBLEMS_SHOWN else ""
+        more = (
+            f"\n  ... and {len(problems) - MAX_PROBLEMS_SHOWN} more (see the log)"
+            if len(problems) > MAX_PROBLEMS_SHOWN
+            else ""
+        )
         raise SharflowError(
             f"verify {dataset}: {len(problems)} problem(s) in {shar_dir}:\n  {shown}{more}\n"
             "Delete the named shard files and rerun snakemake to rebuild them."
@@ -302,13 +359,18 @@ def verify_dataset(dataset: str, shar_dir: str, plan: str, shar_stats: str, code
         "hours": round(totals["target_seconds"] / 3600, 6),
         "context_hours": round(totals["context_seconds"] / 3600, 6),
         "codec_frames": dict(sorted(frames.items())),
-        "shards_with_constant_codebooks": {fd.label: constant_shards[fd.label] for fd in all_fields
-                                           if fd.label in frames},
+        "shards_with_constant_codebooks": {
+            fd.label: constant_shards[fd.label] for fd in all_fields if fd.label in frames
+        },
         "codecs": {c.name: {"num_codebooks": c.num_codebooks, "frame_shift": c.frame_shift} for c in codecs},
     }
-    with atomic_file(out, "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=1)
-        f.write("\n")
-    log.info("verify %s: %d shards × %d fields whole: %d cuts, %.3f h", dataset, num_shards, len(all_fields),
-             summary["cuts"], summary["hours"])
+    write_json(out, summary)
+    log.info(
+        "verify %s: %d shards × %d fields whole: %d cuts, %.3f h",
+        dataset,
+        num_shards,
+        len(all_fields),
+        summary["cuts"],
+        summary["hours"],
+    )
     return summary

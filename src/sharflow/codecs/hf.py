@@ -28,7 +28,9 @@ class HFCodec:
             cls = {"encodec": EncodecModel, "dac": DacModel}[config.model_type]
             self.model = cls.from_pretrained(model).to(self.device).eval()
         except KeyError:
-            raise SharflowError(f"codec {model!r}: model type {config.model_type!r} is not supported (encodec, dac)") from None
+            raise SharflowError(
+                f"codec {model!r}: model type {config.model_type!r} is not supported (encodec, dac)"
+            ) from None
         except Exception as e:
             raise SharflowError(f"could not load the transformers codec {model!r}: {e}") from None
         self.kind = config.model_type
@@ -53,12 +55,14 @@ class HFCodec:
                 codes = self.model.encode(x, padding_mask=mask, bandwidth=self.bandwidth).audio_codes[0]
             else:
                 codes = self.model.encode(x).audio_codes
-        code_lengths = torch.div(lengths + self.samples_per_frame - 1, self.samples_per_frame, rounding_mode="floor")
+        code_lengths = torch.div(
+            lengths + self.samples_per_frame - 1, self.samples_per_frame, rounding_mode="floor"
+        )
         return codes[:, : self.num_codebooks], code_lengths
 
 
 def build_random_encodec(config: str | Path, out: str | Path, seed: int = 0) -> Path:
-    """Build a transformers EnCodec from a YAML of EncodecConfig arguments, with random weights; save it to `out`.
+    """A transformers EnCodec with random weights from a YAML of EncodecConfig arguments, saved to `out`.
 
     For tests: it runs the real loading and encoding path. A fresh EncodecModel has all-zero
     codebooks (training fills them by k-means), so every frame would get code 0: here the encoder is
@@ -82,5 +86,9 @@ def build_random_encodec(config: str | Path, out: str | Path, seed: int = 0) -> 
             layer.codebook.embed_avg.copy_(residual[picks])
             residual = residual - layer.codebook.decode(layer.codebook.encode(residual))
     model.save_pretrained(out)
-    log.warning("built a RANDOMLY INITIALISED EnCodec from %s at %s: its codes only exercise the pipeline", config, out)
+    log.warning(
+        "built a RANDOMLY INITIALISED EnCodec from %s at %s: its codes only exercise the pipeline",
+        config,
+        out,
+    )
     return Path(out)

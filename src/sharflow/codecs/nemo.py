@@ -41,8 +41,10 @@ class NemoCodec:
 
     @torch.inference_mode()
     def encode(self, batch: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        padded = torch.tensor([frames(int(n), self.samples_per_frame) * self.samples_per_frame for n in lengths],
-                              device=batch.device)
+        padded = torch.tensor(
+            [frames(int(n), self.samples_per_frame) * self.samples_per_frame for n in lengths],
+            device=batch.device,
+        )
         with autocast(self.device, self.precision):
             if self.model.semantic_codec is None:
                 encoded, encoded_len = self.model.audio_encoder(audio=batch, audio_len=padded)
@@ -64,13 +66,18 @@ def build_random_codec(config: str | Path, out: str | Path, seed: int = 0) -> Pa
 
     torch.manual_seed(seed)
     model = AudioCodecModel(cfg=OmegaConf.load(config))
-    audio = calibration_batch(model.sample_rate, items=2, seconds=0.6, seed=seed, multiple_of=model.samples_per_frame)
+    audio = calibration_batch(
+        model.sample_rate, items=2, seconds=0.6, seed=seed, multiple_of=model.samples_per_frame
+    )
     lengths = torch.full((len(audio),), audio.shape[1])
-    standardize_layers_(model.audio_encoder, lambda: model.audio_encoder(audio=audio, audio_len=lengths),
-                        per_channel=False)
+    standardize_layers_(
+        model.audio_encoder, lambda: model.audio_encoder(audio=audio, audio_len=lengths), per_channel=False
+    )
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(out).with_name(f".{Path(out).name}.tmp")
     model.save_to(str(tmp))
     tmp.replace(out)
-    log.warning("built a RANDOMLY INITIALISED codec from %s at %s: its codes only exercise the pipeline", config, out)
+    log.warning(
+        "built a RANDOMLY INITIALISED codec from %s at %s: its codes only exercise the pipeline", config, out
+    )
     return Path(out)

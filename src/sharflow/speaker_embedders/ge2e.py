@@ -28,8 +28,10 @@ def pretrained_weights() -> Path:
     """Path of resemblyzer's pretrained.pt, found without importing resemblyzer."""
     spec = importlib.util.find_spec("resemblyzer")
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the ge2e embedder needs the PyPI package 'resemblyzer' (pip install resemblyzer)")
-    return Path(list(spec.submodule_search_locations)[0]) / "pretrained.pt"
+        raise FileNotFoundError(
+            "the ge2e embedder needs the PyPI package 'resemblyzer' (pip install resemblyzer)"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "pretrained.pt"
 
 
 def slaney_mel_filterbank(sample_rate: int, n_fft: int, n_mels: int) -> np.ndarray:
@@ -105,17 +107,25 @@ class GE2EEmbedder:
         padded = np.zeros(max(len(wave), (starts[-1] + PARTIAL_FRAMES) * HOP), dtype=np.float32)
         padded[: len(wave)] = wave
         x = torch.from_numpy(padded).to(self.device)
-        spec = torch.stft(x, N_FFT, HOP, window=self.window, center=True, pad_mode="constant",
-                          return_complex=True).abs() ** 2
+        spec = (
+            torch.stft(
+                x, N_FFT, HOP, window=self.window, center=True, pad_mode="constant", return_complex=True
+            ).abs()
+            ** 2
+        )
         mel = (self.mel_basis @ spec).T  # (frames, 40)
-        return torch.stack([mel[s: s + PARTIAL_FRAMES] for s in starts])
+        return torch.stack([mel[s : s + PARTIAL_FRAMES] for s in starts])
 
     @torch.inference_mode()
     def embed(self, waves: list[np.ndarray]) -> np.ndarray:
         partials = [self._partials(w) for w in waves]
         counts = [p.shape[0] for p in partials]
         stacked = torch.cat(partials)
-        embs = torch.cat([self.net(stacked[i: i + self.batch_partials])
-                          for i in range(0, stacked.shape[0], self.batch_partials)])
+        embs = torch.cat(
+            [
+                self.net(stacked[i : i + self.batch_partials])
+                for i in range(0, stacked.shape[0], self.batch_partials)
+            ]
+        )
         means = torch.stack([chunk.mean(0) for chunk in torch.split(embs, counts)])
         return torch.nn.functional.normalize(means, dim=1).cpu().numpy().astype(np.float32)

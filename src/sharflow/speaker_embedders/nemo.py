@@ -38,7 +38,13 @@ class NemoSpeakerEmbedder:
         self.sample_rate = int(self.model.cfg.sample_rate)
         emb_sizes = self.model.cfg.decoder.emb_sizes
         self.dim = int(emb_sizes if isinstance(emb_sizes, int) else list(emb_sizes)[-1])
-        log.info("nemo speaker model %s on %s: %d Hz, %d-dim embeddings", model, self.device, self.sample_rate, self.dim)
+        log.info(
+            "nemo speaker model %s on %s: %d Hz, %d-dim embeddings",
+            model,
+            self.device,
+            self.sample_rate,
+            self.dim,
+        )
 
     @torch.inference_mode()
     def embed(self, waves: list[np.ndarray]) -> np.ndarray:
@@ -46,7 +52,9 @@ class NemoSpeakerEmbedder:
         batch = torch.zeros(len(waves), int(lengths.max()))
         for i, w in enumerate(waves):
             batch[i, : len(w)] = torch.from_numpy(w)
-        _, emb = self.model.forward(input_signal=batch.to(self.device), input_signal_length=lengths.to(self.device))
+        _, emb = self.model.forward(
+            input_signal=batch.to(self.device), input_signal_length=lengths.to(self.device)
+        )
         return torch.nn.functional.normalize(emb.float(), dim=1).cpu().numpy()
 
 

@@ -1,0 +1,105 @@
+"""sharflow.layout: the one place for paths, and the rules' declared outputs checked against it."""
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.api import SnakemakeApi
+from snakemake.settings.types import (
+    ConfigSettings,
+    DeploymentSettings,
+    OutputSettings,
+    ResourceSettings,
+    StorageSettings,
+    WorkflowSettings,
+)
+
+from sharflow import layout
+from sharflow.layout import DatasetFiles, rejected_beside, shard_key
+from testkit import REPO, demo_config
+
+DS = layout.dataset_files("{dataset}")
+
+# rule -> {output name: path}, everything from sharflow.layout
+EXPECTED = {
+    "prepare": {"prepared": DS.prepared, "rejected": DS.prepare_rejected, "stats": DS.prepare_stats},
+    "context_plan": {"plan": DS.context_plan},
+    "context_part": DS.context_part("{part}").named(),
+    "context_merge": {
+        "with_context": DS.with_context,
+        "rejected": DS.context_rejected,
+        "stats": DS.context_stats,
+    },
+    "shar_plan": {"plan": DS.shard_plan, "index": DS.shar_index},
+    "shar_shard": DS.shard("{shard}").named(),
+    "shar_merge": {"stats": DS.shar_stats, "rejected": DS.shar_rejected},
+    "build_random_codec": {"model": layout.codec_model("{codec}")},
+    "codec_model": {"spec": layout.codec_spec("{codec}")},
+    "codes_shard": DS.codes("{codec}", "{shard}").named(),
+    "codes_merge": {"stats": DS.codes_stats("{codec}")},
+    "buckets": {"buckets": DS.buckets},
+    "verify": {"verify": DS.verify},
+    "input_cfg": {"input_cfg": layout.INPUT_CFG},
+    "report": {
+        **{
+            plot: f"{layout.REPORT_DIR}/{plot}.png" for plot in ("durations", "buckets", "similarity", "load")
+        },
+        "rejects": f"{layout.REPORT_DIR}/rejects.png",
+        "summary": f"{layout.REPORT_DIR}/summary.html",
+        "summary_tsv": f"{layout.REPORT_DIR}/summary.tsv",
+    },
+    "all": {},
+}
+
+
+def declared_outputs(config: dict, tmp: Path) -> dict[str, dict[str, str]]:
+    """{rule: {output name: pattern}} as Snakemake parses the workflow, wildcard constraints dropped."""
+    configfile = tmp / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    with SnakemakeApi(OutputSettings()) as api:
+        workflow = api.workflow(
+            resource_settings=ResourceSettings(cores=1),
+            config_settings=ConfigSettings(configfiles=[configfile]),
+            storage_settings=StorageSettings(),
+            workflow_settings=WorkflowSettings(),
+            deployment_settings=DeploymentSettings(),
+            snakefile=REPO / "Snakefile",
+            workdir=tmp,
+        )
+        rules = workflow._workflow.rules  # the parsed rules; no public accessor
+        return {
+            rule.name: {
+                name: re.sub(r"\{(\w+),[^{}]*(\{[^{}]*\}[^{}]*)*\}", r"{\1}", str(rule.output[index]))
+                for name, (index, _) in rule.output._names.items()
+            }
+            for rule in rules
+        }
+
+
+def test_every_rule_declares_the_outputs_layout_names(tmp_path):
+    assert declared_outputs(demo_config(), tmp_path) == EXPECTED
+
+
+def test_saved_embeddings_are_named_by_layout_too(tmp_path):
+    outputs = declared_outputs(demo_config(context={"save_embeddings": True}), tmp_path)
+    assert outputs["context_part"] == {**EXPECTED["context_part"], **DS.context_embeddings("{part}")}
+
+
+def test_one_jobs_files_and_patterns_share_one_spelling():
+    demo = DatasetFiles("results/demo")
+    assert demo.shard(7) == DatasetFiles("results/demo").shard("000007")
+    assert demo.shard(7).named() == {
+        "cuts": "results/demo/shar/cuts/cuts.000007.jsonl.gz",
+        "target": "results/demo/shar/target_audio/recording.000007.tar",
+        "context": "results/demo/shar/context_audio/recording.000007.tar",
+        "stats": "results/demo/shar_jobs/shard-000007.stats.json",
+        "rejected": "results/demo/shar_jobs/shard-000007.rejected.jsonl",
+    }
+    assert demo.codes("c", 12).target == "results/demo/shar/codes_c/target_codes/codes.000012.tar"
+    assert demo.context_part(3).stats == "results/demo/context/parts/part-0003.stats.json"
+    assert DS.shard("{shard}").cuts == "results/{dataset}/shar/cuts/cuts.{shard}.jsonl.gz"
+    assert shard_key(123456) == "123456" and shard_key("{shard}") == "{shard}"
+    assert rejected_beside(demo.shard(7).stats) == demo.shard(7).rejected
+    with pytest.raises(ValueError, match="not a shard stats file"):
+        rejected_beside("results/demo/shar_stats.json")
