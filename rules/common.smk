@@ -128,6 +128,7 @@ def get_encode_settings(wildcards):
         "audio_root": config["datasets"][wildcards.dataset]["audio_root"],
         "audio_format": config["shar"]["audio_format"],
         "sample_rate": config["shar"]["sample_rate"],
+        "copy_through": config["shar"]["copy_through"],
     }
 
 

@@ -21,7 +21,14 @@ from lhotse.shar.writers import AudioTarWriter
 from sharflow.errors import SharflowError
 from sharflow.layout import DatasetFiles
 from sharflow.shar import EncodedAudioTarWriter
-from sharflow.shar_audio import compute_num_samples, encode, read_span
+from sharflow.shar_audio import (
+    EncodeSettings,
+    compute_num_samples,
+    copy_through,
+    encode,
+    encode_span,
+    read_span,
+)
 from sharflow.shar_merge import merge_shar_stats
 from sharflow.shar_plan import plan_shards, recording_id, segment_id
 from testkit import DEMO, magpie_dataset, read_back, read_jsonl, write_all, write_jsonl
@@ -135,6 +142,10 @@ def test_round_trip_through_from_shar(demo_shards, with_context):
         stats, str(with_context[1]), str(out / "s.json"), str(out / "rej"), dataset="demo"
     )
     assert merged["cuts"] == 56 and merged["rejected_total"] == 0 and merged["shards"] == 4
+    # the sample checks above covered both kinds of member: whole demo files copied through, and
+    # the segments of the one long file (and their contexts) decoded and encoded
+    assert merged["copied_spans"] > 0 and merged["encoded_spans"] > 0
+    assert merged["copied_spans"] + merged["encoded_spans"] == 2 * 56
 
 
 def test_each_field_holds_the_same_ids_in_the_same_order(demo_shards):
@@ -243,3 +254,96 @@ def test_other_formats_and_rates_read_back(with_context, tmp_path, audio_format,
         if sample_rate:
             assert c.target_audio.sampling_rate == c.context_audio.sampling_rate == sample_rate
         assert abs(audio.shape[1] / c.target_audio.sampling_rate - c.duration) < 0.01
+
+
+def flac_with_picture_and_tags(path: Path, samples: np.ndarray, rate: int, picture_bytes: int) -> Path:
+    """A FLAC file with tags and a PICTURE metadata block of `picture_bytes` inserted after STREAMINFO."""
+    with sf.SoundFile(path, "w", rate, 1, subtype="PCM_16", format="FLAC") as f:
+        f.title, f.comment = "a title", "x" * 2000
+        f.write(samples)
+    data = path.read_bytes()
+    streaminfo_end = 4 + 4 + 34
+    mime = b"image/png"
+    fields = [
+        (3).to_bytes(4, "big"),
+        len(mime).to_bytes(4, "big"),
+        mime,
+        bytes(4),
+        bytes(16),
+    ]  # type..colours
+    body = b"".join([*fields, picture_bytes.to_bytes(4, "big"), bytes(picture_bytes)])
+    picture = bytes([6]) + len(body).to_bytes(3, "big") + body
+    path.write_bytes(
+        data[:4] + bytes([data[4] & 0x7F]) + data[5:streaminfo_end] + picture + data[streaminfo_end:]
+    )
+    return path
+
+
+def wav_with_junk_chunk(path: Path, samples: np.ndarray, rate: int, junk_bytes: int) -> Path:
+    """A PCM16 WAV with a LIST chunk of tags and a `junk_bytes` chunk before its data chunk."""
+    with sf.SoundFile(path, "w", rate, 1, subtype="PCM_16", format="WAV") as f:
+        f.title = "a title"
+        f.write(samples)
+    data = path.read_bytes()
+    at = data.index(b"data")
+    junk = b"junk" + junk_bytes.to_bytes(4, "little") + bytes(junk_bytes)
+    body = data[12:at] + junk + data[at:]
+    path.write_bytes(b"RIFF" + (4 + len(body)).to_bytes(4, "little") + b"WAVE" + body)
+    return path
+
+
+@pytest.mark.parametrize("audio_format", ["flac", "wav"])
+def test_whole_files_are_copied_through_with_the_samples_of_the_encode_path(tmp_path, audio_format):
+    rate = 22050
+    samples = (np.random.default_rng(0).normal(0, 0.2, rate * 2) * 32767).clip(-32768, 32767).astype(np.int16)
+    assert len(np.unique(samples)) > 1000  # the comparison below is over varied samples
+    make = flac_with_picture_and_tags if audio_format == "flac" else wav_with_junk_chunk
+    src = make(tmp_path / f"a.{audio_format}", samples, rate, 100_000)
+    assert np.array_equal(sf.read(src, dtype="int16")[0], samples)  # the crafted file is valid
+    settings = EncodeSettings(audio_root=str(tmp_path), audio_format=audio_format)
+    duration = len(samples) / rate
+
+    copied = copy_through(str(src), 0.0, duration, settings)
+    encoded = encode_span(str(src), 0.0, duration, settings)
+    assert copied.copied and not encoded.copied
+    assert (copied.sampling_rate, copied.num_samples, copied.clipped, copied.padded) == (
+        rate,
+        len(samples),
+        0,
+        0,
+    )
+    decoded = sf.read(io.BytesIO(copied.data), dtype="int16")[0]
+    assert np.array_equal(decoded, sf.read(io.BytesIO(encoded.data), dtype="int16")[0])
+    assert np.array_equal(decoded, samples)
+    assert len(copied.data) < src.stat().st_size - 100_000  # picture / junk and tags stripped
+    assert b"a title" not in copied.data
+
+    # anything but the whole file in the output's form takes the encode path
+    stereo = tmp_path / f"stereo.{audio_format}"
+    sf.write(stereo, np.stack([samples, samples], axis=1), rate, subtype="PCM_16")
+    pcm24 = tmp_path / f"pcm24.{audio_format}"
+    sf.write(pcm24, samples, rate, subtype="PCM_24")
+    other = tmp_path / ("b.wav" if audio_format == "flac" else "b.flac")
+    sf.write(other, samples, rate, subtype="PCM_16")
+    for path, offset, span, custom in [
+        (src, 0.5, duration - 0.5, {}),  # a segment
+        (src, 0.0, duration - 0.5, {}),
+        (src, 0.0, duration, {"sample_rate": 16000}),  # resampled
+        (stereo, 0.0, duration, {}),
+        (pcm24, 0.0, duration, {}),
+        (other, 0.0, duration, {}),  # another container
+    ]:
+        assert (
+            copy_through(str(path), offset, span, EncodeSettings(str(tmp_path), audio_format, **custom))
+            is None
+        )
+    assert copy_through(str(src), 0.0, duration, EncodeSettings(str(tmp_path), "opus", 24000)) is None
+    assert (
+        copy_through(str(src), 0.0, duration, EncodeSettings(str(tmp_path), audio_format, copy_through=False))
+        is None
+    )
+    if audio_format == "flac":  # a truncated or zero-filled file is not copied (the encode path rejects it)
+        whole = src.read_bytes()
+        for name, damaged in (("cut.flac", whole[:-300]), ("zeros.flac", whole[:-4000] + bytes(4000))):
+            (tmp_path / name).write_bytes(damaged)
+            assert copy_through(str(tmp_path / name), 0.0, duration, settings) is None, name

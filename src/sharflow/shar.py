@@ -248,6 +248,8 @@ def _count_cut(stats: Counter, record: dict, target: EncodedAudio, context: Enco
     stats["clipped_samples"] += target.clipped + context.clipped
     stats["clipped_cuts"] += bool(target.clipped or context.clipped)
     stats["padded_cuts"] += bool(target.padded or context.padded)
+    stats["copied_spans"] += target.copied + context.copied
+    stats["encoded_spans"] += (not target.copied) + (not context.copied)
 
 
 def _shard_summary(shard: int, records_in: int, stats: Counter, tmp: Path, seconds: float) -> dict:
@@ -261,6 +263,8 @@ def _shard_summary(shard: int, records_in: int, stats: Counter, tmp: Path, secon
         "clipped_samples": stats["clipped_samples"],
         "clipped_cuts": stats["clipped_cuts"],
         "padded_cuts": stats["padded_cuts"],
+        "copied_spans": stats["copied_spans"],
+        "encoded_spans": stats["encoded_spans"],
         "bytes": {
             "cuts": (tmp / "cuts.jsonl.gz").stat().st_size,
             "target_audio": (tmp / "target.tar").stat().st_size,
@@ -294,12 +298,14 @@ def _log_shard(summary: dict) -> None:
             summary["clipped_cuts"],
         )
     log.info(
-        "shard %d: %d cuts, %d rejected, %.1f s target audio in %.1f s",
+        "shard %d: %d cuts, %d rejected, %.1f s target audio in %.1f s; %d spans copied through, %d encoded",
         summary["shard"],
         summary["cuts"],
         sum(summary["rejected"].values()),
         summary["target_seconds"],
         summary["seconds"],
+        summary["copied_spans"],
+        summary["encoded_spans"],
     )
 
 

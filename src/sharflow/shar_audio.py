@@ -1,5 +1,9 @@
 """Audio of a Shar shard: decoding target and context spans and encoding them (worker side).
 
+A span that is a whole source file already in the output's form (mono 16-bit PCM, the output
+container, the output rate) is copied through: the file's bytes go into the tar as they are, its
+metadata stripped (only FLAC's STREAMINFO, WAV's fmt and data chunks are kept), so an embedded
+picture or long tags never bloat the tar. Its decoded samples are those the encode path gives.
 Kept free of lhotse and torch so that worker processes start in a fraction of a second.
 """
 
@@ -27,6 +31,7 @@ class EncodeSettings:
     audio_root: str
     audio_format: str = "flac"
     sample_rate: int | None = None
+    copy_through: bool = True
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ class EncodedAudio:
     num_samples: int
     clipped: int
     padded: int
+    copied: bool = False  # the source file's bytes, not decoded and encoded again
 
 
 def read_span(
@@ -106,12 +112,100 @@ def encode_record(
         path, offset, duration = (record[k] for k in keys)
         try:
             full, _ = resolve_audio_path(settings.audio_root, path)
-            samples, rate, padded = read_span(full, offset, duration, settings.sample_rate)
-            data, clipped = encode(samples, rate, settings.audio_format)
+            audio = copy_through(full, offset, duration, settings) or encode_span(
+                full, offset, duration, settings
+            )
         except Exception as e:  # reported per cut; the shard goes on
             return reason, f"{path}: {e}"
-        out.append(EncodedAudio(data, rate, len(samples), clipped, padded))
+        out.append(audio)
     return out[0], out[1]
+
+
+def encode_span(path: str, offset: float, duration: float, settings: EncodeSettings) -> EncodedAudio:
+    samples, rate, padded = read_span(path, offset, duration, settings.sample_rate)
+    data, clipped = encode(samples, rate, settings.audio_format)
+    return EncodedAudio(data, rate, len(samples), clipped, padded)
+
+
+def copy_through(path: str, offset: float, duration: float, settings: EncodeSettings) -> EncodedAudio | None:
+    """The file's own bytes (metadata stripped) if the span is all of it and already in the output's form.
+
+    That is: flac or wav output; offset 0 and a duration of exactly the file's samples (as lhotse
+    counts them); a mono 16-bit PCM file in that container at the output rate. Else None (encode
+    it). The file is not decoded: its last sample is (a truncated or zero-filled FLAC fails there,
+    and takes the encode path, which rejects it); damage inside a file is left to verify, which
+    decodes every member.
+    """
+    if not settings.copy_through or settings.audio_format not in _STRIP or offset != 0:
+        return None
+    with sf.SoundFile(path) as f:
+        if (
+            f.format != settings.audio_format.upper()
+            or f.subtype != "PCM_16"
+            or f.channels != 1
+            or (settings.sample_rate and settings.sample_rate != f.samplerate)
+            or f.frames == 0
+            or compute_num_samples(duration, f.samplerate) != f.frames
+        ):
+            return None
+        rate, frames = f.samplerate, f.frames
+        try:
+            f.seek(frames - 1)
+            if len(f.read(1, dtype="int16")) != 1:
+                return None
+        except sf.LibsndfileError:
+            return None
+    with open(path, "rb") as raw:
+        data = _STRIP[settings.audio_format](raw.read())
+    if data is None:
+        return None
+    return EncodedAudio(data, rate, frames, clipped=0, padded=0, copied=True)
+
+
+def flac_without_metadata(data: bytes) -> bytes | None:
+    """A FLAC file with only its STREAMINFO block kept (no tags, pictures, padding); None if not FLAC."""
+    if data[:4] != b"fLaC":
+        return None
+    pos, streaminfo, last = 4, None, False
+    while not last:
+        if pos + 4 > len(data):
+            return None
+        last, kind = bool(data[pos] & 0x80), data[pos] & 0x7F
+        length = int.from_bytes(data[pos + 1 : pos + 4], "big")
+        if kind == 0:
+            streaminfo = data[pos + 4 : pos + 4 + length]
+        pos += 4 + length
+    if streaminfo is None or len(streaminfo) != 34 or pos >= len(data):
+        return None
+    return b"fLaC" + bytes([0x80]) + len(streaminfo).to_bytes(3, "big") + streaminfo + data[pos:]
+
+
+def wav_without_metadata(data: bytes) -> bytes | None:
+    """A canonical PCM WAV (44-byte header) of the file's fmt and data chunks only; None if not PCM WAV."""
+    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        return None
+    pos, fmt, payload = 12, None, None
+    while pos + 8 <= len(data):
+        chunk, size = data[pos : pos + 4], int.from_bytes(data[pos + 4 : pos + 8], "little")
+        if chunk == b"fmt ":
+            fmt = data[pos + 8 : pos + 8 + size]
+        elif chunk == b"data":
+            payload = data[pos + 8 : pos + 8 + size]
+        pos += 8 + size + (size & 1)
+    if fmt is None or payload is None or len(fmt) < 16 or int.from_bytes(fmt[:2], "little") != 1:
+        return None
+    header = (
+        b"WAVE"
+        + b"fmt "
+        + (16).to_bytes(4, "little")
+        + fmt[:16]
+        + b"data"
+        + len(payload).to_bytes(4, "little")
+    )
+    return b"RIFF" + (len(header) + len(payload)).to_bytes(4, "little") + header + payload
+
+
+_STRIP = {"flac": flac_without_metadata, "wav": wav_without_metadata}
 
 
 def encode_records(settings: EncodeSettings, records: list[dict]) -> list:

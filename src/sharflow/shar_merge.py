@@ -38,6 +38,8 @@ def merge_shar_stats(
             "clipped_samples",
             "clipped_cuts",
             "padded_cuts",
+            "copied_spans",
+            "encoded_spans",
         ):
             totals[key] += s[key]
         for field, n in s["bytes"].items():
@@ -59,6 +61,8 @@ def merge_shar_stats(
         "clipped_samples": totals["clipped_samples"],
         "clipped_cuts": totals["clipped_cuts"],
         "padded_cuts": totals["padded_cuts"],
+        "copied_spans": totals["copied_spans"],
+        "encoded_spans": totals["encoded_spans"],
         "bytes": {k.split(".", 1)[1]: v for k, v in sorted(totals.items()) if k.startswith("bytes.")},
         "shard_seconds": [s["seconds"] for s in shards],
     }
@@ -69,12 +73,14 @@ def merge_shar_stats(
         )
     write_json(stats_path, summary)
     log.info(
-        "shar %s: %d cuts in %d shards (%.3f h), %d rejected %s",
+        "shar %s: %d cuts in %d shards (%.3f h), %d rejected %s; audio spans: %d copied through, %d encoded",
         dataset,
         summary["cuts"],
         len(shards),
         summary["hours"],
         summary["rejected_total"],
         dict(rejected),
+        summary["copied_spans"],
+        summary["encoded_spans"],
     )
     return summary
