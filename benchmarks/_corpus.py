@@ -2,9 +2,29 @@
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
-DEMO = Path(__file__).resolve().parents[1] / "demo"
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "demo"
+
+
+def snakemake_command(work: Path, *args: str) -> list[str]:
+    """The snakemake CLI on the repo's workflow in `work` (config at work/config.yaml, local profile)."""
+    return [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(REPO / "Snakefile"),
+        "-d",
+        str(work),
+        "--configfile",
+        str(work / "config.yaml"),
+        "--profile",
+        str(REPO / "profiles" / "local"),
+        *args,
+    ]
 
 
 def demo_with_context(tmp: Path) -> Path:

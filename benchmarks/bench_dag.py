@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import yaml
+from _corpus import snakemake_command
 
 from sharflow.layout import dataset_files
 
@@ -41,20 +42,7 @@ def config(work: Path) -> dict:
 
 def snakemake(work: Path, *args: str) -> tuple[float, float, subprocess.CompletedProcess]:
     """(seconds, peak RSS in MB of the snakemake process, result): one process per call."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "-s",
-        str(REPO / "Snakefile"),
-        "-d",
-        str(work),
-        "--configfile",
-        str(work / "config.yaml"),
-        "--profile",
-        str(REPO / "profiles" / "local"),
-        *args,
-    ]
+    cmd = snakemake_command(work, *args)
     # a fresh child per call, so RUSAGE_CHILDREN's max RSS is this call's (it only grows otherwise)
     wrapper = (
         "import resource, subprocess, sys, time; t = time.perf_counter(); "

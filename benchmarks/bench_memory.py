@@ -13,13 +13,12 @@ import argparse
 import json
 import re
 import subprocess
-import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
 import yaml
-from _corpus import repeated_demo
+from _corpus import repeated_demo, snakemake_command
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = ("prepare", "context_plan", "context_part", "context_merge", "shar_plan", "shar_shard", "shar_merge")
@@ -53,22 +52,7 @@ def main() -> None:
         cfg["codecs"] = {}
         (work / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         targets = [f"results/{name}/shar_stats.json" for name in cfg["datasets"]]
-        cmd = [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            str(REPO / "Snakefile"),
-            "-d",
-            str(work),
-            "--configfile",
-            str(work / "config.yaml"),
-            "--profile",
-            str(REPO / "profiles" / "local"),
-            "--cores",
-            "2",
-            *targets,
-        ]
+        cmd = snakemake_command(work, "--cores", "2", *targets)
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise SystemExit(proc.stderr[-4000:])

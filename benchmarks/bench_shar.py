@@ -1,121 +1,225 @@
-"""Shar-stage throughput next to the physical floor measured in the same run.
+"""Shar-stage throughput next to the physical floor measured in the same run, and end to end.
 
-Corpus: the demo corpus copied 18 times (1,008 utterances, ~67 min of target audio, each with its
-context), records taken from a real context-stage run on the demo and repeated per copy.
-- floor: in one process, decode the same target and context spans with soundfile and FLAC-encode
-  them with soundfile into memory; nothing else.
-- stage: plan + every shard job (write_shard), 1 and 2 workers.
-- lhotse: CutSet.to_shar over the same cuts, target audio only (flac), for comparison; its floor
-  is the target half of ours.
+Corpora, from a real context-stage run on the demo, repeated per copy (each copy's audio in its
+own folder):
+- whole files: the records whose target and context spans are each a whole demo file (mono
+  16-bit FLAC), the common TTS layout: copied through;
+- mixed: every record resampled to 16 kHz, so nothing can be copied (the demo's segments of one
+  long file, and every file decoded, resampled and encoded).
+Floors, in one process: decode the spans with soundfile and FLAC-encode them into memory (mixed:
+resample them with soxr in between); nothing else.
+Stage: plan + every shard job (write_shard), in this process, 1 and 2 workers.
+End to end: `snakemake results/<ds>/shar_stats.json` (shar_plan, shar_shard, shar_merge jobs) on
+the whole demo x --e2e-copies after its prepare and context jobs ran, next to the same work in
+one process, so the fixed cost of the jobs (Snakemake, process start-up) shows.
 Figures are audio-seconds (target + context) per wall-clock second, and per core.
 
-Usage: python benchmarks/bench_shar.py [--copies 18] [--shard-size 256]
+Usage: python benchmarks/bench_shar.py [--copies 18] [--shard-size 256] [--e2e-copies 73]
 """
 
 import argparse
 import io
+import json
+import re
+import subprocess
+import tarfile
 import tempfile
 import time
 from pathlib import Path
 
 import soundfile as sf
-from _corpus import repeated_with_context
+import soxr
+import yaml
+from _corpus import repeated_demo, repeated_with_context, snakemake_command
 
+from sharflow.layout import DatasetFiles, dataset_files
 from sharflow.shar_audio import EncodeSettings, compute_num_samples
 
 # sharflow.shar and sharflow.context (lhotse, torch) are imported inside the functions: spawned
 # workers re-run this file's top level, and a real shard job's adapter keeps them light the same way.
+REPO = Path(__file__).resolve().parents[1]
+SPANS = (
+    ("audio_filepath", "offset", "duration"),
+    ("context_audio_filepath", "context_audio_offset", "context_audio_duration"),
+)
 
 
-def floor(records: list[dict], root: Path, context: bool = True) -> float:
+def floor(records: list[dict], root: Path, resample_to: int | None = None) -> float:
     t = time.perf_counter()
-    spans = [("audio_filepath", "offset", "duration")]
-    if context:
-        spans.append(("context_audio_filepath", "context_audio_offset", "context_audio_duration"))
     for r in records:
-        for keys in spans:
+        for keys in SPANS:
             path, offset, duration = (r[k] for k in keys)
             with sf.SoundFile(root / path) as f:
                 f.seek(compute_num_samples(offset, f.samplerate))
-                data = f.read(compute_num_samples(duration, f.samplerate), dtype="int16")
-                sf.write(io.BytesIO(), data, f.samplerate, format="FLAC")
+                rate = f.samplerate
+                data = f.read(
+                    compute_num_samples(duration, rate), dtype="int16" if not resample_to else "float32"
+                )
+            if resample_to:
+                data, rate = soxr.resample(data, rate, resample_to, quality="HQ"), resample_to
+            sf.write(io.BytesIO(), data, rate, format="FLAC", subtype="PCM_16")
     return time.perf_counter() - t
 
 
-def stage(tmp: Path, with_context: Path, root: Path, shard_size: int, workers: int) -> float:
-    from sharflow.layout import DatasetFiles
+def whole_file(root: Path, path: str, offset: float, duration: float) -> bool:
+    info = sf.info(root / path)
+    return offset == 0 and compute_num_samples(duration, info.samplerate) == info.frames
+
+
+def stage(
+    out: Path,
+    with_context: Path,
+    root: Path,
+    shard_size: int,
+    workers: int,
+    context_stats: Path | None = None,
+    **settings,
+) -> float:
+    """Plan, every shard job and (given the context stage's stats) the merge, in this process."""
     from sharflow.shar import write_shard
+    from sharflow.shar_merge import merge_shar_stats
     from sharflow.shar_plan import plan_shards
 
-    files = DatasetFiles(str(tmp / f"shar{workers}"))
+    files = DatasetFiles(str(out))
     t = time.perf_counter()
     plan = plan_shards(
         str(with_context), plan=files.shard_plan, index=files.shar_index, shard_size=shard_size, seed=0
     )
-    for s in range(plan["num_shards"]):
+    jobs = [files.shard(s) for s in range(plan["num_shards"])]
+    for s, job in enumerate(jobs):
         write_shard(
             s,
             with_context=str(with_context),
             index=files.shar_index,
             plan=files.shard_plan,
-            out=files.shard(s),
-            settings=EncodeSettings(audio_root=str(root)),
+            out=job,
+            settings=EncodeSettings(audio_root=str(root), **settings),
             workers=workers,
+        )
+    if context_stats:
+        merge_shar_stats(
+            [j.stats for j in jobs],
+            context_stats=str(context_stats),
+            stats=files.shar_stats,
+            rejected_dir=files.shar_rejected,
+            dataset="b",
         )
     return time.perf_counter() - t
 
 
-def lhotse_to_shar(tmp: Path, records: list[dict], root: Path, shard_size: int) -> float:
-    from lhotse import CutSet, MonoCut, Recording
+def decoded_members(shar_dir: Path) -> list:
+    """(member name, samples) of every audio member of the shards, in order."""
+    out = []
+    for tar_path in sorted(shar_dir.glob("*_audio/*.tar")):
+        with tarfile.open(tar_path) as tar:
+            for m in tar.getmembers():
+                if not m.name.endswith(".json"):
+                    out.append((m.name, sf.read(io.BytesIO(tar.extractfile(m).read()), dtype="int16")[0]))
+    return out
 
-    cuts = []
-    for i, r in enumerate(records):
-        rec = Recording.from_file(root / r["audio_filepath"], recording_id=f"r{i}")
-        cuts.append(MonoCut(id=f"c{i}", start=r["offset"], duration=r["duration"], channel=0, recording=rec))
-    (tmp / "lhotse").mkdir()
-    t = time.perf_counter()
-    CutSet(cuts).to_shar(tmp / "lhotse", fields={"recording": "flac"}, shard_size=shard_size)
-    return time.perf_counter() - t
+
+def spans(out: Path) -> tuple[int, int]:
+    """(spans copied through, spans encoded) over the shard jobs' stats."""
+    files = DatasetFiles(str(out))
+    shards = json.loads(Path(files.shard_plan).read_text())["num_shards"]
+    stats = [json.loads(Path(files.shard(s).stats).read_text()) for s in range(shards)]
+    return sum(x["copied_spans"] for x in stats), sum(x["encoded_spans"] for x in stats)
+
+
+def end_to_end(tmp: Path, copies: int) -> tuple[float, float, int, dict[str, float]]:
+    """(snakemake shar stage seconds, the same work in one process, utterances, start-up per rule)."""
+    manifest, root = repeated_demo(tmp / "e2e", copies, link=True)
+    work = tmp / "e2e" / "work"
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    config["datasets"] = {"bench": {"manifest": str(manifest), "audio_root": str(root), "language": "en"}}
+    config["codecs"] = {}
+    config["shar"]["shard_size"] = 4096  # the schema's default: real data
+    config["context"]["parts"] = 1
+    work.mkdir(parents=True)
+    (work / "config.yaml").write_text(yaml.safe_dump(config))
+    ds = dataset_files("bench")
+
+    def snakemake(target: str) -> float:
+        cmd = snakemake_command(work, target)
+        t = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True)
+        return time.perf_counter() - t
+
+    snakemake(ds.context_stats)  # prepare + context, not timed
+    seconds = snakemake(ds.shar_stats)
+    n = json.loads((work / ds.shar_stats).read_text())["cuts"]
+    alone = stage(
+        tmp / "e2e" / "alone", work / ds.with_context, root, 4096, 2, context_stats=work / ds.context_stats
+    )
+    startup = {}
+    for rule in ("shar_plan", "shar_shard", "shar_merge"):
+        for log in sorted((work / "logs" / rule).rglob("*.log")):
+            found = re.search(r"job started ([\d.]+) s after its process", log.read_text())
+            startup[rule] = max(startup.get(rule, 0.0), float(found.group(1)))
+    return seconds, alone, n, startup
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--copies", type=int, default=18)
     parser.add_argument("--shard-size", type=int, default=256)
+    parser.add_argument("--e2e-copies", type=int, default=73)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         with_context, root, records = repeated_with_context(tmp, args.copies)
-        target = sum(r["duration"] for r in records)
-        audio = target + sum(r["context_audio_duration"] for r in records)
+        whole = [r for r in records if all(whole_file(root, *(r[k] for k in keys)) for keys in SPANS)]
+        whole_path = tmp / "whole.jsonl"
+        whole_path.write_text("".join(json.dumps(r) + "\n" for r in whole))
+        audio = {
+            name: sum(r[k[2]] for r in recs for k in SPANS)
+            for name, recs in (("whole", whole), ("all", records))
+        }
         floor(records[:50], root)  # warm the page cache
-        t_floor = floor(records, root)
-        t_floor_target = floor(records, root, context=False)
-        t1 = stage(tmp, with_context, root, args.shard_size, 1)
-        t2 = stage(tmp, with_context, root, args.shard_size, 2)
-        same = all(
-            (tmp / "shar1" / p.relative_to(tmp / "shar2")).read_bytes() == p.read_bytes()
-            for p in (tmp / "shar2" / "shar").rglob("*.*")
+        rows = []
+        t_floor_whole = floor(whole, root)
+        rows.append(("whole files: floor, decode + FLAC encode", t_floor_whole, audio["whole"], 1))
+        t_copy = {w: stage(tmp / f"copy{w}", whole_path, root, args.shard_size, w) for w in (1, 2)}
+        t_nocopy = stage(tmp / "nocopy", whole_path, root, args.shard_size, 1, copy_through=False)
+        rows += [
+            (f"whole files: stage, copy-through, {w} worker(s)", t_copy[w], audio["whole"], w) for w in (1, 2)
+        ]
+        rows.append(("whole files: stage, copy_through: false", t_nocopy, audio["whole"], 1))
+        copied, encoded = spans(tmp / "copy1")
+        same_samples = [(n, a.tolist()) for n, a in decoded_members(tmp / "copy1" / "shar")] == [
+            (n, a.tolist()) for n, a in decoded_members(tmp / "nocopy" / "shar")
+        ]
+        same_bytes = all(
+            (tmp / "copy1" / p.relative_to(tmp / "copy2")).read_bytes() == p.read_bytes()
+            for p in (tmp / "copy2" / "shar").rglob("*.*")
         )
-        t_lhotse = lhotse_to_shar(tmp, records, root, args.shard_size)
+        t_floor_mixed = floor(records, root, resample_to=16000)
+        t_mixed = stage(tmp / "mixed", with_context, root, args.shard_size, 1, sample_rate=16000)
+        rows.append(("mixed (all resampled): floor", t_floor_mixed, audio["all"], 1))
+        rows.append(("mixed (all resampled): stage, 1 worker", t_mixed, audio["all"], 1))
+        e2e, alone, e2e_cuts, startup = end_to_end(tmp, args.e2e_copies)
+
+    print(f"shar benchmark: {len(records)} utterances, {len(whole)} of them whole files (target and context)")
+    print(f"{'run':<52}{'seconds':>9}{'audio s/s':>11}{'per core':>10}")
+    for name, t, secs, cores in rows:
+        print(f"{name:<52}{t:>9.2f}{secs / t:>11.0f}{secs / t / cores:>10.0f}")
     print(
-        f"shar benchmark: {len(records)} utterances, {target:.0f} s target + {audio - target:.0f} s "
-        "context audio"
+        f"whole files, copy-through stage (1 worker) / floor: {t_floor_whole / t_copy[1]:.2f}x  (target >= 5)"
     )
-    print(f"{'run':<46}{'seconds':>9}{'audio s/s':>11}{'per core':>10}")
-    for name, t, secs, cores in [
-        ("floor: decode spans + FLAC encode, 1 process", t_floor, audio, 1),
-        ("shar stage, 1 worker", t1, audio, 1),
-        ("shar stage, 2 workers", t2, audio, 2),
-        ("floor, target audio only", t_floor_target, target, 1),
-        ("lhotse CutSet.to_shar, target audio only", t_lhotse, target, 1),
-    ]:
-        print(f"{name:<46}{t:>9.2f}{secs / t:>11.0f}{secs / t / cores:>10.0f}")
-    print(f"stage 1 worker / floor:        {t_floor / t1:.2f}   (target >= 0.85)")
-    print(f"stage 2 workers vs 1 worker:   {t1 / t2:.2f}x  (target >= 1.8)")
-    print(f"lhotse to_shar / its floor:    {t_floor_target / t_lhotse:.2f}")
-    print(f"1 and 2 workers wrote identical files: {same}")
-    if not same:
+    print(
+        f"  spans copied {copied}, encoded {encoded}; decoded samples equal the encode path's: {same_samples}"
+    )
+    print(f"  1 and 2 workers wrote identical files: {same_bytes}")
+    print(f"mixed stage / its floor: {t_floor_mixed / t_mixed:.2f}  (target >= 0.85)")
+    print(
+        f"end to end, demo x{args.e2e_copies} ({e2e_cuts} cuts, one shard of 4096 + the rest): snakemake "
+        f"{e2e:.2f} s vs the same work in one process {alone:.2f} s = {e2e / alone:.2f}x  (target <= 1.3)"
+    )
+    print(
+        "  job start-up (process start to job code, from the job logs): "
+        + ", ".join(f"{rule} {s:.2f} s" for rule, s in startup.items())
+    )
+    if not (same_samples and same_bytes):
         raise SystemExit(1)
 
 

@@ -32,3 +32,18 @@ def test_a_finished_job_logs_its_time_and_exact_peak_memory(tmp_path):
         re.search(r"job done in [\d.]+ s: peak RSS (\d+) MB, largest worker process \d+ MB", text).group(1)
     )
     assert peak >= 64
+
+
+def test_a_job_logs_how_long_its_process_took_to_start(tmp_path):
+    import subprocess
+    import sys
+
+    log = tmp_path / "job.log"
+    code = (
+        "import time; time.sleep(0.6)\n"  # stands for the imports before a script enters job_log
+        "from sharflow.logs import job_log\n"
+        f"with job_log({str(log)!r}): pass\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    seconds = float(re.search(r"job started ([\d.]+) s after its process", log.read_text()).group(1))
+    assert 0.6 <= seconds < 10

@@ -22,9 +22,9 @@ def stats_files(with_context, demo_shards, tmp_path):
     context = json.loads(with_context[1].read_text())
     shar = merge_shar_stats(
         shard_stats,
-        str(with_context[1]),
-        str(tmp_path / "shar.json"),
-        str(tmp_path / "shar_rejected"),
+        context_stats=str(with_context[1]),
+        stats=str(tmp_path / "shar.json"),
+        rejected_dir=str(tmp_path / "shar_rejected"),
         dataset="demo",
     )
     hours = context["hours_out"]

@@ -139,7 +139,11 @@ def test_round_trip_through_from_shar(demo_shards, with_context):
         assert sup.custom["context_speaker_similarity"] == r["context_speaker_similarity"]
         assert sup.custom["context_recording_id"] == recording_id(r["context_audio_filepath"])
     merged = merge_shar_stats(
-        stats, str(with_context[1]), str(out / "s.json"), str(out / "rej"), dataset="demo"
+        stats,
+        context_stats=str(with_context[1]),
+        stats=str(out / "s.json"),
+        rejected_dir=str(out / "rej"),
+        dataset="demo",
     )
     assert merged["cuts"] == 56 and merged["rejected_total"] == 0 and merged["shards"] == 4
     # the sample checks above covered both kinds of member: whole demo files copied through, and
@@ -181,7 +185,11 @@ def test_failing_cut_goes_to_rejects_and_fields_stay_aligned(with_context, tmp_p
     users = {i for i, r in enumerate(records) if victim in (r["audio_filepath"], r["context_audio_filepath"])}
     _plan, stats, _rejected = write_all(tmp_path, with_context[0], root=root)
     merged = merge_shar_stats(
-        stats, str(with_context[1]), str(tmp_path / "s.json"), str(tmp_path / "r"), dataset="demo"
+        stats,
+        context_stats=str(with_context[1]),
+        stats=str(tmp_path / "s.json"),
+        rejected_dir=str(tmp_path / "r"),
+        dataset="demo",
     )
     assert merged["rejected_total"] == len(users) and merged["cuts"] == 56 - len(users)
     assert set(merged["rejected"]) <= {"unreadable_audio", "unreadable_context_audio"}

@@ -53,11 +53,11 @@ def whole(demo_shards, coded, tmp_path):
 def verify(root, workers=1, out="verify.json"):
     return verify_dataset(
         "demo",
-        str(root / "shar"),
-        str(root / "plan.json"),
-        str(root / "shar_stats.json"),
-        {"tiny": str(root / "codes_tiny.json")},
-        str(root / out),
+        shar_dir=str(root / "shar"),
+        plan=str(root / "plan.json"),
+        shar_stats=str(root / "shar_stats.json"),
+        codes_stats={"tiny": str(root / "codes_tiny.json")},
+        out=str(root / out),
         workers=workers,
     )
 

@@ -6,8 +6,8 @@ from sharflow.shar_merge import merge_shar_stats
 with job_log(snakemake.log[0]):
     merge_shar_stats(
         snakemake.input.stats,
-        snakemake.input.context_stats,
-        snakemake.output.stats,
-        snakemake.output.rejected,
+        context_stats=snakemake.input.context_stats,
+        stats=snakemake.output.stats,
+        rejected_dir=snakemake.output.rejected,
         dataset=snakemake.wildcards.dataset,
     )

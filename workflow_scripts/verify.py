@@ -8,10 +8,10 @@ if __name__ == "__main__":  # verify.workers > 1 spawns processes that re-import
     with job_log(snakemake.log[0]):
         verify_dataset(
             snakemake.wildcards.dataset,
-            shar_dir_of_plan(snakemake.input.plan),
-            snakemake.input.plan,
-            snakemake.input.shar_stats,
-            snakemake.params.codes_stats,
-            snakemake.output.verify,
+            shar_dir=shar_dir_of_plan(snakemake.input.plan),
+            plan=snakemake.input.plan,
+            shar_stats=snakemake.input.shar_stats,
+            codes_stats=snakemake.params.codes_stats,
+            out=snakemake.output.verify,
             workers=snakemake.threads,
         )

@@ -33,6 +33,10 @@ def job_log(path: str) -> Iterator[None]:
             stream=f, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", force=True
         )
         try:
+            log.info(
+                "job started %.2f s after its process (interpreter, Snakemake's script preamble, imports)",
+                seconds_since_process_start(),
+            )
             yield
             log.info("%s", job_footprint(start))
         except SharflowError as e:
@@ -47,6 +51,18 @@ def job_log(path: str) -> Iterator[None]:
             os.dup2(console_fd, 2)
             os.close(console_fd)
             sys.stderr = console
+
+
+def seconds_since_process_start() -> float:
+    """How long this process has run, from /proc (0.0 where there is no /proc)."""
+    try:
+        with open(f"/proc/{os.getpid()}/stat", encoding="ascii") as f:
+            started_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime", encoding="ascii") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return max(0.0, uptime - started_ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def job_footprint(start: float) -> str:

@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 
 def merge_shar_stats(
-    shard_stats: list[str], context_stats: str, stats_path: str, rejected_dir: str, *, dataset: str
+    shard_stats: list[str], *, context_stats: str, stats: str, rejected_dir: str, dataset: str
 ) -> dict:
     """Sum the shards' stats, gather their rejects by reason, and check records in = cuts + rejected.
 
@@ -71,7 +71,7 @@ def merge_shar_stats(
             f"shar {dataset}: {records_in} records with context but {summary['cuts']} cuts + "
             f"{summary['rejected_total']} rejected; shards are out of date: rerun with --forcerun shar_plan"
         )
-    write_json(stats_path, summary)
+    write_json(stats, summary)
     log.info(
         "shar %s: %d cuts in %d shards (%.3f h), %d rejected %s; audio spans: %d copied through, %d encoded",
         dataset,

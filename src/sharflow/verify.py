@@ -285,12 +285,12 @@ def _compare_totals(
 
 def verify_dataset(
     dataset: str,
+    *,
     shar_dir: str,
     plan: str,
     shar_stats: str,
     codes_stats: dict[str, str],
     out: str,
-    *,
     workers: int = 0,
 ) -> dict:
     """Check every shard of every field; write `out` (verify.json) only when nothing is wrong."""
