@@ -27,6 +27,7 @@ from sharflow.shar_audio import (
     copy_through,
     encode,
     encode_span,
+    flac_without_metadata,
     read_span,
 )
 from sharflow.shar_merge import merge_shar_stats
@@ -355,3 +356,17 @@ def test_whole_files_are_copied_through_with_the_samples_of_the_encode_path(tmp_
         for name, damaged in (("cut.flac", whole[:-300]), ("zeros.flac", whole[:-4000] + bytes(4000))):
             (tmp_path / name).write_bytes(damaged)
             assert copy_through(str(tmp_path / name), 0.0, duration, settings) is None, name
+
+
+@pytest.mark.parametrize("frames", [1, 100, 1152, 4096, 4097, 50_000])
+@pytest.mark.parametrize("rate", [8000, 16000, 44100])
+def test_flac_frame_headers_are_read_for_any_length_and_rate(tmp_path, frames, rate):
+    samples = (np.random.default_rng(frames).normal(0, 0.1, frames) * 32767).astype(np.int16)
+    path = tmp_path / "x.flac"
+    sf.write(path, samples, rate, subtype="PCM_16")
+    stripped = flac_without_metadata(path.read_bytes())
+    assert (stripped.rate, stripped.channels, stripped.bits, stripped.frames) == (rate, 1, 16, frames)
+    assert np.array_equal(sf.read(io.BytesIO(stripped.data), dtype="int16")[0], samples)
+    damaged = bytearray(path.read_bytes())
+    damaged[-1] ^= 0x01  # one bit of the last frame's CRC-16
+    assert flac_without_metadata(bytes(damaged)) is None
