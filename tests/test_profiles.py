@@ -1,11 +1,10 @@
 """The profiles route only rules that exist (a typo silently sends a GPU job to the CPU partition)."""
 
 import subprocess
-import sys
 
 import yaml
 
-from testkit import REPO, demo_config, run_snakemake
+from testkit import REPO, demo_config, run_snakemake, snakemake_cmd
 
 
 def rules_in_workflow(tmp_path):
@@ -62,22 +61,8 @@ def test_local_profile_caps_gpus():
 
 def test_slurm_profile_dry_run_parses(tmp_path):
     """The plugin is installed and the profile's keys and expressions are accepted."""
-    (tmp_path / "c.yaml").write_text(yaml.safe_dump(demo_config()))
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-s",
-            str(REPO / "Snakefile"),
-            "-d",
-            str(tmp_path),
-            "--configfile",
-            str(tmp_path / "c.yaml"),
-            "--profile",
-            str(REPO / "profiles" / "slurm"),
-            "-n",
-        ],
+        snakemake_cmd(tmp_path, demo_config(), "-n", profile="slurm"),
         capture_output=True,
         text=True,
         timeout=300,

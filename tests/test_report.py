@@ -118,6 +118,17 @@ def test_report_view_finds_the_plots_in_a_browser(stats_files, tmp_path, chromiu
     page = tmp_path / "page.html"
     page.write_text('<html><body><img src="r/durations.png"></body></html>')
     shot = tmp_path / "shot.png"
+    screenshot(chromium, page, shot)
+    colour, pixels = signature_colour(str(tmp_path / "r" / "durations.png"))
+    assert colour_pixels(str(shot), colour) == pytest.approx(pixels, rel=0.05)  # shown at its own size
+    blank = tmp_path / "blank.html"
+    blank.write_text("<html><body>nothing</body></html>")
+    screenshot(chromium, blank, shot)
+    assert colour_pixels(str(shot), colour) == 0
+
+
+def screenshot(chromium: str, page, shot) -> None:
+    """A 1000x800 headless Chromium screenshot of `page` into `shot`."""
     subprocess.run(
         [
             chromium,
@@ -132,22 +143,3 @@ def test_report_view_finds_the_plots_in_a_browser(stats_files, tmp_path, chromiu
         capture_output=True,
         timeout=120,
     )
-    colour, pixels = signature_colour(str(tmp_path / "r" / "durations.png"))
-    assert colour_pixels(str(shot), colour) == pytest.approx(pixels, rel=0.05)  # shown at its own size
-    blank = tmp_path / "blank.html"
-    blank.write_text("<html><body>nothing</body></html>")
-    subprocess.run(
-        [
-            chromium,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            f"--screenshot={shot}",
-            "--window-size=1000,800",
-            blank.as_uri(),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    assert colour_pixels(str(shot), colour) == 0

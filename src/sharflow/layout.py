@@ -92,7 +92,7 @@ def cut_files(shar_dir: str, plan_path: str) -> list[str]:
 
 def shar_dir_of_plan(plan_path: str) -> str:
     """The shar folder of the dataset whose shard plan is `plan_path`."""
-    return str(Path(plan_path).parent / "shar")
+    return DatasetFiles(str(Path(plan_path).parent)).shar_dir
 
 
 def rejected_beside(stats_path: str) -> str:

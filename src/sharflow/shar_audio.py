@@ -8,6 +8,7 @@ Kept free of lhotse and torch so that worker processes start in a fraction of a 
 """
 
 import io
+import os
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
@@ -18,6 +19,8 @@ import soxr
 from sharflow.audio import resolve_audio_path
 
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
+_MAX_PCM16_BYTES_PER_SECOND = 2 * 192_000  # mono 16-bit at the highest common rate, uncompressed
+_MAX_METADATA_BYTES = 1 << 20
 _EXACT_INT16 = {"PCM_16", "PCM_S8", "PCM_U8"}
 
 
@@ -139,6 +142,8 @@ def copy_through(path: str, offset: float, duration: float, settings: EncodeSett
     """
     if not settings.copy_through or settings.audio_format not in _STRIP or offset != 0:
         return None
+    if os.path.getsize(path) > duration * _MAX_PCM16_BYTES_PER_SECOND + _MAX_METADATA_BYTES:
+        return None  # too big to be this span alone (the first segment of a long file): do not read it all
     with open(path, "rb") as f:
         audio = _STRIP[settings.audio_format](f.read())
     if (
