@@ -33,7 +33,7 @@ def get_final_outputs():
     return (
         [path for f in files for path in (f.prepare_stats, f.context_stats, f.shar_stats)]
         + [f.codes_stats(codec) for f in files for codec in CODECS]
-        + [path for f in files for path in (f.buckets, f.verify)]
+        + [path for f in files for path in (f.catalog, f.buckets, f.verify, f.dataset_card)]
         + [layout.INPUT_CFG, f"{layout.REPORT_DIR}/summary.html"]
     )
 
@@ -163,6 +163,12 @@ def get_shar_job_stats(wildcards):
     return [files.shard(s).stats for s in range(num_shards(wildcards.dataset))]
 
 
+def get_shar_job_catalogs(wildcards):
+    """Input function: the catalog fragment of every shar_shard job of the dataset, in shard order."""
+    files = layout.dataset_files(wildcards.dataset)
+    return [files.shard(s).catalog for s in range(num_shards(wildcards.dataset))]
+
+
 def get_codes_job_stats(wildcards):
     """Input function: the stats file of every codes_shard job of the dataset and codec."""
     files = layout.dataset_files(wildcards.dataset)
@@ -229,17 +235,16 @@ def get_report_datasets(wildcards):
             "codes": {codec: files.codes_stats(codec) for codec in CODECS},
             "buckets": files.buckets,
             "verify": files.verify,
-            "plan": files.shard_plan,
-            "shar_dir": files.shar_dir,
+            "catalog": files.catalog,
         }
     return out
 
 
 def get_report_inputs(wildcards):
-    """Every file of get_report_datasets (the shar folder aside: the report reads it by the plan)."""
+    """Every file of get_report_datasets."""
     inputs = []
     for files in get_report_datasets(wildcards).values():
-        inputs += [path for key, path in files.items() if key not in ("codes", "shar_dir")]
+        inputs += [path for key, path in files.items() if key != "codes"]
         inputs += files["codes"].values()
     return inputs
 
@@ -250,6 +255,7 @@ def get_training_datasets(wildcards):
         ds: {
             "shar_dir": layout.dataset_files(ds).shar_dir,
             "plan": layout.dataset_files(ds).shard_plan,
+            "catalog": layout.dataset_files(ds).catalog,
             "weight": config["datasets"][ds]["weight"],
             "tags": config["datasets"][ds]["tags"],
         }

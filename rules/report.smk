@@ -13,6 +13,9 @@ rule report:
         rejects=report(f"{layout.REPORT_DIR}/rejects.png", caption="report/rejects.rst", category="Records"),
         summary=report(f"{layout.REPORT_DIR}/summary.html", caption="report/summary.rst", category="Records"),
         summary_tsv=f"{layout.REPORT_DIR}/summary.tsv",
+        tables=report(f"{layout.REPORT_DIR}/tables.html", caption="report/tables.rst", category="Data"),
+        speakers_tsv=f"{layout.REPORT_DIR}/speakers.tsv",
+        buckets_tsv=f"{layout.REPORT_DIR}/buckets.tsv",
     log:
         "logs/report/report.log",
     params:

@@ -1,7 +1,6 @@
 rule buckets:
     input:
-        plan=DS.shard_plan,
-        shar_stats=DS.shar_stats,
+        catalog=DS.catalog,
     output:
         buckets=DS.buckets,
     log:
@@ -21,6 +20,7 @@ rule input_cfg:
         shar_stats=[layout.dataset_files(ds).shar_stats for ds in DATASETS],
         codes=get_training_codes_stats,
         plans=[layout.dataset_files(ds).shard_plan for ds in DATASETS],
+        catalogs=[layout.dataset_files(ds).catalog for ds in DATASETS],
     output:
         input_cfg=layout.INPUT_CFG,
     log:

@@ -1,6 +1,7 @@
 rule verify:
     input:
         codes_stats=lambda wildcards: list(get_codes_stats(wildcards).values()),
+        catalog=DS.catalog,
         plan=DS.shard_plan,
         shar_stats=DS.shar_stats,
     output:

@@ -6,7 +6,17 @@ import yaml
 from lhotse import CutSet, MonoCut
 from lhotse.dataset.sampling.dynamic_bucketing import DynamicBucketingSampler, estimate_duration_buckets
 
-from sharflow.buckets import bucket_of, duration_bins, duration_token_bins, read_cut_lengths, write_buckets
+from sharflow.buckets import (
+    CHARACTERS,
+    bucket_bins,
+    bucket_of,
+    duration_bins,
+    duration_token_bins,
+    read_catalog_lengths,
+    read_cut_lengths,
+    write_buckets,
+)
+from sharflow.layout import DatasetFiles
 
 
 def test_1d_bins_are_lhotses_and_balance_the_duration():
@@ -56,11 +66,18 @@ def test_too_few_cuts_is_refused():
 
 def test_demo_bins_drive_lhotses_dynamic_bucketing_sampler(demo_shards, tmp_path):
     cut_files = sorted(glob.glob(str(demo_shards[0] / "shar" / "cuts" / "*")))
-    result = write_buckets(cut_files, str(tmp_path / "b.yaml"), num_buckets=6, sub_buckets=2)
+    catalog = DatasetFiles(str(demo_shards[0])).catalog
+    result = write_buckets(catalog, str(tmp_path / "b.yaml"), num_buckets=6, sub_buckets=2)
     assert yaml.safe_load((tmp_path / "b.yaml").read_text()) == result
     assert len(result["bucket_duration_bins"]) == 5 and len(result["bucket_duration_bins_2d"]) == 12
+    # the catalog's columns are the cuts' lengths exactly: the cuts-file path gives the same bins
     durations, tokens = read_cut_lengths(cut_files)
-    assert len(durations) == 56 and (tokens > 10).all()
+    assert len(durations) == 56 and (tokens > 10).all() and len(set(tokens.tolist())) > 20
+    from_catalog = read_catalog_lengths(catalog)
+    assert from_catalog[2] == CHARACTERS
+    np.testing.assert_array_equal(from_catalog[0], durations)
+    np.testing.assert_array_equal(from_catalog[1], tokens)
+    assert bucket_bins(durations, tokens, num_buckets=6, sub_buckets=2) == {**result, "tokens": CHARACTERS}
     cuts = CutSet.from_shar(fields={"cuts": cut_files})
     sampler = DynamicBucketingSampler(
         cuts,
@@ -75,15 +92,8 @@ def test_demo_bins_drive_lhotses_dynamic_bucketing_sampler(demo_shards, tmp_path
     assert sorted(seen) == sorted(c.id for c in CutSet.from_shar(fields={"cuts": cut_files}))
 
 
-def test_few_or_tied_cuts_give_fewer_buckets_consistently(tmp_path):
-    import gzip
-    import json
-
-    path = tmp_path / "cuts.000000.jsonl.gz"
-    with gzip.open(path, "wt") as f:
-        for i, d in enumerate([2.0, 4.0, 4.0]):
-            f.write(json.dumps({"id": str(i), "duration": d, "supervisions": [{"text": "a b c"}]}) + "\n")
-    result = write_buckets([str(path)], str(tmp_path / "b.yaml"), num_buckets=8, sub_buckets=2)
+def test_few_or_tied_cuts_give_fewer_buckets_consistently():
+    result = bucket_bins(np.array([2.0, 4.0, 4.0]), np.array([5.0, 5.0, 5.0]), num_buckets=8, sub_buckets=2)
     assert result["num_buckets"] == len(result["bucket_duration_bins"]) + 1 == 2
     assert len(result["bucket_duration_bins_2d"]) >= 2
 

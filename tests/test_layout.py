@@ -38,6 +38,8 @@ EXPECTED = {
     "codec_model": {"spec": layout.codec_spec("{codec}")},
     "codes_shard": DS.codes("{codec}", "{shard}").named(),
     "codes_merge": {"stats": DS.codes_stats("{codec}")},
+    "catalog": {"catalog": DS.catalog},
+    "dataset_card": {"card": DS.dataset_card},
     "buckets": {"buckets": DS.buckets},
     "verify": {"verify": DS.verify},
     "input_cfg": {"input_cfg": layout.INPUT_CFG},
@@ -48,6 +50,9 @@ EXPECTED = {
         "rejects": f"{layout.REPORT_DIR}/rejects.png",
         "summary": f"{layout.REPORT_DIR}/summary.html",
         "summary_tsv": f"{layout.REPORT_DIR}/summary.tsv",
+        "tables": f"{layout.REPORT_DIR}/tables.html",
+        "speakers_tsv": f"{layout.REPORT_DIR}/speakers.tsv",
+        "buckets_tsv": f"{layout.REPORT_DIR}/buckets.tsv",
     },
     "all": {},
 }
@@ -95,6 +100,7 @@ def test_one_jobs_files_and_patterns_share_one_spelling():
         "context": "results/demo/shar/context_audio/recording.000007.tar",
         "stats": "results/demo/shar_jobs/shard-000007.stats.json",
         "rejected": "results/demo/shar_jobs/shard-000007.rejected.jsonl",
+        "catalog": "results/demo/shar_jobs/shard-000007.catalog.parquet",
     }
     assert demo.codes("c", 12).target == "results/demo/shar/codes_c/target_codes/codes.000012.tar"
     assert demo.context_part(3).stats == "results/demo/context/parts/part-0003.stats.json"

@@ -1,5 +1,7 @@
 import filecmp
+import gzip
 import json
+import shutil
 
 import pytest
 
@@ -97,9 +99,9 @@ def test_every_reason_and_nothing_lost(tmp_path):
 
 
 def test_serial_and_parallel_runs_are_byte_identical(tmp_path, monkeypatch):
-    import sharflow.prepare
+    import sharflow.manifest_io
 
-    monkeypatch.setattr(sharflow.prepare, "CHUNK_LINES", 3)  # many chunks in flight
+    monkeypatch.setattr(sharflow.manifest_io, "CHUNK_LINES", 3)  # many chunks in flight
     manifest, root = dirty_manifest(tmp_path)
     a, _ = run(tmp_path, manifest, root, "serial", workers=1)
     b, _ = run(tmp_path, manifest, root, "parallel", workers=2)
@@ -163,3 +165,91 @@ def test_speakers_naming_another_dataset_are_counted_and_warned_about(tmp_path, 
         tmp_path, write_jsonl(tmp_path / "clean.json", [{**ok, "speaker": "s1"}]), root, name="clean"
     )
     assert clean["speakers_naming_other_datasets"] == {}
+
+
+def tabular_manifest(tmp_path):
+    """Records a Parquet table can hold (one type per column), good ones and one per reason that
+    does not need a malformed line; `cer` is present on some records only (null elsewhere)."""
+    root = tmp_path / "audio"
+    write_tone(root / "a.wav", 2.0)
+    write_tone(root / "long.wav", 8.0)
+    write_tone(root / "empty.wav", 0.0)
+    (root / "junk.wav").write_bytes(b"RIFF....garbage" * 20)
+    ok = {"audio_filepath": "a.wav", "duration": 2.0, "text": "Ünïcode text.", "speaker": "s1"}
+    records = [
+        {**ok, "cer": 0.25},
+        {**ok, "audio_filepath": "long.wav", "offset": 0.0, "duration": 4.0, "speaker": "s2"},
+        {**ok, "audio_filepath": "long.wav", "offset": 4.0, "duration": 4.0, "cer": 0.0},
+        {k: v for k, v in ok.items() if k != "duration"},
+        {**ok, "duration": 0.0},
+        {**ok, "text": " "},
+        {**ok, "speaker": "has space"},
+        {**ok, "audio_filepath": "../../etc/passwd"},
+        {**ok, "audio_filepath": "nope.wav"},
+        {**ok, "audio_filepath": "junk.wav"},
+        {**ok, "audio_filepath": "empty.wav"},
+        {**ok, "duration": 5.0},
+        ok,  # duplicate of the first
+    ]
+    return records, root
+
+
+def test_gzip_and_parquet_manifests_prepare_like_json_lines(tmp_path, monkeypatch):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import sharflow.manifest_io
+
+    monkeypatch.setattr(sharflow.manifest_io, "CHUNK_LINES", 4)  # several batches per row group
+    records, root = tabular_manifest(tmp_path)
+    plain = write_jsonl(tmp_path / "m.json", records)
+    with open(plain, "rb") as src, gzip.open(tmp_path / "m.jsonl.gz", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    columns = list(dict.fromkeys(k for r in records for k in r))
+    table = pa.table({c: [r.get(c) for r in records] for c in columns})
+    pq.write_table(table, tmp_path / "m.parquet", row_group_size=5)
+    assert pq.ParquetFile(tmp_path / "m.parquet").metadata.num_row_groups == 3
+
+    outs = {}
+    for name in ("m.json", "m.jsonl.gz", "m.parquet"):
+        out, stats = run(tmp_path, tmp_path / name, root, name.replace(".", "_"))
+        outs[name] = out, {k: v for k, v in stats.items() if k != "manifest"}
+    (a, stats_a) = outs["m.json"]
+    assert stats_a["records_out"] == 3 and stats_a["rejected_total"] == 10
+    assert set(stats_a["rejected"]) == set(REASONS) - {"malformed_json", "not_an_object", "bad_type"}
+    assert read_jsonl(a / "prepared.jsonl")[0]["cer"] == 0.25
+    assert "cer" not in read_jsonl(a / "prepared.jsonl")[1]
+    for name in ("m.jsonl.gz", "m.parquet"):
+        b, stats_b = outs[name]
+        assert stats_b == stats_a, name
+        assert (b / "prepared.jsonl").read_bytes() == (a / "prepared.jsonl").read_bytes(), name
+        assert sorted(p.name for p in (b / "rejected").iterdir()) == sorted(
+            p.name for p in (a / "rejected").iterdir()
+        )
+        for path in sorted((a / "rejected").glob("*.jsonl")):
+            want, got = read_jsonl(path), read_jsonl(b / "rejected" / path.name)
+            if name == "m.parquet":  # a Parquet reject names its 0-based row, as pandas' iloc
+                assert [r["row"] + 1 for r in got] == [r["line"] for r in want]
+                for r in got:
+                    assert json.loads(r["original"]) == {
+                        k: v for k, v in table.slice(r["row"], 1).to_pylist()[0].items() if v is not None
+                    }
+                got = [{k: v for k, v in r.items() if k != "row"} for r in got]
+                want = [{k: v for k, v in r.items() if k != "line"} for r in want]
+                for r in want:  # names the first copy by its line; the Parquet reject by its row
+                    r["detail"] = r["detail"].replace("as line 1", "as row 0")
+            assert [(r["reason"], r["detail"]) for r in got] == [(r["reason"], r["detail"]) for r in want]
+    dup = read_jsonl(outs["m.parquet"][0] / "rejected" / "duplicate.jsonl")
+    assert dup[0]["row"] == 12 and "row 0" in dup[0]["detail"]
+
+
+def test_unreadable_manifests_are_named(tmp_path):
+    _, root = tabular_manifest(tmp_path)
+    (tmp_path / "bad.parquet").write_text("not parquet")
+    with pytest.raises(SharflowError, match=r"bad\.parquet: not a readable Parquet file"):
+        run(tmp_path, tmp_path / "bad.parquet", root)
+    (tmp_path / "bad.jsonl.gz").write_bytes(b"not gzip at all")
+    with pytest.raises(SharflowError, match=r"bad\.jsonl\.gz: not readable as gzip"):
+        run(tmp_path, tmp_path / "bad.jsonl.gz", root)
+    with pytest.raises(SharflowError, match=r"manifest .*missing\.json.* is not a file"):
+        run(tmp_path, tmp_path / "missing.json", root)

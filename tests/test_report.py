@@ -7,6 +7,7 @@ from pathlib import Path
 
 import matplotlib.image
 import numpy as np
+import pandas as pd
 import pytest
 
 from sharflow.buckets import write_buckets
@@ -37,7 +38,7 @@ def stats_files(with_context, demo_shards, tmp_path):
         "hours_out": hours,
     }
     (tmp_path / "prepare.json").write_text(json.dumps(prepare))
-    cut_files = sorted(str(p) for p in (shards_dir / "shar" / "cuts").iterdir())
+    catalog = DatasetFiles(str(shards_dir)).catalog
     (tmp_path / "codes.json").write_text(
         json.dumps({"cuts": shar["cuts"], "audio_hours": shar["hours"] + shar["context_hours"]})
     )
@@ -51,7 +52,7 @@ def stats_files(with_context, demo_shards, tmp_path):
             }
         )
     )
-    write_buckets(cut_files, str(tmp_path / "buckets.yaml"), num_buckets=6)
+    write_buckets(catalog, str(tmp_path / "buckets.yaml"), num_buckets=6, sub_buckets=2)
     return {
         "prepare": str(tmp_path / "prepare.json"),
         "context": str(with_context[1]),
@@ -59,8 +60,8 @@ def stats_files(with_context, demo_shards, tmp_path):
         "codes": {"tiny": str(tmp_path / "codes.json")},
         "buckets": str(tmp_path / "buckets.yaml"),
         "verify": str(tmp_path / "verify.json"),
-        "shar_dir": str(shards_dir / "shar"),
-        "plan": DatasetFiles(str(shards_dir)).shard_plan,
+        "catalog": catalog,
+        "shar_dir": str(shards_dir / "shar"),  # not read by the report: for the tests
     }
 
 
@@ -86,7 +87,7 @@ def test_duration_histogram_is_streamed_and_exact(stats_files):
         for f in cut_files
         for line in gzip.decompress(Path(f).read_bytes()).splitlines()
     ]
-    edges, counts, seconds = duration_histogram(cut_files, max(durations))
+    edges, counts, seconds = duration_histogram(stats_files["catalog"], max(durations))
     assert counts.sum() == len(durations) == 56
     assert seconds.sum() == pytest.approx(sum(durations))
     assert np.all(np.diff(edges) > 0) and edges[-1] >= max(durations)
@@ -102,6 +103,13 @@ def test_report_plots_and_summary(stats_files, tmp_path):
         assert (image[..., :3] < 0.9).any(axis=-1).mean() > 0.01, name  # something is drawn
     tsv = (out / "summary.tsv").read_text().splitlines()
     assert tsv[0].split("\t") == list(COLUMNS) and len(tsv) == 11
+    assert pd.read_csv(out / "summary.tsv", sep="\t").to_dict("records") == rows
+    speakers = pd.read_csv(out / "speakers.tsv", sep="\t")
+    assert set(speakers.dataset) == {"demo", "again"} and speakers.utterances.sum() == 2 * 56
+    buckets = pd.read_csv(out / "buckets.tsv", sep="\t")
+    assert buckets.groupby("dataset").cuts.sum().to_dict() == {"again": 56, "demo": 56}
+    tables = (out / "tables.html").read_text()
+    assert tables.count("<h2>") == 2 and "2D bins" in tables and "mean_context_similarity" in tables
     assert (
         "<td>missing_audio" not in (out / "summary.html").read_text()
     )  # reasons are in the plot, not the table

@@ -5,6 +5,8 @@ import shutil
 
 import yaml
 
+from sharflow.catalog import merge_catalog
+from sharflow.layout import DatasetFiles
 from sharflow.training import shard_range, write_input_cfg
 from testkit import magpie_dataset
 
@@ -31,11 +33,15 @@ def test_nemo_dataloader_reads_input_cfg_into_magpietts_batches(demo_shards, cod
         for path in sorted(src.iterdir())[:2]:
             shutil.copy(path, shar / field)
     (tmp_path / "plan.json").write_text(json.dumps({"num_shards": 2}))
+    source = DatasetFiles(str(demo_shards[0]))
+    catalog = str(tmp_path / "catalog.parquet")
+    merge_catalog([source.shard(s).catalog for s in range(2)], catalog, codecs=[])
     config = write_input_cfg(
         {
             "demo": {
                 "shar_dir": str(shar),
                 "plan": str(tmp_path / "plan.json"),
+                "catalog": catalog,
                 "weight": None,
                 "tags": {"lang": "en"},
             }

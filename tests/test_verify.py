@@ -8,8 +8,12 @@ import tarfile
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+from sharflow.catalog import build_catalog
 from sharflow.codes import merge_codes_stats
 from sharflow.errors import SharflowError
 from sharflow.layout import DatasetFiles
@@ -47,6 +51,13 @@ def whole(demo_shards, coded, tmp_path):
         [DatasetFiles(str(codes_dir)).codes("tiny", s).stats for s in SHARDS],
         str(tmp_path / "codes_tiny.json"),
     )
+    build_catalog(
+        "demo",
+        fragments=[source.shard(s).catalog for s in SHARDS],
+        plan=str(tmp_path / "plan.json"),
+        codes_stats={"tiny": str(tmp_path / "codes_tiny.json")},
+        out=str(tmp_path / "catalog.parquet"),
+    )
     return tmp_path
 
 
@@ -57,6 +68,7 @@ def verify(root, workers=1, out="verify.json"):
         plan=str(root / "plan.json"),
         shar_stats=str(root / "shar_stats.json"),
         codes_stats={"tiny": str(root / "codes_tiny.json")},
+        catalog=str(root / "catalog.parquet"),
         out=str(root / out),
         workers=workers,
     )
@@ -83,6 +95,11 @@ def test_whole_dataset_verifies_the_same_with_any_worker_count(whole):
         "context_codes[tiny]",
     ]
     assert summary["codec_frames"]["target_codes[tiny]"] > 0
+    assert summary["catalog_rows"] == 32
+    catalog = pd.read_parquet(whole / "catalog.parquet")
+    assert catalog["frames_tiny"].sum() == summary["codec_frames"]["target_codes[tiny]"]
+    assert catalog["context_frames_tiny"].sum() == summary["codec_frames"]["context_codes[tiny]"]
+    assert catalog["frames_tiny"].nunique() > 10  # the frames carry each cut's own length
     verify(whole, workers=2, out="verify2.json")
     assert (whole / "verify.json").read_bytes() == (whole / "verify2.json").read_bytes()
 
@@ -205,3 +222,41 @@ def test_audio_that_disagrees_with_the_cut_duration_is_named(whole):
         f"field context_audio, shard 1, cut {cuts[5]['id']}:",
     )
     assert "but the cut says" in message
+
+
+def rewrite_catalog(root, change):
+    table = pd.read_parquet(root / "catalog.parquet")
+    table = change(table)
+    pq.write_table(pa.Table.from_pandas(table, preserve_index=False), root / "catalog.parquet")
+    return table
+
+
+def test_catalog_rows_out_of_order_missing_or_extra_are_named(whole):
+    original = pd.read_parquet(whole / "catalog.parquet")
+    rewrite_catalog(whole, lambda t: t.iloc[[1, 0, *range(2, len(t))]])
+    fails(
+        whole,
+        f"catalog {whole / 'catalog.parquet'}, shard 0: row 0 of the shard is {original.cut_id[1]!r}",
+        "rows must be the cuts in shard order",
+    )
+    rewrite_catalog(whole, lambda t: original.iloc[:-1])
+    fails(whole, "shard 1: row 15 of the shard is 'no row'")
+    rewrite_catalog(whole, lambda t: pd.concat([original, original.iloc[:2]]))
+    fails(whole, "2 row(s) beyond the 32 cuts of the shards")
+
+
+def test_catalog_frames_must_equal_the_codes(whole):
+    original = pd.read_parquet(whole / "catalog.parquet")
+
+    def one_frame_more(t):
+        t = t.copy()
+        t.loc[20, "context_frames_tiny"] += 1
+        return t
+
+    rewrite_catalog(whole, one_frame_more)
+    fails(
+        whole,
+        f"shard 1, cut {original.cut_id[20]}: catalog context_frames_tiny = "
+        f"{original.context_frames_tiny[20] + 1}, the context_codes[tiny] codes have "
+        f"{original.context_frames_tiny[20]} frames",
+    )

@@ -1,16 +1,27 @@
 """The real snakemake CLI on the demo corpus (plus a dirty dataset) in a temp working directory."""
 
+import contextlib
 import json
 import shutil
+from pathlib import Path
 
 import matplotlib.image
+import pandas as pd
 import pytest
 import yaml
 
 from sharflow import layout
 from sharflow.dag import parse_dot, render_dag
 from sharflow.layout import DatasetFiles
-from testkit import REPO, assert_informative_codes, codes_in_tars, demo_config, read_jsonl, run_snakemake
+from testkit import (
+    README,
+    REPO,
+    assert_informative_codes,
+    codes_in_tars,
+    demo_config,
+    read_jsonl,
+    run_snakemake,
+)
 
 
 def test_demo_corpus_is_prepared_whole(two_datasets):
@@ -59,11 +70,18 @@ def test_rerun_is_a_no_op_a_new_codec_runs_alone_and_a_named_shard_reruns_alone(
 
     # adding a codec runs only that codec's jobs and touches nothing that exists
     # (verify checks the new codes, and the report shows them)
-    rechecked = ("verify.json", "report")
+    # (the catalog gains the codec's frames columns; the jobs that read it rerun, to the same bytes)
+    rechecked = ("verify.json", "report", "catalog.parquet", "DATASET.md")
+    rebuilt_same = ("buckets.yaml", "input_cfg.yaml")
     before = {
         p: (p.stat().st_mtime_ns, p.read_bytes())
         for p in (again / "results").rglob("*")
-        if p.is_file() and not any(part in rechecked for part in p.parts)
+        if p.is_file() and not any(part in rechecked + rebuilt_same for part in p.parts)
+    }
+    same_bytes = {  # (input_cfg's absolute paths name the copy once rebuilt there)
+        p: p.read_bytes().replace(str(work).encode(), str(again).encode())
+        for p in (again / "results").rglob("*")
+        if p.name in rebuilt_same
     }
     config["codecs"]["second"] = dict(config["codecs"]["tiny_nemo"])
     proc = run_snakemake(again, config)
@@ -73,11 +91,18 @@ def test_rerun_is_a_no_op_a_new_codec_runs_alone_and_a_named_shard_reruns_alone(
         "codec_model": 1,
         "codes_shard": 5,  # demo: 4 shards, dirty: 1
         "codes_merge": 2,
+        "catalog": 2,
+        "buckets": 2,
+        "dataset_card": 2,
+        "input_cfg": 1,
         "verify": 2,
         "report": 1,
     }
     # (input_cfg points at the first codec, so it does not change)
     assert all((p.stat().st_mtime_ns, p.read_bytes()) == v for p, v in before.items())
+    assert len(same_bytes) == 3 and all(p.read_bytes() == v for p, v in same_bytes.items())
+    catalog = pd.read_parquet(again / "results" / "demo" / "catalog.parquet")
+    assert (catalog.frames_second == catalog.frames_tiny_nemo).all() and catalog.frames_second.nunique() > 20
     assert (
         "target_codes[second]"
         in json.loads((again / "results" / "demo" / "verify.json").read_text())["fields"]
@@ -213,7 +238,8 @@ def test_verify_and_report_in_the_workflow(two_datasets, tmp_path, chromium):
         browser=chromium,
     )
     plots = {"durations", "buckets", "similarity", "load", "rejects"}
-    assert {k.rsplit("/", 1)[1].split(".")[0] for k in found} == plots | {"summary"}
+    assert {k.rsplit("/", 1)[1].split(".")[0] for k in found} == plots | {"summary", "tables", "DATASET"}
+    assert sum(k.endswith("DATASET.md") for k in found) == 2  # one card per dataset
     for key, info in found.items():
         if "colour" in info:  # the plot's main colour covers a good part of its area on screen
             assert info["screen_pixels"] > 0.2 * info["plot_pixels"], (key, info)
@@ -246,6 +272,9 @@ def test_damaged_shard_fails_verify_then_a_targeted_rerun_repairs_it(two_dataset
     assert job_counts(proc.stdout + proc.stderr) == {
         "all": 1,
         "codes_merge": 1,
+        "catalog": 1,
+        "buckets": 1,
+        "dataset_card": 1,
         "input_cfg": 1,
         "verify": 1,
         "report": 1,
@@ -322,6 +351,8 @@ def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
             files.shar_stats,
             files.buckets,
             files.verify,
+            files.catalog,
+            files.dataset_card,
         }
         expected |= {
             path for p in range(config["context"]["parts"]) for path in files.context_part(p).named().values()
@@ -344,9 +375,38 @@ def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
             "rejects.png",
             "summary.html",
             "summary.tsv",
+            "tables.html",
+            "speakers.tsv",
+            "buckets.tsv",
         )
     }
     found = {str(p) for p in (work / "results").rglob("*") if p.is_file()}
     in_folders = {p for p in found if any(p.startswith(folder + "/") for folder in folders)}
     assert in_folders  # the dirty dataset has rejects
     assert found - in_folders == expected
+
+
+def test_catalog_in_the_workflow_answers_the_readmes_questions(two_datasets):
+    """The catalog of each dataset holds its verified cuts, and the README's pandas lines run on it."""
+    work, _, _ = two_datasets
+    for ds in ("demo", "dirty"):
+        files = DatasetFiles(str(work / "results" / ds))
+        catalog = pd.read_parquet(files.catalog)
+        verify = json.loads(Path(files.verify).read_text())
+        assert len(catalog) == verify["cuts"] == verify["catalog_rows"]
+        assert catalog.duration.sum() / 3600 == pytest.approx(verify["hours"], abs=1e-5)
+        assert "# " + ds in Path(files.dataset_card).read_text()
+    code = README.read_text().split("## Explore your dataset")[1].split("```python")[1].split("```")[0]
+    scope = {}
+    with contextlib.chdir(work):
+        exec(code, scope)
+    demo = pd.read_parquet(work / "results" / "demo" / "catalog.parquet")
+    hours = scope["hours_per_speaker"]
+    assert len(hours) == demo.speaker.nunique() >= 4 and list(hours) == sorted(hours, reverse=True)
+    assert hours.sum() == pytest.approx(demo.duration.sum() / 3600)
+    worst = scope["worst_context"]
+    assert len(worst) == 20 and worst.context_similarity.is_monotonic_increasing
+    assert worst.context_similarity.max() <= demo.context_similarity.sort_values().iloc[20]
+    below = demo.context_similarity < 0.9
+    assert 0 < scope["dropped"] == below.sum() < len(demo)
+    assert scope["dropped_hours"] == pytest.approx(demo.duration[below].sum() / 3600)

@@ -17,6 +17,7 @@ import soundfile as sf
 import yaml
 from lhotse import CutSet
 
+from sharflow.catalog import merge_catalog
 from sharflow.codes import CodecSpec, encode_shard
 from sharflow.context import PartSettings, run_context_part
 from sharflow.context_merge import merge_context
@@ -29,6 +30,7 @@ from sharflow.shar_plan import plan_shards
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "demo"
+README = REPO / "README.md"
 
 
 def magpie_dataset(*, load_16khz_audio: bool):
@@ -175,7 +177,8 @@ FIELDS = ("cuts", "target_audio", "context_audio")
 
 
 def write_all(out, with_context, shard_size=16, workers=1, root=DEMO / "audio", **settings):
-    """Shards of `with_context` under `out` as the workflow lays out a dataset (sharflow.layout)."""
+    """Shards of `with_context` under `out` as the workflow lays out a dataset (sharflow.layout),
+    and their catalog (no codes columns)."""
     files = DatasetFiles(str(out))
     plan = plan_shards(
         str(with_context), plan=files.shard_plan, index=files.shar_index, shard_size=shard_size, seed=7
@@ -191,6 +194,7 @@ def write_all(out, with_context, shard_size=16, workers=1, root=DEMO / "audio", 
             settings=EncodeSettings(audio_root=str(root), **settings),
             workers=workers,
         )
+    merge_catalog([job.catalog for job in jobs], files.catalog, codecs=[])
     return plan, [job.stats for job in jobs], [job.rejected for job in jobs]
 
 
@@ -337,8 +341,11 @@ def deterministic_outputs(results: Path) -> list[str]:
         files.shard_plan,
         files.shar_index,
         files.buckets,
+        files.catalog,
+        files.dataset_card,
     )
     shards = sorted(p for p in Path(files.shar_dir).rglob("*") if p.is_file())
+    shards += sorted(Path(files.shar_dir).parent.glob("shar_jobs/*.catalog.parquet"))
     return [str(Path(p).relative_to(results)) for p in (*fixed, *shards)]
 
 

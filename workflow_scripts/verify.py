@@ -12,6 +12,7 @@ if __name__ == "__main__":  # verify.workers > 1 spawns processes that re-import
             plan=snakemake.input.plan,
             shar_stats=snakemake.input.shar_stats,
             codes_stats=snakemake.params.codes_stats,
+            catalog=snakemake.input.catalog,
             out=snakemake.output.verify,
             workers=snakemake.threads,
         )

@@ -1,10 +1,13 @@
-"""Bucket bins for duration-bucketed sampling, from cuts metadata only (no audio is read).
+"""Bucket bins for duration-bucketed sampling, from the dataset catalog (no audio is read).
 
 1D: equal-total-duration buckets, as lhotse's estimate_duration_buckets draws them (sorted
 durations; a bucket closes once its total exceeds total / num_buckets), optionally with a weight
 per cut so that several datasets can be mixed by their sampling weights. 2D: each duration bucket
 split into sub-buckets of equal total tokens, giving [max_duration, max_tokens] pairs, plus the
-largest tokens-per-second of each bin after dropping outliers above a z-score.
+largest tokens-per-second of each bin after dropping outliers above a z-score. Tokens are the
+catalog's `tokens` (counted with training.tokenizer) when it has them, else characters of the
+normalized text (or text). The same lengths can be read from the Shar cuts files
+(read_cut_lengths), which gives the same bins, many times slower (benchmarks/bench_buckets.py).
 """
 
 import gzip
@@ -29,9 +32,39 @@ def iter_cut_lengths(cut_files: list[str]) -> Iterator[tuple[float, int]]:
 
 
 def read_cut_lengths(cut_files: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Durations and token counts of every cut, as arrays (8 bytes each per cut)."""
+    """Durations and characters of every cut from the cuts files, as arrays (8 bytes each per cut)."""
     pairs = np.fromiter(iter_cut_lengths(cut_files), dtype=np.dtype((np.float64, 2)))
     return pairs[:, 0].copy(), pairs[:, 1].copy()
+
+
+CHARACTERS = "characters of normalized_text"
+TOKENS = "tokens (training.tokenizer)"
+
+
+def read_catalog_lengths(catalog: str) -> tuple[np.ndarray, np.ndarray, str]:
+    """Durations and lengths of every cut from the catalog's columns, and what the lengths count.
+
+    Read a batch at a time into two arrays (8 bytes per cut each), not as a whole table.
+    """
+    import pyarrow.parquet as pq
+
+    source = pq.ParquetFile(catalog)
+    tokens = "tokens" in source.schema_arrow.names
+    columns = ["duration", "tokens"] if tokens else ["duration", "text_chars", "normalized_text_chars"]
+    n = source.metadata.num_rows
+    durations, lengths = np.empty(n), np.empty(n)
+    at = 0
+    for batch in source.iter_batches(batch_size=65536, columns=columns, use_threads=False):
+        d = batch.column(0).to_numpy()
+        if tokens:
+            length = batch.column(1).to_numpy()
+        else:  # characters of normalized_text when it is there and not empty, else of text
+            # (nulls read as NaN; arrow's fill_null would start its compute kernels, ~0.4 s)
+            normalized = np.nan_to_num(batch.column(2).to_numpy(zero_copy_only=False), nan=0.0)
+            length = np.where(normalized > 0, normalized, batch.column(1).to_numpy())
+        durations[at : at + len(d)], lengths[at : at + len(d)] = d, length
+        at += len(d)
+    return durations, lengths, TOKENS if tokens else CHARACTERS
 
 
 def duration_bins(durations: np.ndarray, num_buckets: int, weights: np.ndarray | None = None) -> list[float]:
@@ -47,12 +80,17 @@ def duration_bins(durations: np.ndarray, num_buckets: int, weights: np.ndarray |
     order = np.argsort(durations, kind="stable")
     sizes, mass = durations[order], (durations * weights)[order]
     per_bucket = mass.sum() / num_buckets
-    bins, total = [], 0.0
-    for size, m in zip(sizes.tolist(), mass.tolist(), strict=True):
-        if total > per_bucket:
-            bins.append(float(size))
-            total = 0.0
-        total += m
+    # lhotse's loop (a bucket closes at the first cut seen once its total exceeds per_bucket),
+    # one bucket at a time: the total is summed from 0 at the bucket's first cut in the loop's
+    # order (np.cumsum adds in sequence), so every float sum, and every bin, is the loop's.
+    bins, start = [], 0
+    while start < len(sizes):
+        totals = np.cumsum(mass[start:])
+        close = start + int(np.searchsorted(totals, per_bucket, side="right")) + 1
+        if close >= len(sizes):
+            break
+        bins.append(float(sizes[close]))
+        start = close
     return bins
 
 
@@ -61,11 +99,53 @@ def bucket_of(durations: np.ndarray, bins: list[float]) -> np.ndarray:
     return np.searchsorted(np.asarray(bins), durations, side="right")
 
 
+def sampler_bucket_of(durations: np.ndarray, bins: list[float]) -> np.ndarray:
+    """The 1D bucket lhotse's DynamicBucketingSampler puts each cut in (bisect_left on the bins)."""
+    return np.searchsorted(np.asarray(bins), durations, side="left")
+
+
+def sampler_bin_2d_of(
+    durations: np.ndarray, tokens: np.ndarray, bins_2d: list[list[float]], max_tps: list[float] | None = None
+) -> np.ndarray:
+    """The 2D bin NeMo's strict 2D bucketing puts each cut in, -1 for none (the cut is dropped).
+
+    As nemo.collections.common.data.lhotse.sampling.find_smallest_bucket (strict): the first
+    duration level that holds the cut, then the first token bound in that level that holds it, and
+    the bin's max_tps (NeMo's max_ratio) when given.
+    """
+    bins = np.asarray(bins_2d, dtype=np.float64).reshape(-1, 2)
+    out = np.full(len(durations), -1, dtype=np.int64)
+    levels, starts = np.unique(bins[:, 0], return_index=True)
+    level_of = np.searchsorted(levels, durations, side="left")
+    for lvl, start in enumerate(starts.tolist()):
+        end = starts[lvl + 1] if lvl + 1 < len(starts) else len(bins)
+        here = np.flatnonzero(level_of == lvl)
+        sub = np.searchsorted(bins[start:end, 1], tokens[here], side="left")
+        fits = sub < end - start
+        idx = start + sub[fits]
+        if max_tps is not None:
+            ratio = tokens[here][fits] / np.maximum(durations[here][fits], 1e-12)
+            keep = ratio <= np.asarray(max_tps)[idx]
+            idx, hits = idx[keep], here[fits][keep]
+        else:
+            hits = here[fits]
+        out[hits] = idx
+    return out
+
+
 def duration_token_bins(
-    durations: np.ndarray, tokens: np.ndarray, num_buckets: int, sub_buckets: int, z_threshold: float = 4.0
+    durations: np.ndarray,
+    tokens: np.ndarray,
+    num_buckets: int,
+    sub_buckets: int,
+    z_threshold: float = 4.0,
+    edges: list[float] | None = None,
 ) -> tuple[list[list[float]], list[float]]:
-    """2D bins [[max_duration, max_tokens], ...] and the max tokens-per-second of each bin."""
-    edges = duration_bins(durations, num_buckets)
+    """2D bins [[max_duration, max_tokens], ...] and the max tokens-per-second of each bin.
+
+    `edges`: the 1D bins duration_bins(durations, num_buckets) gives, when already computed.
+    """
+    edges = duration_bins(durations, num_buckets) if edges is None else edges
     which = bucket_of(durations, edges)
     bins, max_tps = [], []
     for b in range(len(edges) + 1):  # ties or few cuts can give fewer buckets than asked for
@@ -89,10 +169,29 @@ def duration_token_bins(
 
 
 def write_buckets(
-    cut_files: list[str], out: str, *, num_buckets: int, sub_buckets: int = 0, z_threshold: float = 4.0
+    catalog: str, out: str, *, num_buckets: int, sub_buckets: int = 0, z_threshold: float = 4.0
 ) -> dict:
     """buckets.yaml for one dataset: num_buckets, bucket_duration_bins, min/max duration (+ 2D bins)."""
-    durations, tokens = read_cut_lengths(cut_files)
+    durations, tokens, counted = read_catalog_lengths(catalog)
+    result = bucket_bins(
+        durations, tokens, num_buckets=num_buckets, sub_buckets=sub_buckets, z_threshold=z_threshold
+    )
+    if "bucket_duration_bins_2d" in result:
+        result["tokens"] = counted
+    with atomic_file(out, "w", encoding="utf-8") as f:
+        yaml.safe_dump(result, f, sort_keys=False)
+    return result
+
+
+def bucket_bins(
+    durations: np.ndarray,
+    tokens: np.ndarray,
+    *,
+    num_buckets: int,
+    sub_buckets: int = 0,
+    z_threshold: float = 4.0,
+) -> dict:
+    """What buckets.yaml holds, from every cut's duration and length."""
     num_buckets = min(num_buckets, len(durations))
     bins = duration_bins(durations, num_buckets) if num_buckets >= 2 else []
     result = {
@@ -104,10 +203,8 @@ def write_buckets(
         "hours": round(float(durations.sum()) / 3600, 6),
     }
     if sub_buckets and num_buckets >= 2:
-        bins_2d, max_tps = duration_token_bins(durations, tokens, num_buckets, sub_buckets, z_threshold)
-        result.update(
-            bucket_duration_bins_2d=bins_2d, max_tps=max_tps, tokens="characters of normalized_text"
+        bins_2d, max_tps = duration_token_bins(
+            durations, tokens, num_buckets, sub_buckets, z_threshold, edges=bins
         )
-    with atomic_file(out, "w", encoding="utf-8") as f:
-        yaml.safe_dump(result, f, sort_keys=False)
+        result.update(bucket_duration_bins_2d=bins_2d, max_tps=max_tps, tokens=CHARACTERS)
     return result

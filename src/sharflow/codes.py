@@ -225,10 +225,20 @@ def encode_shard(
     return stats
 
 
+def samples_at(num_samples: int, sampling_rate: int, rate: int) -> int:
+    """The length of audio of `num_samples` at `sampling_rate` once resampled to `rate`."""
+    if sampling_rate == rate:
+        return int(num_samples)
+    return compute_num_samples(num_samples / sampling_rate, rate)
+
+
+def code_frames(num_samples: int, sampling_rate: int, codec_rate: int, samples_per_frame: int) -> int:
+    """Code frames of an audio: ceil(its samples at the codec's rate / samples_per_frame)."""
+    return -(-samples_at(num_samples, sampling_rate, codec_rate) // samples_per_frame)
+
+
 def _samples_at(manifest: dict, rate: int) -> int:
-    if manifest["sampling_rate"] == rate:
-        return int(manifest["num_samples"])
-    return compute_num_samples(manifest["num_samples"] / manifest["sampling_rate"], rate)
+    return samples_at(manifest["num_samples"], manifest["sampling_rate"], rate)
 
 
 def encode_batches(

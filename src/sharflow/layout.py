@@ -8,9 +8,10 @@ results/<dataset>/
         cuts/cuts.NNNNNN.jsonl.gz
         target_audio/recording.NNNNNN.tar      context_audio/recording.NNNNNN.tar
         codes_<codec>/target_codes/codes.NNNNNN.tar    codes_<codec>/context_codes/codes.NNNNNN.tar
-    shar_jobs/shard-NNNNNN.{stats.json, rejected.jsonl}    shar_stats.json  shar_rejected/
+    shar_jobs/shard-NNNNNN.{stats.json, rejected.jsonl, catalog.parquet}
+    shar_stats.json  shar_rejected/
     codes_jobs/<codec>/shard-NNNNNN.stats.json               codes_stats/<codec>.json
-    buckets.yaml  verify.json
+    catalog.parquet  buckets.yaml  verify.json  DATASET.md
 results/models/<codec>.{nemo, json}   results/input_cfg.yaml   results/report/
 
 `DatasetFiles("results/{dataset}")` gives the rules their patterns ("{shard}" stays a wildcard);
@@ -28,6 +29,7 @@ from sharflow.atomic import read_json
 RESULTS = "results"
 STATS_SUFFIX = ".stats.json"
 REJECTED_SUFFIX = ".rejected.jsonl"
+CATALOG_SUFFIX = ".catalog.parquet"
 
 
 def shard_key(shard: int | str) -> str:
@@ -124,13 +126,15 @@ class ContextPartFiles(Outputs):
 
 @dataclass(frozen=True)
 class ShardFiles(Outputs):
-    """A shar_shard job's files: its cuts, target_audio and context_audio files, stats and rejects."""
+    """A shar_shard job's files: its cuts, target_audio and context_audio files, stats, rejects and
+    catalog fragment."""
 
     cuts: str
     target: str
     context: str
     stats: str
     rejected: str
+    catalog: str
 
 
 @dataclass(frozen=True)
@@ -208,6 +212,7 @@ class DatasetFiles:
             context,
             job + STATS_SUFFIX,
             job + REJECTED_SUFFIX,
+            job + CATALOG_SUFFIX,
         )
 
     @property
@@ -230,6 +235,14 @@ class DatasetFiles:
     @property
     def buckets(self) -> str:
         return self._path("buckets.yaml")
+
+    @property
+    def catalog(self) -> str:
+        return self._path("catalog.parquet")
+
+    @property
+    def dataset_card(self) -> str:
+        return self._path("DATASET.md")
 
     @property
     def verify(self) -> str:

@@ -1,48 +1,34 @@
 """The prepare stage: a raw manifest in, prepared records + per-reason rejects + stats out.
 
-Lines stream through in chunks; with several workers, chunks are checked in worker processes
+The manifest is NeMo JSON lines, gzipped JSON lines or Parquet (sharflow.manifest_io). Records
+stream through in chunks; with several workers, chunks are checked in worker processes
 and their results consumed in input order, so outputs are byte-identical for any worker count.
 Memory is bounded by the chunks in flight plus one small key per accepted record (duplicates).
 """
 
 import hashlib
 import logging
-import os
 from collections import Counter
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import IO
 
 from tqdm import tqdm
 
 from sharflow.atomic import atomic_dir, atomic_file, write_json
 from sharflow.errors import SharflowError
 from sharflow.manifest import REASONS, Accepted, CheckSettings, Rejected, check_line
+from sharflow.manifest_io import ManifestFile
 from sharflow.parallel import ordered_map, resolve_workers
 from sharflow.rejects import RejectWriter
 from sharflow.speakers import parse_speaker
 
 log = logging.getLogger(__name__)
 
-CHUNK_LINES = 2048
-
 
 def check_chunk(settings: CheckSettings, lines: list[bytes]) -> list[Accepted | Rejected]:
     """Check a chunk of raw lines (runs in a worker process)."""
     return [check_line(raw, settings) for raw in lines]
-
-
-def _read_chunks(f: IO[bytes], progress: tqdm) -> Iterator[list[bytes]]:
-    chunk: list[bytes] = []
-    for raw in f:
-        progress.update(len(raw))
-        chunk.append(raw.rstrip(b"\r\n"))
-        if len(chunk) == CHUNK_LINES:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 def _checked_lines(chunks, settings: CheckSettings, workers: int) -> Iterator[tuple[bytes, object]]:
@@ -72,8 +58,9 @@ def prepare_dataset(
 ) -> dict:
     """Validate and standardize `manifest`; write prepared records, rejects and stats atomically.
 
-    Every input line ends in `prepared` or in `rejected_dir/<reason>.jsonl` (as
-    {"line", "reason", "detail", "original"}), in input order; stats record the counts, so that
+    Every input record ends in `prepared` or in `rejected_dir/<reason>.jsonl` (as
+    {"line", "reason", "detail", "original"}, "row" instead of "line" for a Parquet manifest), in
+    input order; stats record the counts, so that
     records_in == records_out + sum(rejected). Raises SharflowError if the audio root is missing
     or more than `max_rejected_fraction` of the lines are rejected. Returns the stats.
     """
@@ -82,29 +69,40 @@ def prepare_dataset(
             f"dataset {dataset!r}: audio_root {audio_root!r} is not a folder; "
             f"fix datasets.{dataset}.audio_root in the config"
         )
+    if not Path(manifest).is_file():
+        raise SharflowError(
+            f"dataset {dataset!r}: manifest {manifest!r} is not a file; "
+            f"fix datasets.{dataset}.manifest in the config"
+        )
     settings = CheckSettings(dataset, audio_root, language, require_text, duration_tolerance)
     workers = resolve_workers(workers)
-    log.info("prepare %s: %s (audio root %s) with %d worker(s)", dataset, manifest, audio_root, workers)
-    tally = _Tally(dataset)
+    source = ManifestFile(manifest)
+    log.info(
+        "prepare %s: %s (%s, audio root %s) with %d worker(s)",
+        dataset,
+        manifest,
+        source.format,
+        audio_root,
+        workers,
+    )
+    tally = _Tally(dataset, source.unit)
+    total, unit = source.size()
     with (
-        open(manifest, "rb") as src,
         atomic_file(prepared, "w", encoding="utf-8") as out,
         atomic_dir(rejected_dir) as rej_dir,
         RejectWriter(rej_dir) as rejects,
-        tqdm(
-            total=os.path.getsize(manifest), unit="B", unit_scale=True, desc="prepare", mininterval=5
-        ) as progress,
+        tqdm(total=total, unit=unit, unit_scale=True, desc="prepare", mininterval=5) as progress,
     ):
-        lines = _checked_lines(_read_chunks(src, progress), settings, workers)
-        for line_no, (raw, checked) in enumerate(lines, start=1):
-            result = tally.add(line_no, checked)
+        lines = _checked_lines(source.chunks(progress), settings, workers)
+        for position, (raw, checked) in enumerate(lines, start=source.first):
+            result = tally.add(position, checked)
             if isinstance(result, Accepted):
                 out.write(result.line + "\n")
             else:
                 rejects.write(
                     result.reason,
                     {
-                        "line": line_no,
+                        source.unit: position,
                         "reason": result.reason,
                         "detail": result.detail,
                         "original": raw.decode("utf-8", errors="replace"),
@@ -121,23 +119,24 @@ def prepare_dataset(
 class _Tally:
     """Counts over the checked lines, and the duplicate check (one 8-byte key per accepted record)."""
 
-    def __init__(self, dataset: str):
+    def __init__(self, dataset: str, unit: str = "line"):
         self.dataset = dataset
+        self.unit = unit  # what a record is called in messages: "line" (JSON lines) or "row" (Parquet)
         self.counts: Counter[str] = Counter()
         self.examples: dict[str, str] = {}
         self.seconds_in = self.seconds_out = 0.0
         self.records_in = self.records_out = 0
-        self.seen: dict[int, int] = {}  # hash of duplicate key -> first line number
+        self.seen: dict[int, int] = {}  # hash of duplicate key -> first line (row) number
         self.other_datasets: Counter[str] = Counter()  # speakers' Dataset: names that are not `dataset`
         self.other_example = ""
 
-    def add(self, line_no: int, result: Accepted | Rejected) -> Accepted | Rejected:
-        """Count a checked line; an accepted record seen before comes back as a duplicate reject."""
+    def add(self, position: int, result: Accepted | Rejected) -> Accepted | Rejected:
+        """Count a checked record; an accepted record seen before comes back as a duplicate reject."""
         self.records_in += 1
         if isinstance(result, Accepted):
-            first = self.seen.setdefault(_stable_hash(result.key), line_no)
-            if first != line_no:
-                detail = f"same audio_filepath, offset and duration as line {first}"
+            first = self.seen.setdefault(_stable_hash(result.key), position)
+            if first != position:
+                detail = f"same audio_filepath, offset and duration as {self.unit} {first}"
                 result = Rejected("duplicate", detail, result.duration)
         if result.duration is not None:
             self.seconds_in += result.duration
@@ -147,10 +146,12 @@ class _Tally:
             named = parse_speaker(result.speaker).dataset
             if named != self.dataset:
                 self.other_datasets[named] += 1
-                self.other_example = self.other_example or f"line {line_no}: speaker {result.speaker!r}"
+                self.other_example = (
+                    self.other_example or f"{self.unit} {position}: speaker {result.speaker!r}"
+                )
         else:
             self.counts[result.reason] += 1
-            self.examples.setdefault(result.reason, f"line {line_no}: {result.detail}")
+            self.examples.setdefault(result.reason, f"{self.unit} {position}: {result.detail}")
         return result
 
     def summary(self, manifest: str) -> dict:

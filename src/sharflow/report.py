@@ -1,26 +1,29 @@
 """The run report: a summary table and plots from every stage's stats (results/report/).
 
-Everything comes from the stats files the stages write and from the cuts metadata (streamed into
-fixed histograms), so the report job's memory does not grow with the dataset. The plots are PNGs
-flagged for `snakemake --report`; summary.html is the table the report shows, summary.tsv the same
-for scripts.
+Everything comes from the stats files the stages write and from each dataset's catalog (streamed
+into fixed histograms, or aggregated a batch at a time by sharflow.tables), so the report job's
+memory does not grow with the dataset. The plots are PNGs flagged for `snakemake --report`;
+summary.html is the table the report shows (summary.tsv the same for scripts), tables.html the
+per-speaker and per-bucket tables (speakers.tsv, buckets.tsv in full).
 """
 
 import html
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import yaml
 
 from sharflow.atomic import atomic_file, read_json
-from sharflow.buckets import iter_cut_lengths
-from sharflow.layout import cut_files
+from sharflow.catalog import iter_batches
+from sharflow.tables import bucket_occupancy, speaker_table
 
 log = logging.getLogger(__name__)
 
 HIST_BINS = 400  # duration histogram resolution (CDF steps) between 0 and the longest cut
+SHOWN_SPEAKERS = 50  # speakers in tables.html; speakers.tsv has all
 COLUMNS = ("stage", "dataset", "records_in", "records_out", "rejected", "hours_in", "hours_out")
 
 
@@ -35,11 +38,11 @@ class DatasetStats:
     codes: dict[str, dict]
     buckets: dict
     verify: dict
-    cut_files: list[str] = field(default_factory=list)
+    catalog: str = ""
 
 
 def load_dataset(name: str, files: dict) -> DatasetStats:
-    """`files`: prepare, context, shar, verify (json), buckets (yaml), codes {codec: json}, shar_dir, plan."""
+    """`files`: prepare, context, shar, verify (json), buckets (yaml), codes {codec: json}, catalog."""
     with open(files["buckets"], encoding="utf-8") as f:
         buckets = yaml.safe_load(f)
     return DatasetStats(
@@ -50,7 +53,7 @@ def load_dataset(name: str, files: dict) -> DatasetStats:
         codes={codec: read_json(path) for codec, path in sorted(files["codes"].items())},
         buckets=buckets,
         verify=read_json(files["verify"]),
-        cut_files=cut_files(files["shar_dir"], files["plan"]),
+        catalog=files["catalog"],
     )
 
 
@@ -85,28 +88,16 @@ def rejected_by_reason(ds: DatasetStats) -> dict[tuple[str, str], int]:
     return out
 
 
-def duration_histogram(
-    cut_files: list[str], max_duration: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(edges, cut counts, seconds) per bin over [0, max_duration], streamed from the cuts files."""
+def duration_histogram(catalog: str, max_duration: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(edges, cut counts, seconds) per bin over [0, max_duration], streamed from the catalog."""
     edges = np.linspace(0.0, max(max_duration, 1e-3) * (1 + 1e-9), HIST_BINS + 1)
     counts = np.zeros(HIST_BINS, dtype=np.int64)
     seconds = np.zeros(HIST_BINS)
-    chunk: list[float] = []
-
-    def flush():
-        d = np.asarray(chunk)
+    for batch in iter_batches(catalog, ["duration"]):
+        d = batch.column(0).to_numpy()
         idx = np.clip(np.searchsorted(edges, d, side="right") - 1, 0, HIST_BINS - 1)
         np.add.at(counts, idx, 1)
         np.add.at(seconds, idx, d)
-        chunk.clear()
-
-    for duration, _ in iter_cut_lengths(cut_files):
-        chunk.append(duration)
-        if len(chunk) >= 65536:
-            flush()
-    if chunk:
-        flush()
     return edges, counts, seconds
 
 
@@ -227,48 +218,79 @@ def plot_buckets(datasets: list[DatasetStats], histograms: dict, path: str) -> N
 # ---- tables -------------------------------------------------------------------------------------
 
 
-def write_summary(rows: list[dict], verify: dict[str, dict], html_path: str, tsv_path: str) -> None:
-    with atomic_file(tsv_path, "w", encoding="utf-8") as f:
-        f.write("\t".join(COLUMNS) + "\n")
-        for row in rows:
-            f.write("\t".join(str(row[c]) for c in COLUMNS) + "\n")
-    head = "".join(f"<th>{html.escape(c.replace('_', ' '))}</th>" for c in COLUMNS)
+PAGE_STYLE = """
+body { font-family: sans-serif; margin: 1em; }
+table { border-collapse: collapse; margin-bottom: 1.5em; }
+th, td { border: 1px solid #bbb; padding: 4px 10px; text-align: right; }
+th { background: #eee; }
+"""
 
-    def cell(column, value):
-        return f"{value:.4f}" if column.startswith("hours") else str(value)
 
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(cell(c, row[c]))}</td>" for c in COLUMNS) + "</tr>"
-        for row in rows
+def _page(title: str, body: str) -> str:
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{PAGE_STYLE}</style></head><body>\n{body}\n</body></html>\n"
     )
+
+
+def _html_table(frame: pd.DataFrame, floats: str = "{:.4f}") -> str:
+    return frame.to_html(index=False, border=0, float_format=floats.format, na_rep="")
+
+
+def write_summary(rows: list[dict], verify: dict[str, dict], html_path: str, tsv_path: str) -> None:
+    frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    with atomic_file(tsv_path, "w", encoding="utf-8") as f:
+        frame.to_csv(f, sep="\t", index=False, lineterminator="\n")
     checks = "".join(
         f"<li>{html.escape(ds)}: {v['shards']} shards × {len(v['fields'])} fields verified, "
         f"{v['cuts']} cuts</li>"
         for ds, v in sorted(verify.items())
     )
-    page = f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>sharflow summary</title>
-<style>
-body {{ font-family: sans-serif; margin: 1em; }}
-table {{ border-collapse: collapse; }}
-th, td {{ border: 1px solid #bbb; padding: 4px 10px; text-align: right; }}
-th {{ background: #eee; }}
-td:first-child, td:nth-child(2), th:first-child, th:nth-child(2) {{ text-align: left; }}
-</style></head><body>
-<h2>Records and hours through every stage</h2>
-<table><tr>{head}</tr>{body}</table>
-<h3>Verify</h3><ul>{checks}</ul>
-</body></html>
-"""
+    shown = frame.rename(columns=lambda c: c.replace("_", " "))
+    body = (
+        "<h2>Records and hours through every stage</h2>\n"
+        + _html_table(shown)
+        + f"\n<h3>Verify</h3><ul>{checks}</ul>"
+    )
     with atomic_file(html_path, "w", encoding="utf-8") as f:
-        f.write(page)
+        f.write(_page("sharflow summary", body))
+
+
+def write_tables(datasets: list[DatasetStats], out: Path, shown_speakers: int = SHOWN_SPEAKERS) -> None:
+    """tables.html (per-speaker and per-bucket tables of every dataset), speakers.tsv, buckets.tsv."""
+    parts, speaker_frames, bucket_frames = [], [], []
+    for ds in datasets:
+        speakers = speaker_table(ds.catalog)
+        one, two = bucket_occupancy(ds.catalog, ds.buckets)
+        speaker_frames.append(speakers.assign(dataset=ds.name))
+        bucket_frames.append(one.assign(dataset=ds.name))
+        more = len(speakers) - shown_speakers
+        parts.append(f"<h2>{html.escape(ds.name)}</h2>")
+        parts.append(
+            f"<h3>Speakers ({len(speakers)}; most hours first"
+            + (f", {more} more in speakers.tsv" if more > 0 else "")
+            + ")</h3>"
+        )
+        parts.append(_html_table(speakers.head(shown_speakers)))
+        parts.append("<h3>Duration buckets (as lhotse's sampler fills them)</h3>")
+        parts.append(_html_table(one))
+        if two is not None:
+            parts.append("<h3>2D bins (as NeMo's strict 2D bucketing fills them)</h3>")
+            parts.append(_html_table(two))
+    with atomic_file(out / "tables.html", "w", encoding="utf-8") as f:
+        f.write(_page("sharflow tables", "\n".join(parts)))
+    for name, frames in (("speakers.tsv", speaker_frames), ("buckets.tsv", bucket_frames)):
+        frame = pd.concat(frames, ignore_index=True)
+        frame = frame[["dataset", *(c for c in frame.columns if c != "dataset")]]
+        with atomic_file(out / name, "w", encoding="utf-8") as f:
+            frame.to_csv(f, sep="\t", index=False, lineterminator="\n", float_format="%.6f")
 
 
 def write_report(datasets: dict[str, dict], out_dir: str, *, min_similarity: float) -> list[dict]:
     """All plots and the summary for `datasets` ({name: files, see load_dataset}) into out_dir."""
     loaded = [load_dataset(name, files) for name, files in sorted(datasets.items())]
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    histograms = {ds.name: duration_histogram(ds.cut_files, ds.buckets["max_duration"]) for ds in loaded}
+    histograms = {ds.name: duration_histogram(ds.catalog, ds.buckets["max_duration"]) for ds in loaded}
     out = Path(out_dir)
     plot_durations(loaded, histograms, str(out / "durations.png"))
     plot_similarity(loaded, min_similarity, str(out / "similarity.png"))
@@ -279,5 +301,6 @@ def write_report(datasets: dict[str, dict], out_dir: str, *, min_similarity: flo
     write_summary(
         rows, {ds.name: ds.verify for ds in loaded}, str(out / "summary.html"), str(out / "summary.tsv")
     )
+    write_tables(loaded, out)
     log.info("report: %d datasets, %d summary rows, plots in %s", len(loaded), len(rows), out_dir)
     return rows

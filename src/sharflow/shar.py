@@ -2,10 +2,10 @@
 
 For one shard index of the plan (sharflow.shar_plan): decode the target and context spans and
 encode them in worker processes (results in order), build every part of a cut before writing it
-to any writer, and write cuts / target_audio / context_audio under temporary names outside the
-Shar field folders, renamed into place only when the shard is complete. A cut that fails goes to
-the shard's reject list and into no field, so the fields stay aligned. sharflow.shar_merge sums
-the shards' stats.
+to any writer, and write cuts / target_audio / context_audio (and the shard's catalog fragment,
+sharflow.catalog) under temporary names outside the Shar field folders, renamed into place only
+when the shard is complete. A cut that fails goes to the shard's reject list and into no field, so
+the fields stay aligned. sharflow.shar_merge sums the shards' stats.
 
 Cuts follow lhotse's Shar conventions and NeMo's MagpieTTS reader: one MonoCut per utterance
 (start = offset in the source recording, channel 0), one supervision with text, language, the
@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from sharflow.atomic import atomic_file, read_json, write_json
 from sharflow.audio import resolve_audio_path
+from sharflow.catalog import catalog_row, write_fragment
 from sharflow.errors import SharflowError
 from sharflow.layout import ShardFiles, shard_key
 from sharflow.parallel import ordered_map
@@ -145,7 +146,8 @@ def write_shard(
     start = time.perf_counter()
     tmp = _fresh_work_dir(Path(out.stats).parent, shard)
     try:
-        stats, rejected = _write_fields(records, tmp, shard, settings, workers)
+        stats, rejected, rows = _write_fields(records, tmp, shard, settings, workers)
+        write_fragment(rows, str(tmp / "catalog.parquet"))
         summary = _shard_summary(shard, len(records), stats, tmp, time.perf_counter() - start)
         assert summary["records_in"] == summary["cuts"] + len(rejected)
         _publish(tmp, out, summary, rejected)
@@ -180,13 +182,15 @@ def _fresh_work_dir(jobs_dir: Path, shard: int) -> Path:
 
 def _write_fields(
     records: list[dict], tmp: Path, shard: int, settings: EncodeSettings, workers: int
-) -> tuple[Counter, list[dict]]:
+) -> tuple[Counter, list[dict], list[dict]]:
     """Encode the records' audio in `workers` processes and write the three field files in `tmp`.
 
-    Returns the counts and the rejected records. A cut goes to every writer or to none.
+    Returns the counts, the rejected records and the catalog rows of the written cuts. A cut goes
+    to every writer (and the catalog) or to none.
     """
     stats: Counter = Counter()
     rejected: list[dict] = []
+    rows: list[dict] = []
     batches = [records[i : i + TASK_RECORDS] for i in range(0, len(records), TASK_RECORDS)]
     with (
         JsonlShardWriter(str(tmp / "cuts.jsonl"), shard_size=None) as cuts_w,
@@ -211,12 +215,27 @@ def _write_fields(
                 target_w.write_encoded(cut.id, target.data, target_meta)
                 context_w.write_encoded(cut.id, context.data, context_meta)
                 cuts_w.write(cut)
+                rows.append(_catalog_row(cut, record, target, context, shard, len(rows)))
                 _count_cut(stats, record, target, context)
     _finish_gzip(tmp / "cuts.jsonl", tmp / "cuts.jsonl.gz")
     for name in ("target.tar", "context.tar"):
         if not (tmp / name).exists():  # no cut written: still a valid, empty tar
             tarfile.open(tmp / name, "w").close()
-    return stats, rejected
+    return stats, rejected, rows
+
+
+def _catalog_row(
+    cut: MonoCut, record: dict, target: EncodedAudio, context: EncodedAudio, shard: int, position: int
+) -> dict:
+    return catalog_row(
+        record,
+        cut_id=cut.id,
+        shard=shard,
+        position=position,
+        language=cut.supervisions[0].language,
+        target=(target.sampling_rate, target.num_samples),
+        context=(context.sampling_rate, context.num_samples),
+    )
 
 
 def _rejected_entry(record: dict, reason: str, detail: str) -> dict:
@@ -280,6 +299,7 @@ def _publish(tmp: Path, out: ShardFiles, summary: dict, rejected: list[dict]) ->
         (tmp / "cuts.jsonl.gz", out.cuts),
         (tmp / "target.tar", out.target),
         (tmp / "context.tar", out.context),
+        (tmp / "catalog.parquet", out.catalog),
     ):
         Path(dst).parent.mkdir(parents=True, exist_ok=True)
         os.replace(src, dst)

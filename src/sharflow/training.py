@@ -14,7 +14,8 @@ import yaml
 
 from sharflow import layout
 from sharflow.atomic import atomic_file
-from sharflow.buckets import duration_bins, read_cut_lengths
+from sharflow.buckets import duration_bins
+from sharflow.catalog import read_columns
 
 
 def shard_range(folder: str, stem: str, suffix: str, num_shards: int) -> str:
@@ -34,7 +35,7 @@ def write_input_cfg(
     path_prefix: str | None = None,
 ) -> dict:
     """Write the NeMo dataloader config for `datasets` ({name: {shar_dir, plan (its shard plan),
-    weight (None = hours), tags}}) and return it.
+    catalog, weight (None = hours), tags}}) and return it.
 
     Paths are absolute, or start with `path_prefix` in place of this machine's results folder (for a
     cluster that mounts it elsewhere).
@@ -43,7 +44,7 @@ def write_input_cfg(
     for name in sorted(datasets):
         ds = datasets[name]
         num_shards = layout.planned_shards(ds["plan"])
-        durations, _ = read_cut_lengths(layout.cut_files(ds["shar_dir"], ds["plan"]))
+        durations = read_columns(ds["catalog"], ["duration"])["duration"]
         hours = float(durations.sum()) / 3600
         weight = ds.get("weight") if ds.get("weight") is not None else round(hours, 6)
         shar = os.path.abspath(ds["shar_dir"])

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from sharflow.atomic import read_json, write_json
+from sharflow.codes import code_frames
 from sharflow.errors import SharflowError
 from sharflow.layout import AUDIO_FIELDS, Field, codes_fields, fields, planned_shards
 from sharflow.parallel import ordered_map, resolve_workers
@@ -147,12 +148,15 @@ def _check_audio(problems, label, tar, pairs, cuts) -> list[tuple[int, int]]:
     return lengths
 
 
-def _check_codes(problems, label, tar, pairs, ids, codec: CodecInfo, audio_lengths) -> tuple[int, list[int]]:
+def _check_codes(
+    problems, label, tar, pairs, ids, codec: CodecInfo, audio_lengths
+) -> tuple[list[int], list[int]]:
     """Shapes, dtype, range and frame_shift of every codes member.
 
-    Returns the frames seen and the codebooks that hold one value in every frame of the shard.
+    Returns the frames of every cut (-1 where the codes do not load) and the codebooks that hold
+    one value in every frame of the shard.
     """
-    frames = 0
+    frames: list[int] = []
     low = np.full(codec.num_codebooks, np.iinfo(np.int64).max)
     high = np.full(codec.num_codebooks, np.iinfo(np.int64).min)
     for (data, meta), cid, (samples, rate) in zip(pairs, ids, audio_lengths, strict=True):
@@ -161,14 +165,15 @@ def _check_codes(problems, label, tar, pairs, ids, codec: CodecInfo, audio_lengt
             codes = np.load(io.BytesIO(tar.extractfile(data).read()), allow_pickle=False)
         except Exception as e:
             problems.add(label, f"codes do not load ({type(e).__name__}: {e})", cid)
+            frames.append(-1)
             continue
-        frames += codes.shape[-1] if codes.ndim else 0
+        frames.append(int(codes.shape[-1]) if codes.ndim else 0)
         if not rate:
             continue  # its audio manifest was already reported
-        at_codec_rate = (
-            samples if rate == codec.sample_rate else compute_num_samples(samples / rate, codec.sample_rate)
+        expected = (
+            codec.num_codebooks,
+            code_frames(samples, rate, codec.sample_rate, codec.samples_per_frame),
         )
-        expected = (codec.num_codebooks, math.ceil(at_codec_rate / codec.samples_per_frame))
         if codes.shape != expected:
             problems.add(
                 label,
@@ -197,7 +202,9 @@ def verify_shard(check: ShardCheck) -> dict:
         "cuts": 0,
         "target_seconds": 0.0,
         "context_seconds": 0.0,
+        "ids": [],
         "frames": {},
+        "cut_frames": {},
         "constant_codebooks": {},
         "problems": problems.items,
     }
@@ -207,6 +214,7 @@ def verify_shard(check: ShardCheck) -> dict:
         problems.add("cuts", f"cuts file does not read ({type(e).__name__}: {e})")
         return result
     ids = [c["id"] for c in cuts]
+    result["ids"] = ids
     result["cuts"] = len(cuts)
     result["target_seconds"] = sum(c["duration"] for c in cuts)
     result["context_seconds"] = sum(c["supervisions"][0]["custom"]["context_audio_duration"] for c in cuts)
@@ -229,8 +237,9 @@ def verify_shard(check: ShardCheck) -> dict:
                         frames, constant = _check_codes(
                             problems, label, tar, pairs, ids, codec, audio_lengths[audio_label]
                         )
-                        result["frames"][label] = frames
-                        if constant and frames:
+                        result["frames"][label] = sum(f for f in frames if f > 0)
+                        result["cut_frames"][label] = frames
+                        if constant and result["frames"][label]:
                             result["constant_codebooks"][label] = constant
             except Exception as e:
                 problems.add(label, f"tar does not read ({type(e).__name__}: {e})")
@@ -245,6 +254,82 @@ def codec_info(name: str, codes_stats: dict) -> CodecInfo:
         int(codes_stats["num_codebooks"]),
         int(codes_stats["codebook_size"]),
     )
+
+
+class CatalogCheck:
+    """Walks the catalog along the shards' results: same ids in shard order, shard and position
+    columns, and codes frames per cut equal to the codes themselves. Reads a batch at a time."""
+
+    def __init__(self, dataset: str, path: str, codecs: tuple[CodecInfo, ...]):
+        from sharflow.catalog import column_names, iter_batches
+
+        self.dataset, self.path = dataset, path
+        self.frames = {}  # codes field label -> catalog column
+        for codec in codecs:
+            target, context = codes_fields(codec.name)
+            self.frames[target.label] = f"frames_{codec.name}"
+            self.frames[context.label] = f"context_frames_{codec.name}"
+        self.columns = ["cut_id", "shard", "position", *self.frames.values()]
+        self.problems: list[str] = []
+        missing = [c for c in self.columns if c not in column_names(path)]
+        if missing:
+            self.problems.append(f"dataset {dataset}, catalog {path}: no column(s) {', '.join(missing)}")
+            self.columns = [c for c in self.columns if c not in missing]
+        self._batches = iter_batches(path, self.columns)
+        self._buffer: dict[str, list] = {c: [] for c in self.columns}
+        self._at = 0
+        self.rows = 0
+
+    def _take(self, n: int) -> dict[str, list]:
+        while len(self._buffer["cut_id"]) - self._at < n:
+            batch = next(self._batches, None)
+            if batch is None:
+                break
+            rows = batch.to_pydict()
+            self._buffer = {c: self._buffer[c][self._at :] + rows[c] for c in self.columns}
+            self._at = 0
+        out = {c: self._buffer[c][self._at : self._at + n] for c in self.columns}
+        self._at += len(out["cut_id"])
+        self.rows += len(out["cut_id"])
+        return out
+
+    def shard(self, result: dict) -> None:
+        """Compare the catalog's next rows with one shard's verify result."""
+        shard, ids = result["shard"], result["ids"]
+        rows = self._take(len(ids))
+        where = f"dataset {self.dataset}, catalog {self.path}, shard {shard}"
+        if rows["cut_id"] != ids:
+            got = len(rows["cut_id"])
+            pairs = zip(rows["cut_id"], ids, strict=False)
+            first = next((i for i, (a, b) in enumerate(pairs) if a != b), min(got, len(ids)))
+            found = rows["cut_id"][first] if first < got else "no row"
+            expected = ids[first] if first < len(ids) else "no more cuts"
+            self.problems.append(
+                f"{where}: row {first} of the shard is {found!r}, the cuts file has {expected!r} "
+                "(rows must be the cuts in shard order)"
+            )
+            return
+        if rows.get("shard") != [shard] * len(ids) or rows.get("position") != list(range(len(ids))):
+            self.problems.append(
+                f"{where}: shard/position columns do not number the shard's cuts 0..{len(ids) - 1}"
+            )
+        for label, frames in sorted(result["cut_frames"].items()):
+            column = self.frames.get(label)
+            if column in rows and rows[column] != frames:
+                i = next(i for i, (a, b) in enumerate(zip(rows[column], frames, strict=True)) if a != b)
+                self.problems.append(
+                    f"{where}, cut {ids[i]}: catalog {column} = {rows[column][i]}, "
+                    f"the {label} codes have {frames[i]} frames"
+                )
+
+    def finish(self, cuts: int) -> list[str]:
+        extra = len(self._buffer["cut_id"]) - self._at + sum(b.num_rows for b in self._batches)
+        if extra:
+            self.problems.append(
+                f"dataset {self.dataset}, catalog {self.path}: {extra} row(s) beyond the {cuts} cuts "
+                "of the shards"
+            )
+        return self.problems
 
 
 def _stray_files(shar_dir: Path, all_fields: list[Field], num_shards: int) -> list[str]:
@@ -290,10 +375,12 @@ def verify_dataset(
     plan: str,
     shar_stats: str,
     codes_stats: dict[str, str],
+    catalog: str,
     out: str,
     workers: int = 0,
 ) -> dict:
-    """Check every shard of every field; write `out` (verify.json) only when nothing is wrong."""
+    """Check every shard of every field and the catalog; write `out` (verify.json) only when nothing
+    is wrong."""
     from tqdm import tqdm
 
     num_shards = planned_shards(plan)
@@ -318,9 +405,12 @@ def verify_dataset(
         for s in range(num_shards)
     )
     if not problems:  # a missing file would only repeat itself in every shard
+        rows = CatalogCheck(dataset, catalog, codecs)
         with tqdm(total=num_shards, desc=f"verify {dataset}", unit="shard", mininterval=5) as progress:
             for _, result in ordered_map(verify_shard, checks, resolve_workers(workers)):
                 problems += result["problems"]
+                if not result["problems"]:
+                    rows.shard(result)
                 for key in ("cuts", "target_seconds", "context_seconds"):
                     totals[key] += result[key]
                 frames.update(result["frames"])
@@ -335,6 +425,7 @@ def verify_dataset(
                         codebooks,
                     )
                 progress.update()
+        problems += rows.finish(totals["cuts"])
         if not problems:
             problems += _compare_totals(dataset, totals, read_json(shar_stats), codec_stats, num_shards)
     if problems:
@@ -363,6 +454,7 @@ def verify_dataset(
             fd.label: constant_shards[fd.label] for fd in all_fields if fd.label in frames
         },
         "codecs": {c.name: {"num_codebooks": c.num_codebooks, "frame_shift": c.frame_shift} for c in codecs},
+        "catalog_rows": rows.rows,
     }
     write_json(out, summary)
     log.info(

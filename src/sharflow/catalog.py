@@ -1,0 +1,291 @@
+"""The dataset catalog: one typed Parquet row per cut of the final Shar, in shard order.
+
+Each shar shard job writes its shard's fragment (`catalog_fragment`, rows built as the cuts are
+written); the `catalog` job merges the fragments one at a time into results/<dataset>/catalog.parquet
+(`merge_catalog`), adding what only exists once the shard is done: codes frames per codec and, with
+`training.tokenizer` set, the number of text tokens the model sees. Nothing holds more than one
+shard's rows plus one row group being written.
+
+Column types: times (offset, duration, context offset and duration) are float64, so that sums and
+bucket bins equal those computed from the cuts; lengths, counts and rates are int32; scores are
+float32; repeated strings (speaker, language, files, validation_status) are dictionary-encoded.
+Quality metrics appear only when some record of the dataset has them.
+"""
+
+import logging
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm import tqdm
+
+from sharflow.atomic import atomic_path
+
+log = logging.getLogger(__name__)
+
+STRING = pa.dictionary(pa.int32(), pa.string())
+# Per-utterance quality measures a manifest (or the quality stage) may carry, as float32 columns.
+QUALITY_METRICS = (
+    "cer",
+    "wer",
+    "dnsmos_sig",
+    "dnsmos_bak",
+    "dnsmos_ovrl",
+    "speech_ratio",
+    "leading_silence",
+    "trailing_silence",
+    "bandwidth_hz",
+    "clipping_fraction",
+    "loudness_lufs",
+    "speaking_rate",
+)
+BASE_COLUMNS = (
+    ("cut_id", pa.string()),
+    ("shard", pa.int32()),
+    ("position", pa.int32()),
+    ("speaker", STRING),
+    ("language", STRING),
+    ("source_file", STRING),
+    ("offset", pa.float64()),
+    ("duration", pa.float64()),
+    ("source_sample_rate", pa.int32()),
+    ("sample_rate", pa.int32()),
+    ("num_samples", pa.int32()),
+    ("text_chars", pa.int32()),
+    ("normalized_text_chars", pa.int32()),
+    ("context_file", STRING),
+    ("context_offset", pa.float64()),
+    ("context_duration", pa.float64()),
+    ("context_sample_rate", pa.int32()),
+    ("context_num_samples", pa.int32()),
+    ("context_similarity", pa.float32()),
+)
+FRAGMENT_SCHEMA = pa.schema(
+    [*BASE_COLUMNS, *((m, pa.float32()) for m in QUALITY_METRICS), ("validation_status", STRING)]
+)
+OPTIONAL_COLUMNS = (*QUALITY_METRICS, "validation_status")  # dropped when null in every row
+ROW_GROUP_ROWS = 65536
+
+
+def _number(value) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def catalog_row(
+    record: dict,
+    *,
+    cut_id: str,
+    shard: int,
+    position: int,
+    language: str,
+    target: tuple[int, int],
+    context: tuple[int, int],
+) -> dict:
+    """The catalog row of one written cut. `target`, `context`: (sampling_rate, num_samples) in the Shar."""
+    normalized = record.get("normalized_text")
+    row = {
+        "cut_id": cut_id,
+        "shard": shard,
+        "position": position,
+        "speaker": record["speaker"],
+        "language": language,
+        "source_file": record["audio_filepath"],
+        "offset": record["offset"],
+        "duration": record["duration"],
+        "source_sample_rate": record["source_audio"]["sampling_rate"],
+        "sample_rate": target[0],
+        "num_samples": target[1],
+        "text_chars": len(record["text"]),
+        "normalized_text_chars": len(normalized) if isinstance(normalized, str) else None,
+        "context_file": record["context_audio_filepath"],
+        "context_offset": record["context_audio_offset"],
+        "context_duration": record["context_audio_duration"],
+        "context_sample_rate": context[0],
+        "context_num_samples": context[1],
+        "context_similarity": _number(record.get("context_speaker_similarity")),
+    }
+    for metric in QUALITY_METRICS:
+        row[metric] = _number(record.get(metric))
+    status = record.get("validation_status")
+    row["validation_status"] = status if isinstance(status, str) else None
+    return row
+
+
+def write_fragment(rows: list[dict], path: str) -> None:
+    """One shard's rows as a Parquet file with FRAGMENT_SCHEMA (written under a temp name)."""
+    table = pa.Table.from_pylist(rows, schema=FRAGMENT_SCHEMA)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp)
+
+
+# ---- merge --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CodecFrames:
+    """What turns an audio length into a codec's frame count: its rate and samples per frame."""
+
+    name: str
+    sample_rate: int
+    samples_per_frame: int
+
+
+def _columns_with_values(path: str, columns: tuple[str, ...]) -> set[str]:
+    """Which of `columns` hold a value in some row of a fragment (from its footer's statistics)."""
+    meta = pq.read_metadata(path)
+    schema = meta.schema.to_arrow_schema()
+    found = set()
+    for column in columns:
+        index = schema.get_field_index(column)
+        for g in range(meta.num_row_groups):
+            chunk = meta.row_group(g).column(index)
+            stats = chunk.statistics
+            if stats is None or not stats.has_null_count:  # no statistics: read the column
+                if pq.read_table(path, columns=[column]).column(0).null_count < meta.num_rows:
+                    found.add(column)
+                break
+            if stats.null_count < chunk.num_values:
+                found.add(column)
+                break
+    return found
+
+
+def kept_optional_columns(fragments: list[str]) -> list[str]:
+    """The quality metrics and validation_status that some row of some fragment has."""
+    found: set[str] = set()
+    for path in fragments:
+        found |= _columns_with_values(path, tuple(c for c in OPTIONAL_COLUMNS if c not in found))
+    return [c for c in OPTIONAL_COLUMNS if c in found]
+
+
+def catalog_schema(optional: list[str], codecs: list[CodecFrames], tokens: bool) -> pa.Schema:
+    fields = [pa.field(name, kind) for name, kind in BASE_COLUMNS]
+    fields += [FRAGMENT_SCHEMA.field(c) for c in optional]
+    if tokens:
+        fields.append(pa.field("tokens", pa.int32()))
+    for codec in codecs:
+        fields += [pa.field(f"frames_{codec.name}", pa.int32())]
+        fields += [pa.field(f"context_frames_{codec.name}", pa.int32())]
+    return pa.schema(fields)
+
+
+def code_frames(num_samples: np.ndarray, sample_rate: np.ndarray, codec: CodecFrames) -> np.ndarray:
+    """Codes frames of each audio: ceil(samples at the codec's rate / samples_per_frame)."""
+    from sharflow.codes import code_frames as frames_of_one
+
+    return np.asarray(
+        [
+            frames_of_one(n, r, codec.sample_rate, codec.samples_per_frame)
+            for n, r in zip(num_samples.tolist(), sample_rate.tolist(), strict=True)
+        ],
+        dtype=np.int32,
+    )
+
+
+def merge_catalog(
+    fragments: list[str],
+    out: str,
+    *,
+    codecs: list[CodecFrames],
+    token_counts: Callable[[int], list[int]] | None = None,
+) -> dict:
+    """Merge the shard fragments, in shard order, into `out`; returns {rows, columns}.
+
+    `token_counts(shard) -> list[int]`, when given, counts the tokens of a shard's cuts (in order).
+    Rows are written in row groups of about ROW_GROUP_ROWS; at most one shard's rows and one row
+    group are held.
+    """
+    optional = kept_optional_columns(fragments)
+    schema = catalog_schema(optional, codecs, token_counts is not None)
+    rows = 0
+    pending: list[pa.Table] = []
+    with atomic_path(out) as tmp, pq.ParquetWriter(tmp, schema) as writer:
+        for shard, path in enumerate(tqdm(fragments, desc="catalog", unit="shard", mininterval=5)):
+            table = pq.read_table(path, columns=[name for name, _ in BASE_COLUMNS] + optional)
+            if token_counts is not None:
+                counts = token_counts(shard)
+                if len(counts) != table.num_rows:
+                    raise ValueError(f"shard {shard}: {len(counts)} token counts for {table.num_rows} rows")
+                table = table.append_column("tokens", pa.array(counts, pa.int32()))
+            for codec in codecs:
+                for prefix in ("", "context_"):
+                    frames = code_frames(
+                        table.column(f"{prefix}num_samples").to_numpy(),
+                        table.column(f"{prefix}sample_rate").to_numpy(),
+                        codec,
+                    )
+                    table = table.append_column(f"{prefix}frames_{codec.name}", pa.array(frames))
+            pending.append(table.cast(schema))
+            rows += table.num_rows
+            if sum(t.num_rows for t in pending) >= ROW_GROUP_ROWS:
+                _write_group(writer, pending)
+        _write_group(writer, pending)
+    log.info("catalog %s: %d rows, %d columns (%s)", out, rows, len(schema), ", ".join(schema.names))
+    return {"rows": rows, "columns": schema.names}
+
+
+def _write_group(writer: pq.ParquetWriter, pending: list[pa.Table]) -> None:
+    if pending:
+        # one row group; dictionaries of the pieces are unified
+        writer.write_table(pa.concat_tables(pending).unify_dictionaries().combine_chunks())
+        pending.clear()
+
+
+def build_catalog(
+    dataset: str,
+    *,
+    fragments: list[str],
+    plan: str,
+    codes_stats: dict[str, str],
+    out: str,
+    tokenizer: dict | None = None,
+) -> dict:
+    """results/<dataset>/catalog.parquet from the shard jobs' fragments and the codes stats.
+
+    `codes_stats`: {codec: codes stats file} (each gives the codec's rate and samples per frame);
+    `tokenizer`: training.tokenizer, to add a `tokens` column counted from the shards' cuts files.
+    """
+    from sharflow.atomic import read_json
+    from sharflow.layout import cut_files, shar_dir_of_plan
+
+    codecs = []
+    for name, path in sorted(codes_stats.items()):
+        stats = read_json(path)
+        codecs.append(CodecFrames(name, int(stats["sample_rate"]), int(stats["samples_per_frame"])))
+    token_counts = None
+    if tokenizer:
+        from sharflow.tokens import TokenCounter
+
+        counter = TokenCounter(tokenizer)
+        cuts = cut_files(shar_dir_of_plan(plan), plan)
+
+        def token_counts(shard: int) -> list[int]:
+            return counter.count_cuts(cuts[shard])
+
+    summary = merge_catalog(fragments, out, codecs=codecs, token_counts=token_counts)
+    log.info("catalog %s: %d cuts", dataset, summary["rows"])
+    return summary
+
+
+# ---- reading ------------------------------------------------------------------------------------
+
+
+def iter_batches(path: str, columns: list[str], batch_rows: int = ROW_GROUP_ROWS) -> Iterator[pa.RecordBatch]:
+    """The catalog's `columns`, one batch at a time (bounded memory). One thread: arrow's thread
+    pool costs ~0.4 s to start and more memory than these narrow reads save."""
+    yield from pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
+
+
+def read_columns(path: str, columns: list[str]) -> dict[str, np.ndarray]:
+    """Whole numeric columns as numpy arrays (4-8 bytes per cut each)."""
+    table = pq.read_table(path, columns=columns)
+    return {c: table.column(c).to_numpy() for c in columns}
+
+
+def column_names(path: str) -> list[str]:
+    return pq.read_schema(path).names

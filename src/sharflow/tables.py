@@ -1,0 +1,172 @@
+"""Tables about a dataset, made with pandas from its catalog: per speaker, per bucket, and the card.
+
+Per-speaker figures are aggregated one catalog batch at a time (memory grows with the number of
+speakers, not cuts). Bucket occupancy and percentiles read whole numeric columns (8 bytes per cut
+each), as the bucket bins themselves do.
+"""
+
+import numpy as np
+import pandas as pd
+
+from sharflow.buckets import read_catalog_lengths, sampler_bin_2d_of, sampler_bucket_of
+from sharflow.catalog import QUALITY_METRICS, column_names, iter_batches, read_columns
+
+PERCENTILES = (0, 1, 5, 25, 50, 75, 95, 99, 100)
+
+
+def speaker_table(catalog: str) -> pd.DataFrame:
+    """One row per speaker: utterances, hours, mean and min context similarity, and the mean of every
+    quality metric the catalog has; most hours first (ties by speaker)."""
+    metrics = [m for m in QUALITY_METRICS if m in column_names(catalog)]
+    columns = ["speaker", "duration", "context_similarity", *metrics]
+    partials = []
+    for batch in iter_batches(catalog, columns):
+        df = batch.to_pandas()
+        df["speaker"] = df["speaker"].astype(str)
+        grouped = df.groupby("speaker", sort=False, observed=True)
+        part = grouped.agg(
+            utterances=("duration", "size"),
+            seconds=("duration", "sum"),
+            similarity_sum=("context_similarity", "sum"),
+            similarity_n=("context_similarity", "count"),
+            min_context_similarity=("context_similarity", "min"),
+        )
+        for m in metrics:
+            part[f"{m}_sum"] = grouped[m].sum()
+            part[f"{m}_n"] = grouped[m].count()
+        partials.append(part)
+    if not partials:
+        return pd.DataFrame(
+            columns=["utterances", "hours", "mean_context_similarity", "min_context_similarity"]
+        )
+    both = pd.concat(partials)
+    mins = both.groupby(level=0)["min_context_similarity"].min()
+    sums = both.drop(columns="min_context_similarity").groupby(level=0).sum()
+    table = pd.DataFrame(
+        {
+            "utterances": sums["utterances"].astype("int64"),
+            "hours": sums["seconds"] / 3600,
+            "mean_context_similarity": sums["similarity_sum"]
+            / sums["similarity_n"].where(sums["similarity_n"] > 0),
+            "min_context_similarity": mins,
+        }
+    )
+    for m in metrics:
+        table[f"mean_{m}"] = sums[f"{m}_sum"] / sums[f"{m}_n"].where(sums[f"{m}_n"] > 0)
+    table.index.name = "speaker"
+    return table.reset_index().sort_values(["hours", "speaker"], ascending=[False, True], ignore_index=True)
+
+
+def bucket_occupancy(catalog: str, buckets: dict) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    """Cuts and hours per 1D bucket (as lhotse's sampler assigns them), and per 2D bin (NeMo's strict
+    2D bucketing; cuts it fits in no bin are a row of their own) when buckets.yaml has 2D bins."""
+    durations, lengths, counted = read_catalog_lengths(catalog)
+    bins = buckets["bucket_duration_bins"]
+    which = sampler_bucket_of(durations, bins)
+    upper = [*bins, float("inf")]
+    lower = [0.0, *bins]
+    one = (
+        pd.DataFrame({"bucket": which, "duration": durations})
+        .groupby("bucket")["duration"]
+        .agg(["size", "sum"])
+    )
+    one = one.reindex(range(len(upper)), fill_value=0)
+    table_1d = pd.DataFrame(
+        {
+            "bucket": range(len(upper)),
+            "duration_from": lower,
+            "duration_to": upper,
+            "cuts": one["size"].to_numpy(),
+            "hours": one["sum"].to_numpy() / 3600,
+        }
+    )
+    if "bucket_duration_bins_2d" not in buckets:
+        return table_1d, None
+    bins_2d = buckets["bucket_duration_bins_2d"]
+    where = sampler_bin_2d_of(durations, lengths, bins_2d, buckets.get("max_tps"))
+    two = pd.DataFrame({"bin": where, "duration": durations}).groupby("bin")["duration"].agg(["size", "sum"])
+    two = two.reindex([*range(len(bins_2d)), -1], fill_value=0)
+    table_2d = pd.DataFrame(
+        {
+            "bin": [str(i) for i in range(len(bins_2d))] + ["none (dropped)"],
+            "max_duration": [b[0] for b in bins_2d] + [np.nan],
+            f"max_{'tokens' if 'tokens' in counted else 'characters'}": [b[1] for b in bins_2d] + [np.nan],
+            "cuts": two["size"].to_numpy(),
+            "hours": two["sum"].to_numpy() / 3600,
+        }
+    )
+    return table_1d, table_2d
+
+
+def percentiles(values: np.ndarray) -> dict[str, float]:
+    values = values[~np.isnan(values)] if values.dtype.kind == "f" else values
+    if len(values) == 0:
+        return {}
+    return {f"p{p}": float(v) for p, v in zip(PERCENTILES, np.percentile(values, PERCENTILES), strict=True)}
+
+
+def dataset_card(dataset: str, catalog: str, buckets: dict, verify: dict) -> str:
+    """results/<dataset>/DATASET.md: what the dataset holds, in Markdown."""
+    cols = read_columns(catalog, ["duration", "context_similarity", "source_sample_rate", "sample_rate"])
+    speakers = speaker_table(catalog)
+    languages = pd.Series(dtype="float64")
+    for batch in iter_batches(catalog, ["language", "duration"]):
+        df = batch.to_pandas()
+        part = df.groupby(df["language"].astype(str))["duration"].sum()
+        languages = languages.add(part, fill_value=0.0)
+    durations = cols["duration"]
+    frame = pd.DataFrame(
+        {
+            "duration (s)": percentiles(durations),
+            "context similarity": percentiles(cols["context_similarity"].astype(np.float64)),
+        }
+    ).T
+    rates = pd.Series(cols["source_sample_rate"]).value_counts().sort_index()
+    shar_rates = pd.Series(cols["sample_rate"]).value_counts().sort_index()
+    lines = [
+        f"# {dataset}",
+        "",
+        f"- **{len(durations):,} utterances, {durations.sum() / 3600:.3f} hours** in "
+        f"{verify['shards']} shards (fields: {', '.join(verify['fields'])})",
+        f"- **{len(speakers):,} speakers**; most hours: "
+        + ", ".join(f"`{r.speaker}` ({r.hours:.3f} h)" for r in speakers.head(3).itertuples()),
+        "- **languages** (hours): "
+        + ", ".join(f"{lang} {sec / 3600:.3f}" for lang, sec in languages.sort_index().items()),
+        "- **source sample rates** (utterances): " + ", ".join(f"{r} Hz: {n}" for r, n in rates.items()),
+        "- **Shar audio sample rates** (utterances): "
+        + ", ".join(f"{r} Hz: {n}" for r, n in shar_rates.items()),
+        f"- **buckets**: {buckets['num_buckets']} duration buckets, bins {buckets['bucket_duration_bins']}",
+        "",
+        "## Percentiles",
+        "",
+        markdown_table(frame),
+        "",
+        "Query the rest with pandas: `pd.read_parquet(catalog.parquet)` (README: Explore your dataset).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A DataFrame as a Markdown table, numbers to 3 decimals."""
+    head = ["", *map(str, frame.columns)]
+    rows = [
+        [str(index), *(f"{v:.3f}" for v in values)]
+        for index, values in zip(frame.index, frame.to_numpy(), strict=True)
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def write_dataset_card(dataset: str, *, catalog: str, buckets: str, verify: str, out: str) -> str:
+    """Write results/<dataset>/DATASET.md (see dataset_card) and return its text."""
+    import yaml
+
+    from sharflow.atomic import atomic_file, read_json
+
+    with open(buckets, encoding="utf-8") as f:
+        bins = yaml.safe_load(f)
+    text = dataset_card(dataset, catalog, bins, read_json(verify))
+    with atomic_file(out, "w", encoding="utf-8") as f:
+        f.write(text)
+    return text

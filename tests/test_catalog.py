@@ -1,0 +1,193 @@
+"""The dataset catalog: fragments from the shard jobs, the streaming merge, tokens, and the tables made
+from it with pandas, each against an independent reading of the Shar cuts."""
+
+import gzip
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import sharflow.catalog
+from sharflow.buckets import bucket_bins, read_catalog_lengths, sampler_bin_2d_of
+from sharflow.catalog import (
+    FRAGMENT_SCHEMA,
+    QUALITY_METRICS,
+    CodecFrames,
+    build_catalog,
+    merge_catalog,
+    write_fragment,
+)
+from sharflow.layout import DatasetFiles
+from sharflow.tables import bucket_occupancy, dataset_card, speaker_table
+from sharflow.tokens import TokenCounter
+
+CHARS = "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.EnglishCharsTokenizer"
+SPANISH = "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.SpanishCharsTokenizer"
+
+
+def shard_cuts(shards_dir, shard):
+    path = DatasetFiles(str(shards_dir)).shard(shard).cuts
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def all_cuts(shards_dir, num_shards=4):
+    return [(s, i, c) for s in range(num_shards) for i, c in enumerate(shard_cuts(shards_dir, s))]
+
+
+def test_fragments_hold_every_cut_in_order_with_its_own_values(demo_shards):
+    shards_dir = demo_shards[0]
+    files = DatasetFiles(str(shards_dir))
+    for shard in range(4):
+        table = pq.read_table(files.shard(shard).catalog)
+        assert table.schema == FRAGMENT_SCHEMA
+        rows = table.to_pylist()
+        cuts = shard_cuts(shards_dir, shard)
+        assert [r["cut_id"] for r in rows] == [c["id"] for c in cuts]
+        for i, (row, cut) in enumerate(zip(rows, cuts, strict=True)):
+            sup = cut["supervisions"][0]
+            assert (row["shard"], row["position"]) == (shard, i)
+            assert row["duration"] == cut["duration"] and row["offset"] == cut["start"]
+            assert row["speaker"] == sup["speaker"] and row["language"] == sup["language"]
+            assert row["text_chars"] == len(sup["text"])
+            assert row["context_duration"] == sup["custom"]["context_audio_duration"]
+            assert row["context_similarity"] == pytest.approx(
+                sup["custom"]["context_speaker_similarity"], abs=1e-6
+            )
+            assert row["source_sample_rate"] == cut["recording"]["sampling_rate"]
+    demo = pd.read_parquet(files.catalog)
+    # the values vary: a column of constants would prove nothing
+    assert (
+        demo.duration.nunique() > 40
+        and demo.speaker.nunique() >= 4
+        and demo.context_similarity.nunique() > 40
+    )
+
+
+def test_merge_streams_row_groups_and_keeps_only_metrics_present(demo_shards, tmp_path, monkeypatch):
+    files = DatasetFiles(str(demo_shards[0]))
+    fragments = [files.shard(s).catalog for s in range(4)]
+    # a second dataset whose shard 2 carries a cer on some rows and a validation_status
+    with_metrics = []
+    for s, path in enumerate(fragments):
+        rows = pq.read_table(path).to_pylist()
+        if s == 2:
+            for i, row in enumerate(rows):
+                row["cer"] = 0.01 * i if i % 2 else None
+                row["validation_status"] = "pass" if i % 3 else "fail"
+        with_metrics.append(str(tmp_path / f"f{s}.parquet"))
+        write_fragment(rows, with_metrics[-1])
+    monkeypatch.setattr(sharflow.catalog, "ROW_GROUP_ROWS", 20)  # a row group every two shards
+    codecs = [CodecFrames("c22", 22050, 1024), CodecFrames("c16", 16000, 640)]
+    merge_catalog(with_metrics, str(tmp_path / "m.parquet"), codecs=codecs)
+    merge_catalog(fragments, str(tmp_path / "plain.parquet"), codecs=codecs)
+    meta = pq.read_metadata(tmp_path / "m.parquet")
+    assert meta.num_rows == 56 and meta.num_row_groups == 2
+    table = pq.read_table(tmp_path / "m.parquet")
+    assert table.schema.field("cer").type == pa.float32()
+    assert table.schema.field("speaker").type == pa.dictionary(pa.int32(), pa.string())
+    assert table.schema.field("frames_c22").type == pa.int32()
+    assert "cer" not in pq.read_schema(tmp_path / "plain.parquet").names
+    assert not set(QUALITY_METRICS[1:]) & set(table.schema.names)  # only cer was present
+    df = table.to_pandas()
+    assert df.cer.notna().sum() == 8 and df.validation_status.value_counts().to_dict() == {
+        "pass": 10,
+        "fail": 6,
+    }
+    # frames: ceil(samples at the codec's rate / samples_per_frame), by an independent formula
+    seconds = df.num_samples / df.sample_rate
+    assert (df.frames_c16 == np.ceil(np.round(seconds * 16000) / 640)).all()
+    assert (df.frames_c22 == np.ceil(np.round(seconds * 22050) / 1024)).all()
+    assert df.frames_c16.nunique() > 20
+    again = tmp_path / "again.parquet"
+    merge_catalog(with_metrics, str(again), codecs=codecs)
+    assert again.read_bytes() == (tmp_path / "m.parquet").read_bytes()  # deterministic bytes
+
+
+def test_tokens_are_counted_as_magpietts_counts_them(demo_shards, tmp_path):
+    from nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers import (
+        EnglishCharsTokenizer,
+        SpanishCharsTokenizer,
+    )
+
+    shards_dir = demo_shards[0]
+    files = DatasetFiles(str(shards_dir))
+    out = {}
+    for name, target in (("english", CHARS), ("spanish", SPANISH)):
+        build_catalog(
+            "demo",
+            fragments=[files.shard(s).catalog for s in range(4)],
+            plan=files.shard_plan,
+            codes_stats={},
+            out=str(tmp_path / f"{name}.parquet"),
+            tokenizer={name: {"_target_": target}},
+        )
+        out[name] = pd.read_parquet(tmp_path / f"{name}.parquet")
+    cuts = [c for _, _, c in all_cuts(shards_dir)]
+    texts = [
+        c["supervisions"][0]["custom"].get("normalized_text", c["supervisions"][0]["text"]) for c in cuts
+    ]
+    # the independent reference: the tokenizer classes themselves, plus MagpieTTS's end-of-sequence token
+    english, spanish = EnglishCharsTokenizer(), SpanishCharsTokenizer()
+    assert out["english"].tokens.tolist() == [len(english.encode(t)) + 1 for t in texts]
+    assert out["spanish"].tokens.tolist() == [len(spanish.encode(t)) + 1 for t in texts]
+    assert out["english"].tokens.nunique() > 20
+    # the 2D bins follow the tokens column
+    _, lengths, counted = read_catalog_lengths(str(tmp_path / "english.parquet"))
+    assert counted.startswith("tokens") and lengths.tolist() == out["english"].tokens.tolist()
+
+    counter = TokenCounter({"a": {"_target_": CHARS}, "b": {"_target_": SPANISH}})
+    assert counter.name_for(None) == "a" and counter.name_for(["b"]) == "b" and counter.name_for("zz") == "a"
+    text = "¿Dónde está el niño?"
+    assert counter.count(text, ["b"]) == len(spanish.encode(text)) + 1 != counter.count(text)
+
+
+def test_speaker_table_and_bucket_occupancy_equal_a_direct_reading(demo_shards):
+    catalog = DatasetFiles(str(demo_shards[0])).catalog
+    cuts = all_cuts(demo_shards[0])
+    by_speaker = {}
+    for _, _, cut in cuts:
+        sup = cut["supervisions"][0]
+        entry = by_speaker.setdefault(sup["speaker"], [])
+        entry.append((cut["duration"], sup["custom"]["context_speaker_similarity"]))
+    table = speaker_table(catalog).set_index("speaker")
+    assert sorted(table.index) == sorted(by_speaker)
+    for speaker, values in by_speaker.items():
+        d, sim = np.array(values).T
+        row = table.loc[speaker]
+        assert row.utterances == len(d)
+        assert row.hours == pytest.approx(d.sum() / 3600)
+        assert row.mean_context_similarity == pytest.approx(sim.mean(), abs=1e-6)
+        assert row.min_context_similarity == pytest.approx(sim.min(), abs=1e-6)
+    assert list(table.hours) == sorted(table.hours, reverse=True)
+
+    durations, lengths, _ = read_catalog_lengths(catalog)
+    buckets = bucket_bins(durations, lengths, num_buckets=5, sub_buckets=3)
+    one, two = bucket_occupancy(catalog, buckets)
+    assert one.cuts.sum() == two.cuts.sum() == 56 and one.hours.sum() == pytest.approx(durations.sum() / 3600)
+    assert (one.cuts > 0).sum() >= 4
+    from nemo.collections.common.data.lhotse.sampling import find_smallest_bucket
+
+    bins = np.asarray(buckets["bucket_duration_bins_2d"])
+    expected = [
+        find_smallest_bucket(bins, (d, t), strict=True, max_ratio=buckets["max_tps"])
+        for d, t in zip(durations, lengths, strict=True)
+    ]
+    got = sampler_bin_2d_of(durations, lengths, buckets["bucket_duration_bins_2d"], buckets["max_tps"])
+    assert got.tolist() == [-1 if e is None else e for e in expected]
+    assert len(set(got.tolist())) > 5
+
+
+def test_dataset_card_states_the_dataset(demo_shards):
+    catalog = DatasetFiles(str(demo_shards[0])).catalog
+    durations, lengths, _ = read_catalog_lengths(catalog)
+    buckets = bucket_bins(durations, lengths, num_buckets=5)
+    card = dataset_card("demo", catalog, buckets, {"shards": 4, "fields": ["cuts", "target_audio"]})
+    assert card.startswith("# demo\n")
+    assert f"**56 utterances, {durations.sum() / 3600:.3f} hours** in 4 shards" in card
+    assert f"| duration (s) | {durations.min():.3f} |" in card
+    assert f"{np.median(durations):.3f}" in card
+    assert "- **languages** (hours): en" in card

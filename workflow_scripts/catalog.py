@@ -1,0 +1,14 @@
+"""Snakemake adapter: sharflow.catalog.build_catalog."""
+
+from sharflow.catalog import build_catalog
+from sharflow.logs import job_log
+
+with job_log(snakemake.log[0]):
+    build_catalog(
+        snakemake.wildcards.dataset,
+        fragments=list(snakemake.input.fragments),
+        plan=snakemake.input.plan,
+        codes_stats=snakemake.params.codes_stats,
+        out=snakemake.output.catalog,
+        tokenizer=snakemake.params.tokenizer,
+    )

@@ -1,0 +1,13 @@
+"""Snakemake adapter: sharflow.tables.write_dataset_card."""
+
+from sharflow.logs import job_log
+from sharflow.tables import write_dataset_card
+
+with job_log(snakemake.log[0]):
+    write_dataset_card(
+        snakemake.wildcards.dataset,
+        catalog=snakemake.input.catalog,
+        buckets=snakemake.input.buckets,
+        verify=snakemake.input.verify,
+        out=snakemake.output.card,
+    )
