@@ -3,6 +3,8 @@ import glob
 import numpy as np
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lhotse import CutSet, MonoCut
 from lhotse.dataset.sampling.dynamic_bucketing import DynamicBucketingSampler, estimate_duration_buckets
 
@@ -118,3 +120,36 @@ def test_a_cut_at_a_boundary_goes_where_lhotses_estimator_counted_it():
         [np.nextafter(2.0, 0.0), 2.0, np.nextafter(2.0, 9.0), np.nextafter(3.0, 0.0), 3.0, 99.0]
     )
     assert bucket_of(probes, bins).tolist() == [0, 1, 1, 1, 2, 2]
+
+
+def loop_bins(durations, num_buckets, weights=None):
+    """The bins as a plain loop over the sorted cuts (lhotse's estimator, with weights)."""
+    weights = np.ones_like(durations) if weights is None else weights
+    order = np.argsort(durations, kind="stable")
+    per_bucket = (durations * weights).sum() / num_buckets
+    bins, total = [], 0.0
+    for i in order:
+        if total > per_bucket:
+            bins.append(float(durations[i]))
+            total = 0.0
+        total += float(durations[i] * weights[i])
+    return bins
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(0.05, 40.0, allow_nan=False), min_size=2, max_size=200),
+    st.integers(2, 16),
+    st.integers(0, 3),
+    st.booleans(),
+)
+def test_duration_bins_equal_lhotses_estimator_on_any_durations(values, num_buckets, decimals, weighted):
+    d = np.round(np.asarray(values), decimals)  # few decimals: many ties, as real manifests have
+    d = np.maximum(d, 0.01)
+    n = min(num_buckets, len(d))
+    if weighted:
+        w = np.linspace(0.5, 2.0, len(d))
+        assert duration_bins(d, n, w) == loop_bins(d, n, w)
+    else:
+        cuts = [MonoCut(id=str(i), start=0, duration=float(x), channel=0) for i, x in enumerate(d)]
+        assert duration_bins(d, n) == [float(x) for x in estimate_duration_buckets(cuts, n)]
