@@ -260,3 +260,97 @@ def test_catalog_frames_must_equal_the_codes(whole):
         f"{original.context_frames_tiny[20] + 1}, the context_codes[tiny] codes have "
         f"{original.context_frames_tiny[20]} frames",
     )
+
+
+# ---- one damaged-data test per remaining check: each breaks exactly one property of real shards ----
+
+
+def rewrite_tar(path, change):
+    """Rewrite a tar member by member: change(index, name, data) -> (name, data), or None to drop it."""
+    with tarfile.open(path) as t:
+        members = [(m.name, t.extractfile(m).read()) for m in t.getmembers()]
+    path.unlink()
+    with tarfile.open(path, "w") as t:
+        for i, (name, data) in enumerate(members):
+            changed = change(i, name, data)
+            if changed is None:
+                continue
+            info = tarfile.TarInfo(changed[0])
+            info.size = len(changed[1])
+            t.addfile(info, io.BytesIO(changed[1]))
+    return members
+
+
+def edit_json(data: bytes, **fields) -> bytes:
+    return json.dumps({**json.loads(data), **fields}).encode()
+
+
+def test_members_that_do_not_pair_up_are_named(whole):
+    tar = whole / "shar" / "target_audio" / "recording.000000.tar"
+    members = rewrite_tar(tar, lambda i, name, data: ("other.json", data) if i == 1 else (name, data))
+    fails(whole, "field target_audio, shard 0", f"members {members[0][0]!r}, 'other.json' are not a")
+    rewrite_tar(tar, lambda i, name, data: None if i == 1 else (name, data))  # an odd member count
+    message = fails(whole, "field target_audio, shard 0: tar does not read", "do not pair up")
+    assert "catalog" not in message  # the other shard's catalog rows still line up
+
+
+def test_a_shard_with_fewer_entries_than_cuts_is_named(whole):
+    tar = whole / "shar" / "context_audio" / "recording.000001.tar"
+    rewrite_tar(tar, lambda i, name, data: None if i >= 30 else (name, data))  # the last cut's pair
+    fails(whole, "field context_audio, shard 1: 15 entries but the cuts file has 16")
+
+
+def test_audio_whose_manifest_disagrees_with_its_samples_is_named(whole):
+    tar = whole / "shar" / "target_audio" / "recording.000001.tar"
+    members = rewrite_tar(
+        tar,
+        lambda i, name, data: (
+            (name, edit_json(data, num_samples=json.loads(data)["num_samples"] + 1))
+            if i == 9
+            else (name, data)
+        ),
+    )
+    cut = members[9][0][: -len(".json")]
+    fails(whole, f"field target_audio, shard 1, cut {cut}: decodes to", "manifest declares")
+
+
+def test_codes_outside_the_codebook_or_not_integers_are_named(whole):
+    path = whole / "shar" / "codes_tiny" / "target_codes" / "codes.000000.tar"
+    entries = read_codes_tar(path)
+    size = json.loads((whole / "codes_tiny.json").read_text())["codebook_size"]
+    cid, codes, manifest = entries[4]
+    bad = codes.astype(np.int32)
+    bad[1, 3] = size  # one code one past the codebook
+    entries[4] = (cid, bad, manifest)
+    rewrite_codes_tar(path, entries)
+    fails(whole, f"field target_codes[tiny], shard 0, cut {cid}: codes outside [0, {size})")
+    entries[4] = (cid, codes.astype(np.float32), manifest)
+    rewrite_codes_tar(path, entries)
+    fails(whole, f"cut {cid}: codes dtype float32 is not an integer type")
+
+
+def test_codes_manifests_with_a_wrong_shape_or_frame_shift_are_named(whole):
+    path = whole / "shar" / "codes_tiny" / "context_codes" / "codes.000001.tar"
+    entries = read_codes_tar(path)
+    cid, codes, manifest = entries[6]
+    entries[6] = (cid, codes, {**manifest, "frame_shift": manifest["frame_shift"] * 2})
+    rewrite_codes_tar(path, entries)
+    fails(whole, f"field context_codes[tiny], shard 1, cut {cid}: frame_shift {manifest['frame_shift'] * 2}")
+    members = rewrite_tar(
+        path,
+        lambda i, name, data: (
+            (name, edit_json(data, array={**json.loads(data)["array"], "shape": [8, 1]}))
+            if i == 1
+            else (name, data)
+        ),
+    )
+    first = members[1][0][: -len(".json")]
+    fails(whole, f"cut {first}: manifest shape [8, 1] differs from the array's")
+
+
+def test_codes_stats_that_disagree_with_the_shards_are_named(whole):
+    stats = json.loads((whole / "codes_tiny.json").read_text())
+    (whole / "codes_tiny.json").write_text(json.dumps({**stats, "cuts": stats["cuts"] - 1}))
+    fails(
+        whole, f"codec tiny: codes stats count {stats['cuts'] - 1} cuts in 2 shards, the shards hold 32 in 2"
+    )

@@ -280,23 +280,39 @@ class CatalogCheck:
         self._at = 0
         self.rows = 0
 
-    def _take(self, n: int) -> dict[str, list]:
-        while len(self._buffer["cut_id"]) - self._at < n:
+    def _next_shard(self) -> int | None:
+        """The shard column of the next row, loading a batch when the buffer is used up."""
+        while self._at >= len(self._buffer["cut_id"]):
             batch = next(self._batches, None)
             if batch is None:
-                break
-            rows = batch.to_pydict()
-            self._buffer = {c: self._buffer[c][self._at :] + rows[c] for c in self.columns}
-            self._at = 0
-        out = {c: self._buffer[c][self._at : self._at + n] for c in self.columns}
-        self._at += len(out["cut_id"])
+                return None
+            self._buffer, self._at = batch.to_pydict(), 0
+        return self._buffer["shard"][self._at] if "shard" in self._buffer else None
+
+    def _take_shard(self, shard: int) -> dict[str, list]:
+        """The consecutive rows whose shard column is `shard` (none if the next row is another's)."""
+        out: dict[str, list] = {c: [] for c in self.columns}
+        while self._next_shard() == shard:
+            end = self._at
+            column = self._buffer["shard"]
+            while end < len(column) and column[end] == shard:
+                end += 1
+            for c in self.columns:
+                out[c] += self._buffer[c][self._at : end]
+            self._at = end
         self.rows += len(out["cut_id"])
         return out
 
     def shard(self, result: dict) -> None:
-        """Compare the catalog's next rows with one shard's verify result."""
+        """Compare the catalog's rows of one shard with that shard's verify result.
+
+        A shard whose files have problems has its rows passed over, unchecked: its problems are
+        already reported, and the next shard's rows still line up.
+        """
         shard, ids = result["shard"], result["ids"]
-        rows = self._take(len(ids))
+        rows = self._take_shard(shard)
+        if result["problems"]:
+            return
         where = f"dataset {self.dataset}, catalog {self.path}, shard {shard}"
         if rows["cut_id"] != ids:
             got = len(rows["cut_id"])
@@ -309,9 +325,9 @@ class CatalogCheck:
                 "(rows must be the cuts in shard order)"
             )
             return
-        if rows.get("shard") != [shard] * len(ids) or rows.get("position") != list(range(len(ids))):
+        if rows.get("position") != list(range(len(ids))):
             self.problems.append(
-                f"{where}: shard/position columns do not number the shard's cuts 0..{len(ids) - 1}"
+                f"{where}: the position column does not number the shard's cuts 0..{len(ids) - 1}"
             )
         for label, frames in sorted(result["cut_frames"].items()):
             column = self.frames.get(label)
@@ -323,7 +339,7 @@ class CatalogCheck:
                 )
 
     def finish(self, cuts: int) -> list[str]:
-        extra = len(self._buffer["cut_id"]) - self._at + sum(b.num_rows for b in self._batches)
+        extra = max(len(self._buffer["cut_id"]) - self._at, 0) + sum(b.num_rows for b in self._batches)
         if extra:
             self.problems.append(
                 f"dataset {self.dataset}, catalog {self.path}: {extra} row(s) beyond the {cuts} cuts "
@@ -409,8 +425,7 @@ def verify_dataset(
         with tqdm(total=num_shards, desc=f"verify {dataset}", unit="shard", mininterval=5) as progress:
             for _, result in ordered_map(verify_shard, checks, resolve_workers(workers)):
                 problems += result["problems"]
-                if not result["problems"]:
-                    rows.shard(result)
+                rows.shard(result)
                 for key in ("cuts", "target_seconds", "context_seconds"):
                     totals[key] += result[key]
                 frames.update(result["frames"])
