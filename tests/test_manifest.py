@@ -1,6 +1,8 @@
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sharflow.manifest import REASONS, Accepted, CheckSettings, Rejected, check_line
 from testkit import write_tone
@@ -94,3 +96,102 @@ def test_audio_only_datasets_may_skip_text(root):
     assert check(record, root).reason == "missing_field"
     out = json.loads(check(record, root, require_text=False).line)
     assert out["text"] == ""
+
+
+@pytest.mark.parametrize("has_offset", [False, True])
+def test_duration_tolerance_at_the_value_and_one_ulp_either_side(tmp_path, has_offset):
+    """A 2.000 s file; tolerance 0.125 s (exact in binary, so the mismatch is exactly the tolerance)."""
+    import math
+
+    write_tone(tmp_path / "a.wav", 2.0)
+    settings = CheckSettings("d", str(tmp_path), duration_tolerance=0.125)
+
+    def reason(duration, offset=None):
+        record = {"audio_filepath": "a.wav", "duration": duration, "text": "t", "speaker": "s"}
+        if offset is not None:
+            record["offset"] = offset
+        result = check_line(json.dumps(record).encode(), settings)
+        return result.reason if isinstance(result, Rejected) else "accepted"
+
+    if has_offset:  # a segment must end within the file + tolerance; starting early is fine
+        assert reason(1.125, offset=1.0) == "accepted"  # ends at 2.125: off by exactly 0.125
+        # one ulp of the end (offset + duration), not of the duration: that would round away
+        assert reason(math.nextafter(2.125, 3) - 1.0, offset=1.0) == "duration_mismatch"
+        assert reason(math.nextafter(2.125, 0) - 1.0, offset=1.0) == "accepted"
+        assert reason(0.5, offset=0.25) == "accepted"
+    else:  # a whole file: its duration must match the file's either way
+        for edge, outside in ((2.125, math.inf), (1.875, 0.0)):
+            assert reason(edge) == "accepted"
+            assert reason(math.nextafter(edge, outside)) == "duration_mismatch"
+            assert reason(math.nextafter(edge, 2.0)) == "accepted"
+
+
+ABSENT = object()
+
+
+def expected_reason(record: dict, tolerance: float = 0.1) -> str:
+    """The reason a record is rejected, from the README's list of checks in order, written plainly
+    (the file a.wav is 2.000 s; nope.wav does not exist; ../x.wav leaves the root)."""
+    import math
+
+    if any(k not in record for k in ("audio_filepath", "duration", "text", "speaker")):
+        return "missing_field"
+    path, duration, offset, text = (
+        record["audio_filepath"],
+        record["duration"],
+        record.get("offset", 0.0),
+        record["text"],
+    )
+    number = (int, float)
+    if not isinstance(path, str) or path == "":
+        return "bad_type"
+    for value in (duration, offset):
+        if isinstance(value, bool) or not isinstance(value, number):
+            return "bad_type"
+    if not isinstance(text, str):
+        return "bad_type"
+    if not (math.isfinite(duration) and duration > 0) or not (math.isfinite(offset) and offset >= 0):
+        return "bad_duration"
+    if not text.strip():
+        return "empty_text"
+    if record["speaker"] == "has space":
+        return "bad_speaker"
+    if path.startswith(".."):
+        return "path_escapes_root"
+    if path != "a.wav":
+        return "missing_audio"
+    end_error = offset + duration - 2.0 if "offset" in record else abs(duration - 2.0)
+    return "duration_mismatch" if end_error > tolerance else "accepted"
+
+
+def field(values):
+    return st.sampled_from([ABSENT, *values])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    field(["a.wav", "nope.wav", "../x.wav", "", 5]),
+    field([0.0, -1.0, 0.5, 1.9, 1.95, 2.0, 2.05, 2.2, 3.5, float("inf"), "2", True]),
+    field([0.0, -0.5, 0.1, 1.0, 1.5, float("nan"), "0"]),
+    field(["a text", "", " ", 3]),
+    field(["s1", 12, "has space"]),
+)
+def test_any_record_gets_the_reason_the_readme_gives(tmp_path_factory, path, duration, offset, text, speaker):
+    root = tmp_path_factory.getbasetemp() / "manifest_property"
+    if not (root / "a.wav").exists():
+        write_tone(root / "a.wav", 2.0)
+    record = {
+        k: v
+        for k, v in zip(
+            ("audio_filepath", "duration", "offset", "text", "speaker"),
+            (path, duration, offset, text, speaker),
+            strict=True,
+        )
+        if v is not ABSENT
+    }
+    result = check_line(json.dumps(record).encode(), CheckSettings("d", str(root)))
+    got = result.reason if isinstance(result, Rejected) else "accepted"
+    assert got == expected_reason(record), record
+    if got == "accepted":
+        prepared = json.loads(result.line)
+        assert prepared["duration"] == duration and prepared["offset"] == record.get("offset", 0.0)

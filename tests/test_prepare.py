@@ -253,3 +253,15 @@ def test_unreadable_manifests_are_named(tmp_path):
         run(tmp_path, tmp_path / "bad.jsonl.gz", root)
     with pytest.raises(SharflowError, match=r"manifest .*missing\.json.* is not a file"):
         run(tmp_path, tmp_path / "missing.json", root)
+
+
+def test_max_rejected_fraction_at_the_value_and_one_ulp_below(tmp_path):
+    import math
+
+    manifest, root = dirty_manifest(tmp_path)
+    exact = 15 / 19  # the dirty manifest: 15 of 19 lines rejected
+    _, stats = run(tmp_path, manifest, root, "at", max_rejected_fraction=exact)
+    assert stats["rejected_total"] == 15 and stats["records_in"] == 19
+    _, _ = run(tmp_path, manifest, root, "above", max_rejected_fraction=math.nextafter(exact, 1))
+    with pytest.raises(SharflowError, match="max_rejected_fraction"):
+        run(tmp_path, manifest, root, "below", max_rejected_fraction=math.nextafter(exact, 0))

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lhotse import CutSet, Recording
 from lhotse.shar.utils import to_shar_placeholder
 from lhotse.shar.writers import AudioTarWriter
@@ -370,3 +372,43 @@ def test_flac_frame_headers_are_read_for_any_length_and_rate(tmp_path, frames, r
     damaged = bytearray(path.read_bytes())
     damaged[-1] ^= 0x01  # one bit of the last frame's CRC-16
     assert flac_without_metadata(bytes(damaged)) is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 60), st.integers(1, 70), st.integers(0, 3))
+def test_shard_plans_cover_every_record_once_for_any_size(tmp_path_factory, n, shard_size, seed):
+    """Shard sizes at, below and above the record count (and 0 records): contiguous shards of
+    shard_size, the last holding the rest, every record exactly once, the same plan for a seed."""
+    tmp = tmp_path_factory.mktemp("plan")
+    records = [{"audio_filepath": f"a{i}.wav", "offset": 0.0, "duration": 1.0 + i / 8} for i in range(n)]
+    write_jsonl(tmp / "w.jsonl", records)
+    plan = plan_shards(
+        str(tmp / "w.jsonl"),
+        plan=str(tmp / "p.json"),
+        index=str(tmp / "i.npy"),
+        shard_size=shard_size,
+        seed=seed,
+    )
+    expected_shards = max(1, -(-n // shard_size))
+    assert plan["num_shards"] == expected_shards and plan["records"] == n
+    sizes = [s["records"] for s in plan["shards"]]
+    assert sizes == ([shard_size] * (n // shard_size) + ([n % shard_size] if n % shard_size else [])) or (
+        n == 0 and sizes == [0]
+    )
+    offsets, pos = [], 0
+    for raw in (tmp / "w.jsonl").read_bytes().splitlines(keepends=True):
+        offsets.append(pos)
+        pos += len(raw)
+    index = np.load(tmp / "i.npy").tolist()
+    assert sorted(index) == offsets  # every record exactly once
+    seconds = [records[offsets.index(o)]["duration"] for o in index]
+    for s, shard in enumerate(plan["shards"]):
+        assert shard["seconds"] == round(sum(seconds[s * shard_size : (s + 1) * shard_size]), 3)
+    again = plan_shards(
+        str(tmp / "w.jsonl"),
+        plan=str(tmp / "q.json"),
+        index=str(tmp / "j.npy"),
+        shard_size=shard_size,
+        seed=seed,
+    )
+    assert again == plan and np.load(tmp / "j.npy").tolist() == index
