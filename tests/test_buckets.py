@@ -153,3 +153,49 @@ def test_duration_bins_equal_lhotses_estimator_on_any_durations(values, num_buck
     else:
         cuts = [MonoCut(id=str(i), start=0, duration=float(x), channel=0) for i, x in enumerate(d)]
         assert duration_bins(d, n) == [float(x) for x in estimate_duration_buckets(cuts, n)]
+
+
+def test_bucket_bins_figures_exactly_at_the_edges():
+    d = np.array([1.0, 2.0, 3.0, 4.0])
+    t = np.array([10.0, 20.0, 30.0, 40.0])
+    assert bucket_bins(d, t, num_buckets=2) == {  # 2 is the smallest count that gets bins
+        "num_buckets": 2,
+        "bucket_duration_bins": [4.0],  # totals: 1+2+3 = 6 > 10/2, so 4.0 opens the second
+        "min_duration": 1.0,
+        "max_duration": 4.0,
+        "cuts": 4,
+        "hours": round(10.0 / 3600, 6),
+    }
+    assert bucket_bins(d, t, num_buckets=1)["bucket_duration_bins"] == []
+    empty = bucket_bins(np.zeros(0), np.zeros(0), num_buckets=8, sub_buckets=2)
+    assert empty == {
+        "num_buckets": 1,
+        "bucket_duration_bins": [],
+        "min_duration": 0.0,
+        "max_duration": 0.0,
+        "cuts": 0,
+        "hours": 0.0,
+    }
+    with_2d = bucket_bins(d, t, num_buckets=2, sub_buckets=2)
+    # bucket 1 (1, 2, 3 s; 10, 20, 30 tokens) splits where the running total reaches half (30):
+    # {10} and {20, 30}; bucket 2 holds the 4 s cut alone, bounded by the longest duration
+    assert with_2d["bucket_duration_bins_2d"] == [[4.0, 10.0], [4.0, 30.0], [4.0, 40.0]]
+    assert with_2d["tokens"] == CHARACTERS and len(with_2d["max_tps"]) == 3
+
+
+def test_outliers_are_dropped_above_a_z_score_of_4_by_default():
+    # 40 cuts at 10 tokens/s and one at 10 + 4.5 sigma: kept at z 5, dropped at the default 4
+    d = np.full(41, 2.0)
+    t = np.full(41, 20.0)
+    t[:20] = 19.0
+    t[20:40] = 21.0
+    for rate in np.arange(10.5, 30.0, 0.05):  # the outlier moves mean and sigma: search its rate
+        t[40] = 2.0 * rate
+        tps = t / d
+        z = (tps - tps.mean()) / tps.std()
+        if 4.0 < z[40] < 5.0:
+            break
+    assert 4.0 < z[40] < 5.0
+    _, default = duration_token_bins(d, t, 1 + 1, 1, edges=[])
+    _, lenient = duration_token_bins(d, t, 2, 1, z_threshold=5.0, edges=[])
+    assert lenient == [tps.max()] and default == [tps[:40].max()]
