@@ -174,13 +174,13 @@ def catalog_schema(optional: list[str], codecs: list[CodecFrames], tokens: bool)
     return pa.schema(fields)
 
 
-def code_frames(num_samples: np.ndarray, sample_rate: np.ndarray, codec: CodecFrames) -> np.ndarray:
-    """Codes frames of each audio: ceil(samples at the codec's rate / samples_per_frame)."""
-    from sharflow.codes import code_frames as frames_of_one
+def frames_column(num_samples: np.ndarray, sample_rate: np.ndarray, codec: CodecFrames) -> np.ndarray:
+    """Codes frames of each audio: sharflow.codes.code_frames, row by row."""
+    from sharflow.codes import code_frames
 
     return np.asarray(
         [
-            frames_of_one(n, r, codec.sample_rate, codec.samples_per_frame)
+            code_frames(n, r, codec.sample_rate, codec.samples_per_frame)
             for n, r in zip(num_samples.tolist(), sample_rate.tolist(), strict=True)
         ],
         dtype=np.int32,
@@ -202,7 +202,7 @@ def merge_catalog(
     """
     optional = kept_optional_columns(fragments)
     schema = catalog_schema(optional, codecs, token_counts is not None)
-    rows = 0
+    rows = pending_rows = 0
     pending: list[pa.Table] = []
     with atomic_path(out) as tmp, pq.ParquetWriter(tmp, schema) as writer:
         for shard, path in enumerate(tqdm(fragments, desc="catalog", unit="shard", mininterval=5)):
@@ -214,7 +214,7 @@ def merge_catalog(
                 table = table.append_column("tokens", pa.array(counts, pa.int32()))
             for codec in codecs:
                 for prefix in ("", "context_"):
-                    frames = code_frames(
+                    frames = frames_column(
                         table.column(f"{prefix}num_samples").to_numpy(),
                         table.column(f"{prefix}sample_rate").to_numpy(),
                         codec,
@@ -222,8 +222,10 @@ def merge_catalog(
                     table = table.append_column(f"{prefix}frames_{codec.name}", pa.array(frames))
             pending.append(table.cast(schema))
             rows += table.num_rows
-            if sum(t.num_rows for t in pending) >= ROW_GROUP_ROWS:
+            pending_rows += table.num_rows
+            if pending_rows >= ROW_GROUP_ROWS:
                 _write_group(writer, pending)
+                pending_rows = 0
         _write_group(writer, pending)
     log.info("catalog %s: %d rows, %d columns (%s)", out, rows, len(schema), ", ".join(schema.names))
     return {"rows": rows, "columns": schema.names}
@@ -283,7 +285,7 @@ def iter_batches(path: str, columns: list[str], batch_rows: int = ROW_GROUP_ROWS
 
 def read_columns(path: str, columns: list[str]) -> dict[str, np.ndarray]:
     """Whole numeric columns as numpy arrays (4-8 bytes per cut each)."""
-    table = pq.read_table(path, columns=columns)
+    table = pq.read_table(path, columns=columns, use_threads=False)  # (see iter_batches)
     return {c: table.column(c).to_numpy() for c in columns}
 
 
