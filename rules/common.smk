@@ -32,6 +32,7 @@ def get_final_outputs():
     files = [layout.dataset_files(ds) for ds in DATASETS]
     return (
         [path for f in files for path in (f.prepare_stats, f.context_stats, f.shar_stats)]
+        + [f.quality_stats for f in files if QUALITY]
         + [f.codes_stats(codec) for f in files for codec in CODECS]
         + [path for f in files for path in (f.catalog, f.buckets, f.verify, f.dataset_card)]
         + [layout.INPUT_CFG, f"{layout.REPORT_DIR}/summary.html"]
@@ -67,6 +68,39 @@ def get_grouping(wildcards):
         "regex": ds["speaker_regex"],
         "field": ds["speaker_regex_field"],
     }
+
+
+def get_audio_root(wildcards):
+    return config["datasets"][wildcards.dataset]["audio_root"]
+
+
+QUALITY = config["quality"]["enabled"]
+
+
+def get_context_records(wildcards):
+    """The records the context stage reads: quality's kept.jsonl, or prepared.jsonl without quality."""
+    files = layout.dataset_files(wildcards.dataset)
+    return files.quality_kept if QUALITY else files.prepared
+
+
+def get_context_records_stats(wildcards):
+    """The stats (records_out) of the stage before context."""
+    files = layout.dataset_files(wildcards.dataset)
+    return files.quality_stats if QUALITY else files.prepare_stats
+
+
+def get_quality_parts(kind):
+    """Input function: file `kind` (metrics, stats) of every quality part of a dataset."""
+
+    def parts(wildcards):
+        files = layout.dataset_files(wildcards.dataset)
+        return [getattr(files.quality_part(p), kind) for p in range(config["quality"]["parts"])]
+
+    return parts
+
+
+def get_quality_threads(wildcards):
+    return min(resolve_workers(config["quality"]["workers"]), workflow.cores)
 
 
 def get_context_part_settings(wildcards):
@@ -140,6 +174,7 @@ SHAR_THREADS = resolve_workers(config["shar"]["workers"])
 CODES_THREADS = resolve_workers(config["codes"]["workers"])
 CODES_GPUS = gpu_request(0 if config["codes"]["device"] == "cpu" else config["codes"]["gpus_per_job"])
 CONTEXT_GPUS = gpu_request(0 if config["context"]["device"] == "cpu" else 1)
+QUALITY_GPUS = gpu_request(0 if config["quality"]["device"] == "cpu" else 1)
 
 
 def get_verify_threads(wildcards):

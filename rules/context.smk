@@ -1,6 +1,6 @@
 rule context_plan:
     input:
-        prepared=DS.prepared,
+        records=get_context_records,
     output:
         plan=DS.context_plan,
     log:
@@ -19,7 +19,7 @@ rule context_plan:
 
 rule context_part:
     input:
-        prepared=DS.prepared,
+        records=get_context_records,
         plan=DS.context_plan,
     output:
         **DS.context_part("{part}").named(),
@@ -44,7 +44,7 @@ rule context_merge:
         records=get_context_parts("records"),
         rejected=get_context_parts("rejected"),
         stats=get_context_parts("stats"),
-        prepare_stats=DS.prepare_stats,
+        records_stats=get_context_records_stats,
     output:
         with_context=DS.with_context,
         rejected=directory(DS.context_rejected),

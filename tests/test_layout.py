@@ -24,6 +24,9 @@ DS = layout.dataset_files("{dataset}")
 # rule -> {output name: path}, everything from sharflow.layout
 EXPECTED = {
     "prepare": {"prepared": DS.prepared, "rejected": DS.prepare_rejected, "stats": DS.prepare_stats},
+    "quality_part": DS.quality_part("{part}").named(),
+    "quality_merge": {"metrics": DS.quality_metrics, "stats": DS.quality_metrics_stats},
+    "quality_filter": {"kept": DS.quality_kept, "rejected": DS.quality_rejected, "stats": DS.quality_stats},
     "context_plan": {"plan": DS.context_plan},
     "context_part": DS.context_part("{part}").named(),
     "context_merge": {

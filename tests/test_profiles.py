@@ -32,7 +32,8 @@ def test_slurm_profile_shape():
     assert profile["default-resources"]["slurm_partition"] == "cpu"
     assert "attempt" in str(profile["default-resources"]["mem_mb"])
     assert not any("slurm_extra" in (r or {}) for r in profile["set-resources"].values())
-    gpu_rules = {"context_part", "codes_shard"}
+    gpu_rules = {"quality_part", "context_part", "codes_shard"}
+    assert gpu_rules <= set(profile["set-resources"])
     for rule, res in profile["set-resources"].items():
         if rule in gpu_rules:
             assert res["slurm_partition"] == "gpu" and res["gpu"] >= 1, rule

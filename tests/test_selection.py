@@ -123,7 +123,32 @@ def test_topk_equals_the_plain_exhaustive_walk_on_ties_and_edge_sizes(data):
         if data.draw(st.booleans())
         else None
     )
-    fast = select_context(
-        emb, durations, rules, same_segment=segments, block=data.draw(st.integers(1, n + 1))
+    eligible = (
+        np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+        if data.draw(st.booleans())
+        else None
     )
-    same(fast, select_context_exhaustive(emb, durations, rules, same_segment=segments))
+    fast = select_context(
+        emb,
+        durations,
+        rules,
+        same_segment=segments,
+        block=data.draw(st.integers(1, n + 1)),
+        eligible=eligible,
+    )
+    same(fast, select_context_exhaustive(emb, durations, rules, same_segment=segments, eligible=eligible))
+    if eligible is not None:  # a marked-failing utterance is never a context, but may get one
+        assert all(eligible[j] for j in fast.choice if j >= 0)
+
+
+def test_an_ineligible_utterance_gets_a_context_but_is_never_one():
+    emb = signs([[True] * 16, [True] * 15 + [False], [True] * 14 + [False] * 2])
+    rules = SelectionRules(0.0, min_duration=0.0, top_k=1)
+    durations = np.ones(3)
+    assert select_context(emb, durations, rules).choice.tolist() == [1, 0, 1]
+    eligible = np.array([True, False, True])
+    for sel in (
+        select_context(emb, durations, rules, eligible=eligible),
+        select_context_exhaustive(emb, durations, rules, eligible=eligible),
+    ):
+        assert sel.choice.tolist() == [2, 0, 0]

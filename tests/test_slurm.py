@@ -111,7 +111,7 @@ def test_slurm_profile_runs_the_demo_like_a_local_run(slurm_run, two_datasets):
 
     where = partitions(state)
     gpu_rules = {rule for rule, res in real["set-resources"].items() if res.get("slurm_partition") == "gpu"}
-    assert gpu_rules == {"context_part", "codes_shard"}
+    assert gpu_rules == {"quality_part", "context_part", "codes_shard"}
     for jobid, rule in subs:
         assert where[jobid] == ("gpu" if rule in gpu_rules else "cpu"), (rule, jobid, where[jobid])
 

@@ -343,6 +343,10 @@ def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
         expected |= {
             files.prepared,
             files.prepare_stats,
+            files.quality_metrics,
+            files.quality_metrics_stats,
+            files.quality_kept,
+            files.quality_stats,
             files.context_plan,
             files.with_context,
             files.context_stats,
@@ -357,10 +361,18 @@ def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
         expected |= {
             path for p in range(config["context"]["parts"]) for path in files.context_part(p).named().values()
         }
+        expected |= {
+            path for p in range(config["quality"]["parts"]) for path in files.quality_part(p).named().values()
+        }
         expected |= {path for s in shards for path in files.shard(s).named().values()}
         expected |= {path for c in codecs for s in shards for path in files.codes(c, s).named().values()}
         expected |= {files.codes_stats(c) for c in codecs}
-        folders += [files.prepare_rejected, files.context_rejected, files.shar_rejected]
+        folders += [
+            files.prepare_rejected,
+            files.quality_rejected,
+            files.context_rejected,
+            files.shar_rejected,
+        ]
     expected |= {str(work / layout.codec_model(c)) for c in codecs} | {
         str(work / layout.codec_spec(c)) for c in codecs
     }
@@ -410,3 +422,44 @@ def test_catalog_in_the_workflow_answers_the_readmes_questions(two_datasets):
     below = demo.context_similarity < 0.9
     assert 0 < scope["dropped"] == below.sum() < len(demo)
     assert scope["dropped_hours"] == pytest.approx(demo.duration[below].sum() / 3600)
+
+
+def test_quality_measures_every_record_into_the_cuts_and_a_new_threshold_reruns_only_the_filter(
+    two_datasets, tmp_path
+):
+    from lhotse import CutSet
+
+    from sharflow.shar_plan import cut_id
+
+    work, _, _ = two_datasets
+    for ds in ("demo", "dirty"):
+        files = DatasetFiles(str(work / "results" / ds))
+        prepared = json.loads(Path(files.prepare_stats).read_text())
+        quality = json.loads(Path(files.quality_stats).read_text())
+        context = json.loads(Path(files.context_stats).read_text())
+        assert (
+            quality["records_in"] == prepared["records_out"] == len(read_jsonl(Path(files.quality_metrics)))
+        )
+        assert quality["records_out"] + quality["rejected_total"] == quality["records_in"]
+        assert context["records_in"] == quality["records_out"]
+    files = DatasetFiles(str(work / "results" / "demo"))
+    metrics = {cut_id(r): r for r in read_jsonl(Path(files.quality_kept))}  # records with their metrics
+    assert len({r["dnsmos_ovrl"] for r in metrics.values()}) > 40  # measured, not constant
+    cuts = CutSet.from_file(sorted((Path(files.shar_dir) / "cuts").iterdir())[0])
+    for cut in cuts:
+        source = metrics[cut.id]
+        custom = cut.supervisions[0].custom
+        assert {m: custom[m] for m in ("dnsmos_ovrl", "speech_ratio", "bandwidth_hz")} == {
+            m: source[m] for m in ("dnsmos_ovrl", "speech_ratio", "bandwidth_hz")
+        }
+    catalog = pd.read_parquet(files.catalog)
+    assert catalog.dnsmos_ovrl.notna().all() and catalog.speech_ratio.gt(0.3).all()
+
+    # a new threshold: only quality_filter and what follows it would run, never quality_part
+    copy = tmp_path / "copy"
+    shutil.copytree(work, copy, symlinks=True)
+    config = yaml.safe_load((copy / "config.yaml").read_text())
+    config["quality"]["filters"] = {"speech_ratio": {"min": 0.001}, "dnsmos_ovrl": {"min": 2.0}}
+    counts = job_counts(run_snakemake(copy, config, "-n").stdout)
+    assert counts["quality_filter"] == 2 and counts["context_part"] == 2 * config["context"]["parts"]
+    assert not {"prepare", "quality_part", "quality_merge"} & set(counts)

@@ -9,7 +9,7 @@ if __name__ == "__main__":
     with job_log(snakemake.log[0]):
         run_context_part(
             int(snakemake.wildcards.part),
-            prepared=snakemake.input.prepared,
+            prepared=snakemake.input.records,
             plan=snakemake.input.plan,
             out=ContextPartFiles.of(snakemake.output),
             settings=PartSettings(**snakemake.params.settings),

@@ -5,7 +5,7 @@ from sharflow.logs import job_log
 
 with job_log(snakemake.log[0]):
     plan_context(
-        snakemake.input.prepared,
+        snakemake.input.records,
         plan=snakemake.output.plan,
         parts=snakemake.params.parts,
         grouping=snakemake.params.grouping,

@@ -311,7 +311,8 @@ def _select_and_write(
     from sharflow.selection import select_context
 
     durations = np.array([r["duration"] for _, r in good])
-    sel = select_context(embeddings, durations, rules, _segment_ids(good), device, block_rows)
+    eligible = np.array([r.get("validation_status") != "fail" for _, r in good])
+    sel = select_context(embeddings, durations, rules, _segment_ids(good), device, block_rows, eligible)
     tally.widened += sel.widened_rows
     tally.hist += np.histogram(np.clip(sel.similarity[sel.choice >= 0], 0, 1), HIST_EDGES)[0]
     rejects = []

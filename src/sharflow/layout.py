@@ -125,6 +125,12 @@ class ContextPartFiles(Outputs):
 
 
 @dataclass(frozen=True)
+class QualityPartFiles(Outputs):
+    metrics: str
+    stats: str
+
+
+@dataclass(frozen=True)
 class ShardFiles(Outputs):
     """A shar_shard job's files: its cuts, target_audio and context_audio files, stats, rejects and
     catalog fragment."""
@@ -166,6 +172,30 @@ class DatasetFiles:
     @property
     def prepare_stats(self) -> str:
         return self._path("prepare", "stats.json")
+
+    def quality_part(self, part: int | str) -> QualityPartFiles:
+        prefix = self._path("quality", "parts", f"part-{part_key(part)}")
+        return QualityPartFiles(f"{prefix}.jsonl", prefix + STATS_SUFFIX)
+
+    @property
+    def quality_metrics(self) -> str:
+        return self._path("quality", "metrics.jsonl")
+
+    @property
+    def quality_metrics_stats(self) -> str:
+        return self._path("quality", "metrics_stats.json")
+
+    @property
+    def quality_kept(self) -> str:
+        return self._path("quality", "kept.jsonl")
+
+    @property
+    def quality_rejected(self) -> str:
+        return self._path("quality", "rejected")
+
+    @property
+    def quality_stats(self) -> str:
+        return self._path("quality", "stats.json")
 
     @property
     def context_plan(self) -> str:

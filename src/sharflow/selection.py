@@ -1,12 +1,12 @@
 """Context selection inside one speaker group, in bounded memory.
 
 For each utterance, walk the other utterances from most to least similar (ties by index): skip
-itself and identical segments, stop once similarity < min_similarity, accept the first whose
-duration is within [min_duration, max_duration]. Similarity is the cosine of L2-normalised
-embeddings, computed `block` rows at a time; each row keeps only its top-k candidates, so memory is
-O(block·n + n·k), never n×n. Only candidates strictly above the k-th value are certain to be
-complete, so a row undecided among them is widened (k ×4, from the same block row) until decided:
-the result equals the exhaustive full-sort walk.
+itself and identical segments, stop once similarity < min_similarity, accept the first eligible
+one (not marked failing) whose duration is within [min_duration, max_duration]. Similarity is
+the cosine of L2-normalised embeddings, computed `block` rows at a time; each row keeps only its
+top-k candidates, so memory is O(block·n + n·k), never n×n. Only candidates strictly above the
+k-th value are certain to be complete, so a row undecided among them is widened (k ×4, from the
+same block row) until decided: the result equals the exhaustive full-sort walk.
 """
 
 from dataclasses import dataclass
@@ -77,11 +77,13 @@ def select_context(
     same_segment: np.ndarray | None = None,
     device: str | torch.device = "cpu",
     block: int = 1024,
+    eligible: np.ndarray | None = None,
 ) -> Selection:
     """Choose a context for each of n utterances of one group.
 
     embeddings: (n, d), any scale (L2-normalised here). durations: (n,) seconds.
     same_segment: optional (n,) integer ids; equal ids are identical segments and never chosen.
+    eligible: optional (n,) booleans; an ineligible utterance gets a context but is never one.
     """
     emb = torch.as_tensor(embeddings, dtype=torch.float32, device=device)
     emb = torch.nn.functional.normalize(emb, dim=1)
@@ -90,6 +92,8 @@ def select_context(
     ok = durations >= rules.min_duration
     if rules.max_duration is not None:
         ok &= durations <= rules.max_duration
+    if eligible is not None:
+        ok &= np.asarray(eligible, dtype=bool)
     choice = np.full(n, -1, dtype=np.int64)
     similarity = np.full(n, np.nan)
     best_seen = np.full(n, np.nan)
@@ -116,6 +120,7 @@ def select_context_exhaustive(
     durations: np.ndarray,
     rules: SelectionRules,
     same_segment: np.ndarray | None = None,
+    eligible: np.ndarray | None = None,
 ) -> Selection:
     """Reference method, written from the rules alone and sharing no code with select_context.
 
@@ -140,7 +145,8 @@ def select_context_exhaustive(
                 break
             long_enough = durations[j] >= rules.min_duration
             short_enough = rules.max_duration is None or durations[j] <= rules.max_duration
-            if long_enough and short_enough:
+            usable = eligible is None or bool(eligible[j])
+            if long_enough and short_enough and usable:
                 out.choice[i], out.similarity[i] = j, similarity
                 break
     return out

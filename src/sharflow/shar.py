@@ -48,7 +48,8 @@ REASONS: dict[str, str] = {
     "unreadable_context_audio": "the context span could not be decoded or encoded",
 }
 TASK_RECORDS = 8  # records per worker task
-# Manifest keys the cut holds in its own fields; every other key goes to supervision.custom.
+# Manifest keys the cut holds in its own fields (validation_status in cut.custom, where NeMo reads it);
+# every other key goes to supervision.custom.
 _CUT_KEYS = {
     "audio_filepath",
     "context_audio_filepath",
@@ -57,6 +58,7 @@ _CUT_KEYS = {
     "duration",
     "speaker",
     "source_audio",
+    "validation_status",
 }
 
 
@@ -96,6 +98,8 @@ def build_cut(record: dict, audio_root: str) -> MonoCut:
         channel=0,
         recording=source,
         supervisions=[supervision],
+        # NeMo's dataloader reads validation_status from the cut's own custom (quality.action: mark)
+        custom={"validation_status": record["validation_status"]} if "validation_status" in record else None,
     )
 
 

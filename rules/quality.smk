@@ -1,0 +1,60 @@
+rule quality_part:
+    input:
+        prepared=DS.prepared,
+    output:
+        **DS.quality_part("{part}").named(),
+    log:
+        "logs/quality_part/{dataset}/part-{part}.log",
+    benchmark:
+        "logs/quality_part/{dataset}/part-{part}.benchmark.tsv"
+    params:
+        parts=config["quality"]["parts"],
+        audio_root=get_audio_root,
+        device=config["quality"]["device"],
+        dnsmos_max_windows=config["quality"]["dnsmos_max_windows"],
+    threads: get_quality_threads
+    resources:
+        gpu=QUALITY_GPUS,
+        mem_mb=4000,
+    script:
+        "../workflow_scripts/quality_part.py"
+
+
+rule quality_merge:
+    input:
+        metrics=get_quality_parts("metrics"),
+        stats=get_quality_parts("stats"),
+        prepare_stats=DS.prepare_stats,
+    output:
+        metrics=DS.quality_metrics,
+        stats=DS.quality_metrics_stats,
+    log:
+        "logs/quality_merge/{dataset}.log",
+    benchmark:
+        "logs/quality_merge/{dataset}.benchmark.tsv"
+    resources:
+        mem_mb=1000,
+    script:
+        "../workflow_scripts/quality_merge.py"
+
+
+rule quality_filter:
+    input:
+        prepared=DS.prepared,
+        metrics=DS.quality_metrics,
+        prepare_stats=DS.prepare_stats,
+    output:
+        kept=DS.quality_kept,
+        rejected=directory(DS.quality_rejected),
+        stats=DS.quality_stats,
+    log:
+        "logs/quality_filter/{dataset}.log",
+    benchmark:
+        "logs/quality_filter/{dataset}.benchmark.tsv"
+    params:
+        filters=config["quality"]["filters"],
+        action=config["quality"]["action"],
+    resources:
+        mem_mb=1000,
+    script:
+        "../workflow_scripts/quality_filter.py"

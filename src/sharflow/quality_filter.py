@@ -1,0 +1,154 @@
+"""The quality stage's filter: apply the thresholds to the measured metrics (cheap; reruns alone).
+
+Reads prepared.jsonl and metrics.jsonl in step (one metrics line per prepared line) and writes
+every record with its metrics added. A threshold `{min: x}` keeps values >= x, `{max: y}` values
+<= y (the threshold value itself passes); a metric that could not be measured (null) fails any
+threshold on it. With action `drop`, a failing record is rejected with reason
+`quality_<metric>` (its first failing filter in config order; the detail names every failure);
+with `mark`, it is kept with `validation_status: fail` (others get `pass`), which NeMo's
+dataloader filters on, and the context stage never picks it as anyone's context. A record whose
+audio could not be decoded is rejected as `unreadable_audio`. A manifest's own value of a
+measured field is kept as `manifest_<field>`, never overwritten silently.
+"""
+
+import json
+import logging
+from collections import Counter
+from itertools import zip_longest
+
+from sharflow.atomic import atomic_dir, atomic_file, read_json, write_json
+from sharflow.errors import SharflowError
+from sharflow.quality_metrics import METRICS
+from sharflow.rejects import RejectWriter
+
+log = logging.getLogger(__name__)
+
+ACTIONS = ("drop", "mark")
+REASONS: dict[str, str] = {
+    "unreadable_audio": "the audio span could not be decoded (its header passed in prepare)",
+    **{f"quality_{m}": f"{m} outside the threshold in quality.filters" for m in METRICS},
+}
+
+
+def failures(metrics: dict, filters: dict) -> list[tuple[str, str]]:
+    """(metric, detail) of every filter a record's metrics fail, in the filters' order."""
+    out = []
+    for metric, bounds in filters.items():
+        value = metrics.get(metric)
+        if value is None:
+            out.append((metric, f"{metric} not measurable (null); thresholds {bounds}"))
+            continue
+        if "min" in bounds and value < bounds["min"]:
+            out.append((metric, f"{metric} {value} < min {bounds['min']}"))
+        if "max" in bounds and value > bounds["max"]:
+            out.append((metric, f"{metric} {value} > max {bounds['max']}"))
+    return out
+
+
+def check_filters(filters: dict) -> None:
+    """Refuse a filter on an unknown metric or without bounds, naming what to write instead."""
+    for metric, bounds in filters.items():
+        if metric not in METRICS:
+            raise SharflowError(f"quality.filters: unknown metric {metric!r}; known: {', '.join(METRICS)}")
+        if not bounds or set(bounds) - {"min", "max"}:
+            raise SharflowError(
+                f"quality.filters.{metric}: give {{min: x}}, {{max: y}} or both, got {bounds!r}"
+            )
+
+
+def with_metrics(record: dict, metrics: dict) -> dict:
+    """The record with its measured metrics; a manifest's own value of one moves to manifest_<name>."""
+    out = dict(record)
+    for name in METRICS:
+        if name in record:
+            out[f"manifest_{name}"] = record[name]
+        out[name] = metrics[name]
+    return out
+
+
+def filter_quality(
+    *,
+    prepared: str,
+    metrics: str,
+    prepare_stats: str,
+    kept: str,
+    rejected_dir: str,
+    stats: str,
+    filters: dict,
+    action: str,
+    dataset: str,
+) -> dict:
+    """Apply the thresholds; write kept.jsonl, rejected/<reason>.jsonl, stats.json (in = out + rejected)."""
+    check_filters(filters)
+    if action not in ACTIONS:
+        raise SharflowError(f"quality.action must be one of {ACTIONS}, got {action!r}")
+    records_in = read_json(prepare_stats)["records_out"]
+    counts, failing, marked = Counter(), Counter(), 0
+    seconds_in = seconds_out = 0.0
+    n_in = n_out = 0
+    with (
+        open(prepared, encoding="utf-8") as records,
+        open(metrics, encoding="utf-8") as measured,
+        atomic_file(kept, "w", encoding="utf-8") as out,
+        atomic_dir(rejected_dir) as rej_dir,
+        RejectWriter(rej_dir) as rejects,
+    ):
+        for line, (raw, mline) in enumerate(zip_longest(records, measured), start=1):
+            if raw is None or mline is None or json.loads(mline)["line"] != line:
+                raise SharflowError(
+                    f"{metrics} does not match {prepared} at line {line}: rerun with --forcerun quality_part"
+                )
+            record, m = json.loads(raw), json.loads(mline)
+            n_in += 1
+            seconds_in += record["duration"]
+            if "error" in m:
+                reason, detail, fails = "unreadable_audio", m["error"], []
+            else:
+                record = with_metrics(record, m)
+                fails = failures(m, filters)
+                failing.update(metric for metric, _ in fails)
+                reason = f"quality_{fails[0][0]}" if fails and action == "drop" else None
+                detail = "; ".join(d for _, d in fails)
+            if reason:
+                counts[reason] += 1
+                rejects.write(
+                    reason, {"line": line, "reason": reason, "detail": detail, "original": raw.rstrip("\n")}
+                )
+                continue
+            if action == "mark":
+                record["validation_status"] = "fail" if fails else "pass"
+                marked += bool(fails)
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            n_out += 1
+            seconds_out += record["duration"]
+    rejected_total = sum(counts.values())
+    if n_in != records_in or n_out + rejected_total != n_in:
+        raise SharflowError(
+            f"quality {dataset}: {records_in} prepared records, {n_in} read, {n_out} kept + "
+            f"{rejected_total} rejected; rerun with --forcerun quality_part"
+        )
+    summary = {
+        "dataset": dataset,
+        "action": action,
+        "filters": filters,
+        "records_in": n_in,
+        "records_out": n_out,
+        "rejected_total": rejected_total,
+        "rejected": dict(sorted(counts.items())),
+        "marked_fail": marked,
+        "failing_by_metric": dict(sorted(failing.items())),
+        "hours_in": round(seconds_in / 3600, 6),
+        "hours_out": round(seconds_out / 3600, 6),
+    }
+    write_json(stats, summary)
+    log.info(
+        "quality %s (%s): %d records in, %d kept (%d marked fail), %d rejected %s",
+        dataset,
+        action,
+        n_in,
+        n_out,
+        marked,
+        rejected_total,
+        dict(counts),
+    )
+    return summary

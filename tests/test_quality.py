@@ -1,0 +1,322 @@
+"""The quality stage: real DNSMOS / Silero VAD weights on real audio, signal measures, the filter."""
+
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+import soxr
+from scipy.signal import butter, sosfiltfilt
+
+from sharflow.errors import SharflowError
+from sharflow.quality import merge_quality, part_of, part_records, run_quality_part
+from sharflow.quality_filter import failures, filter_quality, with_metrics
+from sharflow.quality_metrics import (
+    METRICS,
+    Dnsmos,
+    Meters,
+    bandwidth_hz,
+    clipping_fraction,
+    loudness_lufs,
+    speaking_rate,
+    speech_measures,
+)
+from testkit import DEMO, prepare_demo, read_back, write_all
+
+
+@pytest.fixture(scope="module")
+def meters():
+    return Meters.load("cpu")
+
+
+@pytest.fixture(scope="module")
+def clean():
+    """A demo utterance at 16 kHz (awb_000: 4.84 s, speech from ~0.2 s to the end)."""
+    audio, rate = sf.read(DEMO / "audio" / "awb" / "awb_000.flac", dtype="float32")
+    assert rate == 16000
+    return audio
+
+
+def white_noise_at(audio: np.ndarray, snr_db: float, seed: int = 0) -> np.ndarray:
+    noise = np.random.default_rng(seed).standard_normal(len(audio)).astype(np.float32)
+    noise *= np.sqrt(np.mean(audio**2) / np.mean(noise**2) / 10 ** (snr_db / 10))
+    return np.clip(audio + noise, -1, 1)
+
+
+def test_dnsmos_scores_noise_lower_and_equals_the_packages_own_function(meters, clean):
+    import speechmos.dnsmos
+
+    noisy = white_noise_at(clean, 0.0)
+    low_passed = sosfiltfilt(butter(10, 4000, fs=16000, output="sos"), clean).astype(np.float32)
+    scores = [meters.dnsmos(x) for x in (clean, noisy, low_passed)]
+    assert scores[1]["dnsmos_ovrl"] < scores[0]["dnsmos_ovrl"] - 0.5
+    assert scores[1]["dnsmos_bak"] < scores[0]["dnsmos_bak"] - 0.5
+    # the package's own pipeline on the same 16 kHz arrays (one 9.01 s window each, clips repeated)
+    for x, mine in zip((clean, noisy, low_passed), scores, strict=True):
+        ref = speechmos.dnsmos.run(x, 16000)
+        assert mine["dnsmos_sig"] == pytest.approx(ref["sig_mos"], abs=1e-3)
+        assert mine["dnsmos_bak"] == pytest.approx(ref["bak_mos"], abs=1e-3)
+        assert mine["dnsmos_ovrl"] == pytest.approx(ref["ovrl_mos"], abs=1e-3)
+
+
+def test_dnsmos_windows_follow_the_models_window_and_hop():
+    short = np.arange(50_000, dtype=np.float32)
+    windows = Dnsmos.windows(short)  # doubled until it fills a window: 200,000 samples, 4 windows
+    assert [len(w) for w in windows] == [Dnsmos.WINDOW] * 4
+    assert windows[0][50_000] == windows[0][100_000] == 0 and windows[1][0] == 16_000
+    for seconds, count in ((9.01, 1), (10.0, 1), (10.0101, 2), (20.5, 12)):
+        windows = Dnsmos.windows(np.zeros(int(round(seconds * 16000)), dtype=np.float32))
+        assert len(windows) == count, seconds
+    ramp = np.arange(int(12.5 * 16000), dtype=np.float32)
+    assert [w[0] for w in Dnsmos.windows(ramp)] == [0, 16000, 32000, 48000]
+    assert [w[0] for w in Dnsmos.windows(ramp, max_windows=2)] == [0, 16000]
+
+
+def test_vad_measures_added_silence_and_none_in_zeros(meters, clean):
+    base = meters.vad(clean)
+    assert 0.5 < base["speech_ratio"] <= 1 and base["leading_silence"] < 0.5
+    padded = meters.vad(np.concatenate([np.zeros(24_000, np.float32), clean, np.zeros(16_000, np.float32)]))
+    assert padded["leading_silence"] - base["leading_silence"] == pytest.approx(1.5, abs=0.2)
+    assert padded["trailing_silence"] - base["trailing_silence"] == pytest.approx(1.0, abs=0.2)
+    assert padded["speech_seconds"] == pytest.approx(base["speech_seconds"], abs=0.2)
+    silent = meters.vad(np.zeros(32_000, np.float32))
+    assert silent == {
+        "speech_ratio": 0.0,
+        "leading_silence": 2.0,
+        "trailing_silence": 2.0,
+        "speech_seconds": 0.0,
+    }
+
+
+def test_speech_measures_from_spans_exactly():
+    assert speech_measures([(1600, 8000), (9600, 12800)], 16000, 16000) == {
+        "speech_ratio": (6400 + 3200) / 16000,
+        "leading_silence": 0.1,
+        "trailing_silence": 0.2,
+        "speech_seconds": 0.6,
+    }
+    assert speech_measures([(0, 16000)], 16000, 16000)["leading_silence"] == 0.0
+
+
+def test_bandwidth_finds_a_4_khz_low_pass(clean):
+    low_passed = sosfiltfilt(butter(10, 4000, fs=16000, output="sos"), clean)
+    assert bandwidth_hz(clean, 16000) > 6500
+    assert abs(bandwidth_hz(low_passed, 16000) - 4000) <= 500
+    # the same speech resampled to 44.1 kHz holds nothing above the source's 8 kHz Nyquist
+    assert bandwidth_hz(soxr.resample(clean, 16000, 44100), 44100) <= 8000
+    assert bandwidth_hz(np.zeros(8000), 16000) == 0.0
+
+
+def test_clipping_loudness_and_speaking_rate(clean):
+    loud = np.clip(clean * 8, -1, 1)
+    expected = np.count_nonzero(np.abs(clean * 8) >= 32767 / 32768) / len(clean)
+    assert expected > 0.001 and clipping_fraction(loud) == expected
+    assert clipping_fraction(clean) == 0.0
+    level = loudness_lufs(clean, 16000)
+    assert -40 < level < -10
+    assert loudness_lufs(clean * 0.5, 16000) == pytest.approx(level - 20 * np.log10(2), abs=0.05)
+    assert loudness_lufs(np.zeros(32_000), 16000) is None  # all below the absolute gate
+    assert loudness_lufs(clean[:3000], 16000) is None  # shorter than one 400 ms block
+    record = {"text": "Hello, world.", "normalized_text": "hello world"}
+    assert speaking_rate(record, 2.0) == 5.5
+    assert speaking_rate({"text": "abc"}, 1.5) == 2.0
+    assert speaking_rate(record, 0.0) is None
+
+
+# ---- the filter ---------------------------------------------------------------------------------
+
+
+def test_thresholds_pass_at_the_value_and_fail_on_the_wrong_side():
+    filters = {"speech_ratio": {"min": 0.5}, "clipping_fraction": {"max": 0.01}}
+    at = {"speech_ratio": 0.5, "clipping_fraction": 0.01}
+    assert failures(at, filters) == []
+    below = failures({"speech_ratio": 0.4999, "clipping_fraction": 0.01}, filters)
+    assert below == [("speech_ratio", "speech_ratio 0.4999 < min 0.5")]
+    above = failures({"speech_ratio": 0.5001, "clipping_fraction": 0.0101}, filters)
+    assert above == [("clipping_fraction", "clipping_fraction 0.0101 > max 0.01")]
+    both = failures({"speech_ratio": 0.1, "clipping_fraction": 0.2}, filters)
+    assert [m for m, _ in both] == ["speech_ratio", "clipping_fraction"]  # in the filters' order
+    assert failures({"speech_ratio": None, "clipping_fraction": 0}, filters)[0][0] == "speech_ratio"
+    ranged = {"loudness_lufs": {"min": -35, "max": -15}}
+    assert failures({"loudness_lufs": -35}, ranged) == failures({"loudness_lufs": -15}, ranged) == []
+    assert len(failures({"loudness_lufs": -40}, ranged)) == len(failures({"loudness_lufs": -10}, ranged)) == 1
+
+
+def _measured(n: int, tmp, *, error_at: int | None = None):
+    """A prepared file of n records and its metrics file (speech_ratio = line / n)."""
+    prepared, metrics, stats = tmp / "prepared.jsonl", tmp / "metrics.jsonl", tmp / "prepare_stats.json"
+    with open(prepared, "w") as p, open(metrics, "w") as m:
+        for line in range(1, n + 1):
+            record = {"audio_filepath": f"a{line}.flac", "duration": float(line), "text": "x", "speaker": "s"}
+            if line == 2:
+                record["speech_ratio"] = 0.99  # a manifest's own value of a measured field
+            p.write(json.dumps(record) + "\n")
+            values = dict.fromkeys(METRICS, 1.0) | {"speech_ratio": line / n}
+            m.write(
+                json.dumps({"line": line, "error": "bad"} if line == error_at else {"line": line, **values})
+                + "\n"
+            )
+    stats.write_text(json.dumps({"records_out": n}))
+    return prepared, metrics, stats
+
+
+def _filter(tmp, prepared, metrics, stats, action, filters):
+    out = tmp / action
+    summary = filter_quality(
+        prepared=str(prepared),
+        metrics=str(metrics),
+        prepare_stats=str(stats),
+        kept=str(out / "kept.jsonl"),
+        rejected_dir=str(out / "rejected"),
+        stats=str(out / "stats.json"),
+        filters=filters,
+        action=action,
+        dataset="t",
+    )
+    kept = [json.loads(x) for x in (out / "kept.jsonl").read_text().splitlines()]
+    return summary, kept, out / "rejected"
+
+
+def test_drop_rejects_with_reasons_and_mark_keeps_with_a_status(tmp_path):
+    files = _measured(10, tmp_path, error_at=7)
+    filters = {"speech_ratio": {"min": 0.5}}  # lines 1-4 fail (0.1 .. 0.4); 5 is at the threshold
+    summary, kept, rejected = _filter(tmp_path, *files, "drop", filters)
+    assert [r["duration"] for r in kept] == [5.0, 6.0, 8.0, 9.0, 10.0]
+    assert summary["records_in"] == 10 and summary["records_out"] == 5
+    assert summary["rejected"] == {"quality_speech_ratio": 4, "unreadable_audio": 1}
+    assert summary["hours_in"] == round(55 / 3600, 6) and summary["hours_out"] == round(38 / 3600, 6)
+    lines = [json.loads(x) for x in (rejected / "quality_speech_ratio.jsonl").read_text().splitlines()]
+    assert [x["line"] for x in lines] == [1, 2, 3, 4]
+    assert lines[0]["detail"] == "speech_ratio 0.1 < min 0.5"
+    assert json.loads((rejected / "unreadable_audio.jsonl").read_text())["detail"] == "bad"
+    assert all(r["speech_ratio"] == r["duration"] / 10 and "validation_status" not in r for r in kept)
+
+    summary, kept, rejected = _filter(tmp_path, *files, "mark", filters)
+    assert summary["records_out"] == 9 and summary["rejected"] == {"unreadable_audio": 1}
+    assert summary["marked_fail"] == 4 and summary["failing_by_metric"] == {"speech_ratio": 4}
+    assert [r["validation_status"] for r in kept] == ["fail"] * 4 + ["pass"] * 5
+    assert (
+        kept[1]["manifest_speech_ratio"] == 0.99 and kept[1]["speech_ratio"] == 0.2
+    )  # never overwritten silently
+
+
+def test_filter_refuses_metrics_out_of_step_and_unknown_metrics(tmp_path):
+    prepared, metrics, stats = _measured(3, tmp_path)
+    metrics.write_text("\n".join(metrics.read_text().splitlines()[:2]) + "\n")
+    with pytest.raises(
+        SharflowError, match=r"does not match .* at line 3: rerun with --forcerun quality_part"
+    ):
+        _filter(tmp_path, prepared, metrics, stats, "drop", {})
+    with pytest.raises(SharflowError, match="unknown metric 'snr'"):
+        _filter(tmp_path, prepared, metrics, stats, "drop", {"snr": {"min": 1}})
+    with pytest.raises(SharflowError, match=r"give \{min: x\}"):
+        _filter(tmp_path, prepared, metrics, stats, "drop", {"speech_ratio": {"low": 1}})
+    assert with_metrics({"a": 1}, dict.fromkeys(METRICS)) == {"a": 1, **dict.fromkeys(METRICS)}
+
+
+# ---- parts and ranks ----------------------------------------------------------------------------
+
+
+def test_parts_are_contiguous_with_equal_seconds(tmp_path):
+    """A record goes to part int(parts * (seconds before it) / total seconds)."""
+    prepared = tmp_path / "p.jsonl"
+    prepared.write_text("".join(json.dumps({"duration": d}) + "\n" for d in (1, 1, 1, 1, 4, 1, 1)))
+    assert [[ln for ln, _, _ in part_records(str(prepared), p, 2)] for p in range(2)] == [
+        [1, 2, 3, 4, 5],
+        [6, 7],
+    ]
+    assert [[ln for ln, _, _ in part_records(str(prepared), p, 3)] for p in range(3)] == [
+        [1, 2, 3, 4],
+        [5],
+        [6, 7],
+    ]
+    assert part_of(5.0, 10.0, 2) == 1 and part_of(4.999, 10.0, 2) == 0 and part_of(10.0, 10.0, 2) == 1
+    assert part_of(0.0, 0.0, 4) == 0
+
+
+def test_metrics_are_byte_identical_for_any_parts_and_ranks(tmp_path):
+    """8 demo records measured as 1 part on 1 rank, and as 2 parts on 2 ranks each."""
+    prep = prepare_demo(tmp_path)
+    lines = (prep / "prepared.jsonl").read_text().splitlines()
+    short = [x for x in lines if json.loads(x)["duration"] < 3.5][:8]
+    (prep / "prepared.jsonl").write_text("\n".join(short) + "\n")
+    (prep / "stats.json").write_text(json.dumps({"records_out": len(short)}))
+    outputs = []
+    for parts, workers in ((1, 1), (2, 2)):
+        out = tmp_path / f"p{parts}w{workers}"
+        stats = [
+            run_quality_part(
+                p,
+                prepared=str(prep / "prepared.jsonl"),
+                parts=parts,
+                audio_root=str(DEMO / "audio"),
+                out_metrics=str(out / f"part-{p}.jsonl"),
+                out_stats=str(out / f"part-{p}.stats.json"),
+                device="cpu",
+                workers=workers,
+            )
+            for p in range(parts)
+        ]
+        assert sum(s["records"] for s in stats) == len(short)
+        summary = merge_quality(
+            part_metrics=[str(out / f"part-{p}.jsonl") for p in range(parts)],
+            part_stats=[str(out / f"part-{p}.stats.json") for p in range(parts)],
+            prepare_stats=str(prep / "stats.json"),
+            metrics=str(out / "metrics.jsonl"),
+            stats=str(out / "metrics_stats.json"),
+        )
+        assert summary["records"] == len(short) and summary["unreadable"] == 0
+        outputs.append((out / "metrics.jsonl").read_bytes())
+    rows = [json.loads(x) for x in outputs[0].decode().splitlines()]
+    assert [r["line"] for r in rows] == list(range(1, len(short) + 1))
+    assert len({r["dnsmos_ovrl"] for r in rows}) == len(rows)  # the values carry information
+    assert outputs[0] == outputs[1]
+
+
+# ---- mark mode into NeMo's dataloader -----------------------------------------------------------
+
+
+def test_nemo_dataloader_drops_exactly_the_marked_cuts(with_context, tmp_path):
+    """Cuts marked `fail` (on cut.custom) and cuts over max_cer (supervision custom) are the ones
+    NeMo's get_lhotse_dataloader_from_config leaves out."""
+    import torch
+    from lhotse import CutSet
+    from nemo.collections.common.data.lhotse.dataloader import get_lhotse_dataloader_from_config
+    from omegaconf import OmegaConf
+
+    records = [json.loads(x) for x in with_context[0].read_text().splitlines()][:24]
+    for i, r in enumerate(records):
+        r["validation_status"] = "fail" if i % 3 == 0 else "pass"
+        r["cer"] = 0.5 if i % 5 == 1 else 0.01
+    marked = tmp_path / "with_context.jsonl"
+    marked.write_text("".join(json.dumps(r) + "\n" for r in records))
+    write_all(tmp_path / "ds", marked, shard_size=8)
+    cuts = list(read_back(tmp_path / "ds"))
+    assert {c.custom["validation_status"] for c in cuts} == {"pass", "fail"}
+    assert all("validation_status" not in c.supervisions[0].custom for c in cuts)
+    expected = {
+        c.id
+        for c in cuts
+        if c.custom["validation_status"] == "pass" and c.supervisions[0].custom["cer"] <= 0.1
+    }
+    assert 0 < len(expected) < len(cuts)
+
+    class Ids(torch.utils.data.Dataset):
+        def __getitem__(self, batch: CutSet):
+            return [c.id for c in batch]
+
+    shar = tmp_path / "ds" / "shar"
+    config = OmegaConf.create(
+        {
+            "shar_path": {"cuts": sorted(str(p) for p in (shar / "cuts").iterdir())},
+            "batch_size": 4,
+            "num_workers": 0,
+            "seed": 0,
+            "shuffle": False,
+            "max_cer": 0.1,
+            "keep": "pass",
+            "force_finite": True,
+        }
+    )
+    loader = get_lhotse_dataloader_from_config(config, global_rank=0, world_size=1, dataset=Ids())
+    assert {cid for batch in loader for cid in batch} == expected

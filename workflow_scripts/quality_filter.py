@@ -1,0 +1,17 @@
+"""Snakemake adapter: sharflow.quality_filter.filter_quality."""
+
+from sharflow.logs import job_log
+from sharflow.quality_filter import filter_quality
+
+with job_log(snakemake.log[0]):
+    filter_quality(
+        prepared=snakemake.input.prepared,
+        metrics=snakemake.input.metrics,
+        prepare_stats=snakemake.input.prepare_stats,
+        kept=snakemake.output.kept,
+        rejected_dir=snakemake.output.rejected,
+        stats=snakemake.output.stats,
+        filters=dict(snakemake.params.filters),
+        action=snakemake.params.action,
+        dataset=snakemake.wildcards.dataset,
+    )

@@ -1,0 +1,13 @@
+"""Snakemake adapter: sharflow.quality.merge_quality."""
+
+from sharflow.logs import job_log
+from sharflow.quality import merge_quality
+
+with job_log(snakemake.log[0]):
+    merge_quality(
+        part_metrics=list(snakemake.input.metrics),
+        part_stats=list(snakemake.input.stats),
+        prepare_stats=snakemake.input.prepare_stats,
+        metrics=snakemake.output.metrics,
+        stats=snakemake.output.stats,
+    )

@@ -1,0 +1,22 @@
+"""Snakemake adapter: sharflow.quality.run_quality_part."""
+
+from sharflow.layout import QualityPartFiles
+from sharflow.logs import job_log
+from sharflow.quality import run_quality_part
+
+# The guard keeps spawned rank processes, which re-run this file as __mp_main__, out of the body.
+if __name__ == "__main__":
+    with job_log(snakemake.log[0]):
+        out = QualityPartFiles.of(snakemake.output)
+        run_quality_part(
+            int(snakemake.wildcards.part),
+            prepared=snakemake.input.prepared,
+            parts=snakemake.params.parts,
+            audio_root=snakemake.params.audio_root,
+            out_metrics=out.metrics,
+            out_stats=out.stats,
+            device=snakemake.params.device,
+            workers=snakemake.threads,
+            gpus=snakemake.resources.gpu,
+            dnsmos_max_windows=snakemake.params.dnsmos_max_windows,
+        )
