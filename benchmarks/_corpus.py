@@ -73,7 +73,7 @@ def context_stage(files, *, audio_root: Path, workers: int) -> None:
         part_records=[part.records],
         part_rejected=[part.rejected],
         part_stats=[part.stats],
-        prepare_stats=files.prepare_stats,
+        records_stats=files.prepare_stats,
         with_context=files.with_context,
         rejected_dir=files.context_rejected,
         stats=files.context_stats,

@@ -164,7 +164,7 @@ def run_stage(tmp, prep, root=DEMO / "audio", parts=1, workers=1, save_embedding
         part_records=[files.context_part(p).records for p in range(parts)],
         part_rejected=[files.context_part(p).rejected for p in range(parts)],
         part_stats=[files.context_part(p).stats for p in range(parts)],
-        prepare_stats=source.prepare_stats,
+        records_stats=source.prepare_stats,
         with_context=files.with_context,
         rejected_dir=files.context_rejected,
         stats=files.context_stats,

@@ -8,7 +8,7 @@ with job_log(snakemake.log[0]):
         part_records=snakemake.input.records,
         part_rejected=snakemake.input.rejected,
         part_stats=snakemake.input.stats,
-        prepare_stats=snakemake.input.records_stats,
+        records_stats=snakemake.input.records_stats,
         with_context=snakemake.output.with_context,
         rejected_dir=snakemake.output.rejected,
         stats=snakemake.output.stats,

@@ -66,6 +66,11 @@ def load_segment(path: str, offset: float, duration: float, sampling_rate: int |
     if data.shape[0] == 0:
         raise ValueError(f"{path}: no samples at offset {offset} s")
     mono = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
-    if sampling_rate is not None and sampling_rate != rate:
-        mono = soxr.resample(mono, rate, sampling_rate, quality="HQ").astype(np.float32, copy=False)
-    return np.ascontiguousarray(mono)
+    return resample(mono, rate, sampling_rate) if sampling_rate is not None else np.ascontiguousarray(mono)
+
+
+def resample(audio: np.ndarray, rate: int, target: int) -> np.ndarray:
+    """Mono float32 audio at `target` Hz (soxr, HQ); contiguous, unchanged when the rates agree."""
+    if target != rate:
+        audio = soxr.resample(audio, rate, target, quality="HQ").astype(np.float32, copy=False)
+    return np.ascontiguousarray(audio)

@@ -23,25 +23,13 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from sharflow.atomic import atomic_path
+from sharflow.quality_metrics import METRICS
 
 log = logging.getLogger(__name__)
 
 STRING = pa.dictionary(pa.int32(), pa.string())
 # Per-utterance quality measures a manifest (or the quality stage) may carry, as float32 columns.
-QUALITY_METRICS = (
-    "cer",
-    "wer",
-    "dnsmos_sig",
-    "dnsmos_bak",
-    "dnsmos_ovrl",
-    "speech_ratio",
-    "leading_silence",
-    "trailing_silence",
-    "bandwidth_hz",
-    "clipping_fraction",
-    "loudness_lufs",
-    "speaking_rate",
-)
+QUALITY_METRICS = ("cer", "wer", *METRICS)
 BASE_COLUMNS = (
     ("cut_id", pa.string()),
     ("shard", pa.int32()),

@@ -24,21 +24,21 @@ def merge_context(
     part_records: list[str],
     part_rejected: list[str],
     part_stats: list[str],
-    prepare_stats: str,
+    records_stats: str,
     with_context: str,
     rejected_dir: str,
     stats: str,
     dataset: str,
 ) -> dict:
     """Merge the parts into with_context.jsonl + rejected/<reason>.jsonl + stats.json, checking accounting."""
-    records_in = read_json(prepare_stats)["records_out"]
+    records_in = read_json(records_stats)["records_out"]  # what quality (or prepare) kept
     parts = [read_json(p) for p in part_stats]
     kept, seconds_out = _merge_records(part_records, with_context)
     counts = _merge_rejects(part_rejected, rejected_dir)
     rejected_total = sum(counts.values())
     if kept + rejected_total != records_in:
         raise SharflowError(
-            f"context {dataset}: {records_in} prepared records but {kept} kept + {rejected_total} rejected; "
+            f"context {dataset}: {records_in} records in but {kept} kept + {rejected_total} rejected; "
             "the parts are out of date: rerun with --forcerun context_plan"
         )
     hist = np.sum([r["similarity_hist"] for p in parts for r in p["ranks"]], axis=0).tolist() if parts else []

@@ -15,15 +15,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 from tqdm import tqdm
 
 from sharflow.atomic import atomic_file, read_json, write_json
-from sharflow.audio import load_segment, resolve_audio_path
+from sharflow.audio import load_segment, resample, resolve_audio_path
 from sharflow.balance import loads, lpt_assign
 from sharflow.context_plan import numbered_lines
 from sharflow.errors import SharflowError
 from sharflow.parallel import ahead, resolve_workers
+from sharflow.quality_metrics import MODEL_RATE
 from sharflow.ranks import job_devices, run_ranks
 
 log = logging.getLogger(__name__)
@@ -114,16 +114,11 @@ def merge_by_line(paths: list[str]):
 
 def _load(audio_root: str, record: dict):
     """(audio at the source rate, its rate, audio at 16 kHz), or the exception that stopped decoding."""
-    from sharflow.quality_metrics import MODEL_RATE
-
     try:
         path, _ = resolve_audio_path(audio_root, record["audio_filepath"])
         rate = record["source_audio"]["sampling_rate"]
         audio = load_segment(path, record["offset"], record["duration"])
-        import soxr
-
-        audio_16k = audio if rate == MODEL_RATE else soxr.resample(audio, rate, MODEL_RATE, quality="HQ")
-        return audio, rate, np.ascontiguousarray(audio_16k, dtype=np.float32)
+        return audio, rate, resample(audio, rate, MODEL_RATE)
     except Exception as e:  # reported per record; the part goes on without it
         return e
 
