@@ -272,6 +272,10 @@ def get_report_datasets(wildcards):
             "verify": files.verify,
             "catalog": files.catalog,
         }
+        if QUALITY:
+            out[ds].update(
+                quality=files.quality_stats, prepared=files.prepared, quality_metrics=files.quality_metrics
+            )
     return out
 
 

@@ -11,6 +11,14 @@ rule report:
         ),
         load=report(f"{layout.REPORT_DIR}/load.png", caption="report/load.rst", category="Context"),
         rejects=report(f"{layout.REPORT_DIR}/rejects.png", caption="report/rejects.rst", category="Records"),
+        quality=report(f"{layout.REPORT_DIR}/quality.png", caption="report/quality.rst", category="Quality"),
+        quality_kept=report(
+            f"{layout.REPORT_DIR}/quality_kept.png", caption="report/quality_kept.rst", category="Quality"
+        ),
+        quality_table=report(
+            f"{layout.REPORT_DIR}/quality.html", caption="report/quality_table.rst", category="Quality"
+        ),
+        quality_tsv=f"{layout.REPORT_DIR}/quality.tsv",
         summary=report(f"{layout.REPORT_DIR}/summary.html", caption="report/summary.rst", category="Records"),
         summary_tsv=f"{layout.REPORT_DIR}/summary.tsv",
         tables=report(f"{layout.REPORT_DIR}/tables.html", caption="report/tables.rst", category="Data"),

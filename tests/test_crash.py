@@ -1,17 +1,20 @@
 """kill -9 in the middle of the context, shar and codes stages, then rerun: the result is the same.
 
-One local run of the demo and the dirty dataset (the session's two_datasets config) on one core is
-killed three times (SIGKILL to snakemake and every job process):
-while a context part runs, while shard files are being written, and while codec codes are being
-computed. After each kill the run is resumed as the README says (`--unlock`, then the same
-command). A watcher records every file seen under a final Shar name during the killed runs: each
-must already have its final size, i.e. no partial file is ever visible. The final outputs must
+One local run of the demo and the dirty dataset (the session's two_datasets config) on one core,
+started from the session run's prepare and quality outputs (copied with Snakemake's records of them,
+so those jobs are complete: the kill points are in the later stages, and the quality stage's own
+worker-count check is tests/test_quality.py's), is killed three times (SIGKILL to snakemake and
+every job process): while a context part runs, while shard files are being written, and while codec
+codes are being computed. After each kill the run is resumed as the README says (`--unlock`, then
+the same command). A watcher records every file seen under a final Shar name during the killed runs:
+each must already have its final size, i.e. no partial file is ever visible. The final outputs must
 equal an uninterrupted run's (the session's two_datasets run, on two cores) byte for byte: this is
 also the suite's check that outputs do not depend on the worker count (1 vs 2 per job).
 """
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -89,14 +92,24 @@ def mid_codes(work: Path) -> bool:
     return 1 <= done < 4 and count(work, "logs/codes_shard/demo/tiny_nemo/*.log") > done
 
 
+def seed(reference_work: Path, work: Path, datasets=("demo", "dirty"), stages=("prepare", "quality")) -> None:
+    """The reference run's outputs of `stages` (mtimes kept) and Snakemake's metadata, into `work`."""
+    for ds in datasets:
+        for stage in stages:
+            shutil.copytree(reference_work / "results" / ds / stage, work / "results" / ds / stage)
+    shutil.copytree(reference_work / ".snakemake" / "metadata", work / ".snakemake" / "metadata")
+
+
 def test_kill_9_mid_stage_then_rerun_is_byte_identical(two_datasets, tmp_path):
     reference = two_datasets[0] / "results"
     work = tmp_path / "work"
+    seed(two_datasets[0], work)
     config = yaml.safe_load((two_datasets[0] / "config.yaml").read_text())
     watcher = Watcher(work / "results" / "demo" / "shar")
     watcher.start()
     try:
-        run_and_kill(work, config, mid_context, "context")
+        log = run_and_kill(work, config, mid_context, "context")
+        assert "rule quality_part" not in log and "rule prepare" not in log  # the seeded jobs are done
         finished = [
             p for p in ("0000", "0001") if (work / f"results/demo/context/parts/part-{p}.jsonl").exists()
         ]

@@ -51,6 +51,10 @@ EXPECTED = {
             plot: f"{layout.REPORT_DIR}/{plot}.png" for plot in ("durations", "buckets", "similarity", "load")
         },
         "rejects": f"{layout.REPORT_DIR}/rejects.png",
+        "quality": f"{layout.REPORT_DIR}/quality.png",
+        "quality_kept": f"{layout.REPORT_DIR}/quality_kept.png",
+        "quality_table": f"{layout.REPORT_DIR}/quality.html",
+        "quality_tsv": f"{layout.REPORT_DIR}/quality.tsv",
         "summary": f"{layout.REPORT_DIR}/summary.html",
         "summary_tsv": f"{layout.REPORT_DIR}/summary.tsv",
         "tables": f"{layout.REPORT_DIR}/tables.html",

@@ -61,12 +61,13 @@ def test_local_profile_caps_gpus():
 
 
 def test_slurm_profile_dry_run_parses(tmp_path):
-    """The plugin is installed and the profile's keys and expressions are accepted."""
+    """The plugin is installed and the profile's keys and expressions are accepted (the shipped
+    config, both its datasets)."""
     proc = subprocess.run(
-        snakemake_cmd(tmp_path, demo_config(), "-n", profile="slurm"),
+        snakemake_cmd(tmp_path, demo_config(degraded=True), "-n", profile="slurm"),
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "prepare" in proc.stdout
+    assert "prepare" in proc.stdout and "dataset=degraded" in proc.stdout

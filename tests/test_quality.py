@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import soxr
+import yaml
 from scipy.signal import butter, sosfiltfilt
 
 from sharflow.errors import SharflowError
@@ -21,7 +22,7 @@ from sharflow.quality_metrics import (
     speaking_rate,
     speech_measures,
 )
-from testkit import DEMO, prepare_demo, read_back, write_all
+from testkit import DEMO, REPO, prepare_demo, read_back, read_jsonl, write_all
 
 
 @pytest.fixture(scope="module")
@@ -212,6 +213,86 @@ def test_filter_refuses_metrics_out_of_step_and_unknown_metrics(tmp_path):
     with pytest.raises(SharflowError, match=r"give \{min: x\}"):
         _filter(tmp_path, prepared, metrics, stats, "drop", {"speech_ratio": {"low": 1}})
     assert with_metrics({"a": 1}, dict.fromkeys(METRICS)) == {"a": 1, **dict.fromkeys(METRICS)}
+
+
+def test_filter_costs_are_exact_and_the_kept_curves_read_the_histograms(tmp_path):
+    from sharflow.quality_costs import quality_view
+
+    prepared, metrics, stats = _measured(10, tmp_path, error_at=7)
+    lines = [json.loads(x) for x in metrics.read_text().splitlines()]
+    for m in lines:
+        if "error" not in m:  # lines 1..10 -> 4.0, 3.7, ... 1.3; none on an interior edge of 4 bins
+            m["dnsmos_ovrl"] = round(4.3 - 0.3 * m["line"], 6)
+    lines[2]["loudness_lufs"] = None
+    metrics.write_text("".join(json.dumps(m) + "\n" for m in lines))
+    filters = {
+        "speech_ratio": {"min": 0.5},  # fails lines 1-4: 10 s
+        "dnsmos_ovrl": {"min": 2.5},  # line 6 is at the threshold; fails 8, 9, 10: 27 s
+        "loudness_lufs": {"max": 2.0},  # only the null on line 3 fails: 3 s
+    }
+    view = quality_view("t", str(prepared), str(metrics), {"filters": filters, "action": "mark"}, bins=4)
+    got = [(r["filter"], r["records"], r["hours"]) for r in view.removed]
+    assert got == [
+        ("speech_ratio >= 0.5", 4, round(10 / 3600, 6)),
+        ("dnsmos_ovrl >= 2.5", 3, round(27 / 3600, 6)),
+        ("loudness_lufs <= 2.0", 1, round(3 / 3600, 6)),
+        ("all filters together", 7, round(37 / 3600, 6)),
+        ("unreadable audio (always rejected)", 1, round(7 / 3600, 6)),
+    ]
+    summary, _, _ = _filter(tmp_path, prepared, metrics, stats, "mark", filters)
+    assert summary["marked_fail"] == 7  # the filter job agrees on "all together"
+
+    h = view.histograms["dnsmos_ovrl"]
+    values = {m["line"]: m["dnsmos_ovrl"] for m in lines if "error" not in m}  # duration = line
+    assert np.count_nonzero(h.seconds) >= 3 and h.seconds.sum() == 48  # informative, all measured
+    for i, edge in enumerate(h.edges):
+        at_least = sum(d for d, v in values.items() if v >= edge) / 3600
+        at_most = sum(d for d, v in values.items() if v <= edge) / 3600
+        if 0 < i < len(h.edges) - 1:
+            assert h.kept_hours("min")[i] == pytest.approx(at_least)
+            assert h.kept_hours("max")[i] == pytest.approx(at_most)
+    assert h.kept_hours("min")[0] == h.kept_hours("max")[-1] == pytest.approx(48 / 3600)
+    assert view.histograms["loudness_lufs"].null_seconds == 3
+
+
+def test_each_degraded_demo_utterance_fails_its_own_filter_and_the_clean_ones_pass(tmp_path):
+    """demo/degraded (demo/make_degraded.py) against the shipped config's filters, real weights."""
+    config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    dataset, quality = config["datasets"]["degraded"], config["quality"]
+    root = REPO / dataset["audio_root"]
+    prep = prepare_demo(tmp_path, REPO / dataset["manifest"], root)
+    assert json.loads((prep / "stats.json").read_text())["rejected_total"] == 0
+    run_quality_part(
+        0,
+        prepared=str(prep / "prepared.jsonl"),
+        parts=1,
+        audio_root=str(root),
+        out_metrics=str(tmp_path / "metrics.jsonl"),
+        out_stats=str(tmp_path / "stats.json"),
+        device="cpu",
+        dnsmos_max_windows=quality["dnsmos_max_windows"],
+    )
+    records = read_jsonl(prep / "prepared.jsonl")
+    metrics = read_jsonl(tmp_path / "metrics.jsonl")
+    expected = {
+        "noise_0db": {"dnsmos_bak"},
+        "lowpass_4khz": {"bandwidth_hz"},
+        "leading_silence": {"leading_silence"},
+        "trailing_silence": {"trailing_silence"},
+        "clipped": {"clipping_fraction"},
+        "wrong_text": {"speaking_rate"},
+        "silence_only": {"speech_ratio"},
+    }
+    seen = set()
+    for record, m in zip(records, metrics, strict=True):
+        kind = next((k for k in expected if record["audio_filepath"].endswith(f"_{k}.flac")), None)
+        failed = {metric for metric, _ in failures(m, quality["filters"])}
+        if kind == "silence_only":  # no speech: every speech-based metric is null and fails too
+            assert "speech_ratio" in failed, (record["audio_filepath"], m)
+        else:
+            assert failed == expected.get(kind, set()), (record["audio_filepath"], m)
+        seen.add(kind)
+    assert seen == {None, *expected}  # clean records and every kind of damage
 
 
 # ---- parts and ranks ----------------------------------------------------------------------------

@@ -12,8 +12,12 @@ import pytest
 
 from sharflow.buckets import write_buckets
 from sharflow.layout import DatasetFiles
+from sharflow.quality_costs import quality_view, removed_table
+from sharflow.quality_filter import filter_quality
+from sharflow.quality_metrics import METRICS
 from sharflow.report import COLUMNS, duration_histogram, load_dataset, summary_rows, write_report
 from sharflow.shar_merge import merge_shar_stats
+from testkit import prepare_demo
 
 
 @pytest.fixture
@@ -54,6 +58,7 @@ def stats_files(with_context, demo_shards, tmp_path):
     )
     write_buckets(catalog, str(tmp_path / "buckets.yaml"), num_buckets=6, sub_buckets=2)
     return {
+        **quality_files(tmp_path),
         "prepare": str(tmp_path / "prepare.json"),
         "context": str(with_context[1]),
         "shar": str(tmp_path / "shar.json"),
@@ -65,10 +70,39 @@ def stats_files(with_context, demo_shards, tmp_path):
     }
 
 
+def quality_files(tmp):
+    """The quality filter's files for the demo's prepared records: seeded metrics, one filter, mark."""
+    files = DatasetFiles(str(tmp / "quality"))
+    prepared = prepare_demo(tmp) / "prepared.jsonl"
+    rng = np.random.default_rng(0)
+    Path(files.quality_metrics).parent.mkdir(parents=True)
+    with open(files.quality_metrics, "w") as out:
+        for line in range(1, len(prepared.read_text().splitlines()) + 1):
+            values = {m: round(float(rng.uniform(1, 5)), 6) for m in METRICS}
+            out.write(json.dumps({"line": line, **values}) + "\n")
+    filter_quality(
+        prepared=str(prepared),
+        metrics=files.quality_metrics,
+        prepare_stats=str(prepared.parent / "stats.json"),
+        kept=files.quality_kept,
+        rejected_dir=files.quality_rejected,
+        stats=files.quality_stats,
+        filters={"dnsmos_ovrl": {"min": 3.0}, "loudness_lufs": {"min": 2.0, "max": 4.5}},
+        action="mark",
+        dataset="demo",
+    )
+    return {
+        "quality": files.quality_stats,
+        "prepared": str(prepared),
+        "quality_metrics": files.quality_metrics,
+    }
+
+
 def test_summary_accounts_for_every_record_at_every_stage(stats_files):
     rows = summary_rows(load_dataset("demo", stats_files))
     assert [r["stage"] for r in rows] == [
         "prepare",
+        "quality",
         "context",
         "shar",
         "codes tiny (target+context audio)",
@@ -78,6 +112,7 @@ def test_summary_accounts_for_every_record_at_every_stage(stats_files):
         assert row["records_in"] == row["records_out"] + row["rejected"], row
     assert rows[0]["rejected"] == 3 and rows[-1]["records_out"] == 56
     assert rows[1]["hours_in"] == rows[0]["hours_out"]  # each stage starts where the previous ended
+    assert rows[2]["hours_in"] == rows[1]["hours_out"]
 
 
 def test_duration_histogram_is_streamed_and_exact(stats_files):
@@ -95,14 +130,27 @@ def test_duration_histogram_is_streamed_and_exact(stats_files):
 
 def test_report_plots_and_summary(stats_files, tmp_path):
     out = tmp_path / "report"
-    rows = write_report({"demo": stats_files, "again": stats_files}, str(out), min_similarity=0.6)
-    assert len(rows) == 10
-    for name in ("durations", "buckets", "similarity", "load", "rejects"):
+    without_quality = {
+        k: v for k, v in stats_files.items() if k not in ("quality", "prepared", "quality_metrics")
+    }
+    rows = write_report({"demo": stats_files, "again": without_quality}, str(out), min_similarity=0.6)
+    assert len(rows) == 11  # a quality row for demo only
+    for name in ("durations", "buckets", "similarity", "load", "rejects", "quality", "quality_kept"):
         image = matplotlib.image.imread(out / f"{name}.png")
-        assert image.shape[0] > 400  # one panel per dataset
+        assert image.shape[0] > 400  # one panel per dataset, or per metric
         assert (image[..., :3] < 0.9).any(axis=-1).mean() > 0.01, name  # something is drawn
     tsv = (out / "summary.tsv").read_text().splitlines()
-    assert tsv[0].split("\t") == list(COLUMNS) and len(tsv) == 11
+    assert tsv[0].split("\t") == list(COLUMNS) and len(tsv) == 12
+
+    # the hours each filter costs, as the quality table and the filter job see them
+    quality = json.loads(Path(stats_files["quality"]).read_text())
+    view = quality_view("demo", stats_files["prepared"], stats_files["quality_metrics"], quality)
+    table = pd.read_csv(out / "quality.tsv", sep="\t")
+    assert table.to_dict("records") == removed_table([view]).to_dict("records")
+    together = table.set_index("filter").loc["all filters together"]
+    assert 0 < together.records == quality["marked_fail"] < 56 and together.dataset == "demo"
+    assert table.records.iloc[0] == quality["failing_by_metric"]["dnsmos_ovrl"]
+    assert "<td>loudness_lufs in [2.0, 4.5]</td>" in (out / "quality.html").read_text()
     assert pd.read_csv(out / "summary.tsv", sep="\t").to_dict("records") == rows
     speakers = pd.read_csv(out / "speakers.tsv", sep="\t")
     assert set(speakers.dataset) == {"demo", "again"} and speakers.utterances.sum() == 2 * 56
@@ -114,7 +162,7 @@ def test_report_plots_and_summary(stats_files, tmp_path):
         "<td>missing_audio" not in (out / "summary.html").read_text()
     )  # reasons are in the plot, not the table
     first = {p.name: p.read_bytes() for p in out.iterdir()}
-    write_report({"demo": stats_files, "again": stats_files}, str(out), min_similarity=0.6)
+    write_report({"demo": stats_files, "again": without_quality}, str(out), min_similarity=0.6)
     assert {p.name: p.read_bytes() for p in out.iterdir()} == first  # same stats, same bytes
 
 

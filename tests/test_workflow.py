@@ -237,7 +237,7 @@ def test_verify_and_report_in_the_workflow(two_datasets, tmp_path, chromium):
         str(work / "results" / "report"),
         browser=chromium,
     )
-    plots = {"durations", "buckets", "similarity", "load", "rejects"}
+    plots = {"durations", "buckets", "similarity", "load", "rejects", "quality", "quality_kept"}
     assert {k.rsplit("/", 1)[1].split(".")[0] for k in found} == plots | {"summary", "tables", "DATASET"}
     assert sum(k.endswith("DATASET.md") for k in found) == 2  # one card per dataset
     for key, info in found.items():
@@ -385,6 +385,10 @@ def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
             "similarity.png",
             "load.png",
             "rejects.png",
+            "quality.png",
+            "quality_kept.png",
+            "quality.html",
+            "quality.tsv",
             "summary.html",
             "summary.tsv",
             "tables.html",

@@ -18,6 +18,8 @@ import yaml
 
 from sharflow.atomic import atomic_file, read_json
 from sharflow.catalog import iter_batches
+from sharflow.quality_costs import SIDES, QualityView, quality_view, removed_table
+from sharflow.quality_metrics import METRICS
 from sharflow.tables import bucket_occupancy, speaker_table
 
 log = logging.getLogger(__name__)
@@ -39,14 +41,21 @@ class DatasetStats:
     buckets: dict
     verify: dict
     catalog: str = ""
+    quality: dict | None = None  # the quality filter's stats; None when the stage is off
+    prepared: str = ""
+    quality_metrics: str = ""
 
 
 def load_dataset(name: str, files: dict) -> DatasetStats:
-    """`files`: prepare, context, shar, verify (json), buckets (yaml), codes {codec: json}, catalog."""
+    """`files`: prepare, context, shar, verify (json), buckets (yaml), codes {codec: json}, catalog;
+    with the quality stage on, also quality (the filter's stats), prepared and quality_metrics."""
     with open(files["buckets"], encoding="utf-8") as f:
         buckets = yaml.safe_load(f)
     return DatasetStats(
         name=name,
+        quality=read_json(files["quality"]) if files.get("quality") else None,
+        prepared=files.get("prepared", ""),
+        quality_metrics=files.get("quality_metrics", ""),
         prepare=read_json(files["prepare"]),
         context=read_json(files["context"]),
         shar=read_json(files["shar"]),
@@ -59,10 +68,23 @@ def load_dataset(name: str, files: dict) -> DatasetStats:
 
 def summary_rows(ds: DatasetStats) -> list[dict]:
     """Records and hours into and out of every stage (codes: target + context audio encoded)."""
-    p, c, s, v = ds.prepare, ds.context, ds.shar, ds.verify
+    p, q, c, s, v = ds.prepare, ds.quality, ds.context, ds.shar, ds.verify
     rows = [
-        ("prepare", p["records_in"], p["records_out"], p["rejected_total"], p["hours_in"], p["hours_out"]),
-        ("context", c["records_in"], c["records_out"], c["rejected_total"], p["hours_out"], c["hours_out"]),
+        ("prepare", p["records_in"], p["records_out"], p["rejected_total"], p["hours_in"], p["hours_out"])
+    ]
+    if q:
+        rows.append(
+            ("quality", q["records_in"], q["records_out"], q["rejected_total"], q["hours_in"], q["hours_out"])
+        )
+    rows += [
+        (
+            "context",
+            c["records_in"],
+            c["records_out"],
+            c["rejected_total"],
+            (q or p)["hours_out"],
+            c["hours_out"],
+        ),
         ("shar", s["records_in"], s["cuts"], s["rejected_total"], c["hours_out"], s["hours"]),
     ]
     for codec, k in ds.codes.items():
@@ -82,8 +104,9 @@ def summary_rows(ds: DatasetStats) -> list[dict]:
 
 def rejected_by_reason(ds: DatasetStats) -> dict[tuple[str, str], int]:
     out = {}
-    for stage, stats in (("prepare", ds.prepare), ("context", ds.context), ("shar", ds.shar)):
-        for reason, n in sorted(stats["rejected"].items()):
+    stages = (("prepare", ds.prepare), ("quality", ds.quality), ("context", ds.context), ("shar", ds.shar))
+    for stage, stats in stages:
+        for reason, n in sorted((stats or {"rejected": {}})["rejected"].items()):
             out[(stage, reason)] = n
     return out
 
@@ -104,13 +127,17 @@ def duration_histogram(catalog: str, max_duration: float) -> tuple[np.ndarray, n
 # ---- plots --------------------------------------------------------------------------------------
 
 
-def _figure(n_panels: int, height: float = 3.2):
+def _grid(rows: int, columns: int, width: float, row_height: float):
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(n_panels, 1, figsize=(8, height * n_panels), squeeze=False)
+    return plt.subplots(rows, columns, figsize=(width, row_height * rows), squeeze=False)
+
+
+def _figure(n_panels: int, height: float = 3.2):
+    fig, axes = _grid(n_panels, 1, 8, height)
     return fig, axes[:, 0]
 
 
@@ -167,7 +194,12 @@ def plot_rejects(datasets: list[DatasetStats], path: str) -> None:
             ax.set_axis_off()
         else:
             labels = [f"{stage}: {reason}" for stage, reason in rejected]
-            colors = {"prepare": "tab:orange", "context": "tab:purple", "shar": "tab:brown"}
+            colors = {
+                "prepare": "tab:orange",
+                "quality": "tab:olive",
+                "context": "tab:purple",
+                "shar": "tab:brown",
+            }
             ax.barh(labels, list(rejected.values()), color=[colors[s] for s, _ in rejected])
             ax.invert_yaxis()
             ax.set_xlabel("records rejected")
@@ -212,6 +244,66 @@ def plot_buckets(datasets: list[DatasetStats], histograms: dict, path: str) -> N
         ax.set_xlabel("cut duration (s)")
         ax.set_ylabel("cumulative share")
         ax.legend(loc="upper left")
+    _save(fig, path)
+
+
+def _quality_panels(views: list[QualityView]):
+    """A figure with, per dataset, one panel per metric in two columns; and (axis, view, metric) of each."""
+    rows = (len(METRICS) + 1) // 2
+    fig, axes = _grid(rows * len(views) or 1, 2, 9, 2.2)
+    if not views:
+        for ax in axes.flat:
+            ax.set_axis_off()
+        axes[0, 0].text(0, 0.5, "quality stage off (quality.enabled: false)", fontsize=12)
+    flat = axes.reshape(max(1, len(views)), -1)  # one row of panels per dataset (one blank without)
+    for row in flat:
+        for ax in row[len(METRICS) :]:
+            ax.set_axis_off()
+    panels = [
+        (ax, view, metric)
+        for row, view in zip(flat, views, strict=False)
+        for ax, metric in zip(row, METRICS, strict=False)
+    ]
+    return fig, panels
+
+
+def _thresholds(ax, view: QualityView, metric: str) -> None:
+    for side, value in sorted(view.filters.get(metric, {}).items()):
+        ax.axvline(value, color="tab:red", linestyle="--", linewidth=1.2, label=f"{side} {value}")
+
+
+def plot_quality(views: list[QualityView], path: str) -> None:
+    """Per dataset and metric: hours of audio per value bin, the configured thresholds in red."""
+    fig, panels = _quality_panels(views)
+    for ax, view, metric in panels:
+        h = view.histograms[metric]
+        ax.bar(h.edges[:-1], h.seconds / 3600, width=np.diff(h.edges), align="edge", color="tab:cyan")
+        _thresholds(ax, view, metric)
+        null = f"; null: {h.null_seconds / 3600:.3f} h" if h.null_seconds else ""
+        ax.set_title(f"{view.dataset}: {metric}{null}", fontsize=9)
+        ax.set_ylabel("hours", fontsize=8)
+        ax.tick_params(labelsize=7)
+        if metric in view.filters:
+            ax.legend(fontsize=7)
+    _save(fig, path)
+
+
+def plot_quality_kept(views: list[QualityView], path: str) -> None:
+    """Per dataset and metric: hours kept if the threshold were x (the filter's sides, else the usual)."""
+    fig, panels = _quality_panels(views)
+    colours = {"min": "tab:olive", "max": "tab:pink"}
+    for ax, view, metric in panels:
+        h = view.histograms[metric]
+        for side in sorted(view.filters.get(metric, {}), reverse=True) or SIDES[metric]:
+            ax.plot(
+                h.edges, h.kept_hours(side), color=colours[side], linewidth=2, label=f"kept with {side} = x"
+            )
+        _thresholds(ax, view, metric)
+        ax.set_ylim(0, view.hours_measured * 1.08 or 1.0)
+        ax.set_title(f"{view.dataset}: {metric} (of {view.hours_measured:.3f} h measured)", fontsize=9)
+        ax.set_ylabel("hours kept", fontsize=8)
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=7, loc="lower left")
     _save(fig, path)
 
 
@@ -286,6 +378,21 @@ def write_tables(datasets: list[DatasetStats], out: Path, shown_speakers: int = 
             frame.to_csv(f, sep="\t", index=False, lineterminator="\n", float_format="%.6f")
 
 
+def write_quality_table(views: list[QualityView], html_path: str, tsv_path: str) -> None:
+    """Hours each filter removes (drop) or marks failing (mark) alone, and all filters together."""
+    frame = removed_table(views)
+    with atomic_file(tsv_path, "w", encoding="utf-8") as f:
+        frame.to_csv(f, sep="\t", index=False, lineterminator="\n", float_format="%.6f")
+    parts = [
+        f"<h2>{html.escape(v.dataset)} (action: {html.escape(v.action)}, "
+        f"{v.hours_measured:.4f} h measured)</h2>\n" + _html_table(frame[frame.dataset == v.dataset])
+        for v in views
+    ]
+    body = "\n".join(parts) or "<p>The quality stage is off (quality.enabled: false).</p>"
+    with atomic_file(html_path, "w", encoding="utf-8") as f:
+        f.write(_page("sharflow quality filters", "<h1>Hours each quality filter removes</h1>\n" + body))
+
+
 def write_report(datasets: dict[str, dict], out_dir: str, *, min_similarity: float) -> list[dict]:
     """All plots and the summary for `datasets` ({name: files, see load_dataset}) into out_dir."""
     loaded = [load_dataset(name, files) for name, files in sorted(datasets.items())]
@@ -297,6 +404,12 @@ def write_report(datasets: dict[str, dict], out_dir: str, *, min_similarity: flo
     plot_rejects(loaded, str(out / "rejects.png"))
     plot_load(loaded, str(out / "load.png"))
     plot_buckets(loaded, histograms, str(out / "buckets.png"))
+    views = [
+        quality_view(ds.name, ds.prepared, ds.quality_metrics, ds.quality) for ds in loaded if ds.quality
+    ]
+    plot_quality(views, str(out / "quality.png"))
+    plot_quality_kept(views, str(out / "quality_kept.png"))
+    write_quality_table(views, str(out / "quality.html"), str(out / "quality.tsv"))
     rows = [row for ds in loaded for row in summary_rows(ds)]
     write_summary(
         rows, {ds.name: ds.verify for ds in loaded}, str(out / "summary.html"), str(out / "summary.tsv")

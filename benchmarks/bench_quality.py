@@ -1,0 +1,168 @@
+"""Quality-stage throughput next to its floor measured in the same run, and a part's peak memory.
+
+1. throughput: the demo corpus x --times, prepared; the floor is decoding each record's span,
+   resampling it to 16 kHz and running DNSMOS and the Silero VAD forward pass over it, in one
+   process with one thread, nothing else. The stage is sharflow.quality.run_quality_part (one part)
+   with 1 and 2 workers (CPU), or on every visible GPU (--device cuda). Figures are audio-seconds
+   per wall-clock second; the metrics files of every run must be byte-identical.
+2. memory: peak RSS of one quality part (1 worker, a fresh process) over the demo x1 and x10: a
+   part streams its records, so the peak should not grow with the data.
+
+--dnsmos-max-windows (default 1) is the stage's `quality.dnsmos_max_windows`: 0 scores every
+window of the published pipeline (a short clip tiled to 16 s: ~7 windows of ~0.5 s each on one CPU
+thread), which makes a CPU run ~5x slower; both the floor and the stage use the same value.
+
+Usage: python benchmarks/bench_quality.py [--times 3] [--rss-times 1 10] [--device cpu]
+                                          [--dnsmos-max-windows 1]
+"""
+
+import argparse
+import json
+import multiprocessing
+import tempfile
+import time
+from pathlib import Path
+
+from _corpus import repeated_demo
+
+
+def prepared_corpus(tmp: Path, times: int) -> tuple[str, str, list[dict]]:
+    """(prepared.jsonl, audio root, records) of the demo x times (audio folders linked, not copied)."""
+    from sharflow.layout import DatasetFiles
+    from sharflow.prepare import prepare_dataset
+
+    manifest, root = repeated_demo(tmp, times, link=True)
+    files = DatasetFiles(str(tmp / "ds"))
+    prepare_dataset(
+        str(manifest),
+        prepared=files.prepared,
+        rejected_dir=files.prepare_rejected,
+        stats=files.prepare_stats,
+        dataset="demo",
+        audio_root=str(root),
+        workers=1,
+    )
+    records = [json.loads(x) for x in Path(files.prepared).read_text().splitlines()]
+    return files.prepared, str(root), records
+
+
+def floor(records: list[dict], root: str, device: str, max_windows: int) -> float:
+    """Seconds to decode, resample, score with DNSMOS and run the VAD forward pass, one process."""
+    import torch
+
+    from sharflow.audio import load_segment, resample, resolve_audio_path
+    from sharflow.quality_metrics import MODEL_RATE, Meters
+
+    torch.set_num_threads(1)
+    meters = Meters.load(device, max_windows)
+    t = time.perf_counter()
+    for r in records:
+        path, _ = resolve_audio_path(root, r["audio_filepath"])
+        audio = load_segment(path, r["offset"], r["duration"])
+        audio_16k = resample(audio, r["source_audio"]["sampling_rate"], MODEL_RATE)
+        meters.dnsmos(audio_16k)
+        with torch.inference_mode():
+            meters.vad.model.audio_forward(torch.from_numpy(audio_16k)[None], MODEL_RATE)
+    return time.perf_counter() - t
+
+
+def stage(
+    prepared: str, root: str, out: Path, device: str, workers: int, max_windows: int
+) -> tuple[float, bytes]:
+    """(seconds, metrics bytes) of one quality part over the whole prepared file."""
+    from sharflow.quality import run_quality_part
+
+    metrics = out / "metrics.jsonl"
+    t = time.perf_counter()
+    run_quality_part(
+        0,
+        prepared=prepared,
+        parts=1,
+        audio_root=root,
+        out_metrics=str(metrics),
+        out_stats=str(out / "stats.json"),
+        device=device,
+        workers=workers,
+        dnsmos_max_windows=max_windows,
+    )
+    return time.perf_counter() - t, metrics.read_bytes()
+
+
+def bench_throughput(times: int, device: str, max_windows: int) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        prepared, root, records = prepared_corpus(tmp, times)
+        n, audio = len(records), sum(r["duration"] for r in records)
+        floor_device = "cuda:0" if device == "cuda" else "cpu"
+        floor_s = floor(records, root, floor_device, max_windows)
+        runs = [("cpu", 1), ("cpu", 2)] if device == "cpu" else [(device, 1)]
+        results = {}
+        for dev, workers in runs:
+            out = tmp / f"{dev}-{workers}"
+            out.mkdir()
+            results[(dev, workers)] = stage(prepared, root, out, dev, workers, max_windows)
+    print(
+        f"\n1. quality stage on the demo corpus x{times}: {n} utterances, {audio:.0f} s of audio, "
+        f"device {device}, dnsmos_max_windows {max_windows}"
+    )
+    print(f"{'run':<52}{'seconds':>9}{'utt/s':>8}{'audio s/s':>11}")
+    rows = [(f"floor: decode+resample+DNSMOS+VAD, 1 process ({floor_device})", floor_s)]
+    rows += [(f"stage (one part), {dev}, {w} worker(s)", results[(dev, w)][0]) for dev, w in runs]
+    for name, s in rows:
+        print(f"{name:<52}{s:>9.2f}{n / s:>8.2f}{audio / s:>11.2f}")
+    first = results[runs[0]]
+    line = f"stage / floor speed: {floor_s / first[0]:.2f} (bar >= 0.85)"
+    if ("cpu", 2) in results:
+        line += f";  2 workers / 1 worker: {first[0] / results[('cpu', 2)][0]:.2f}x (bar >= 1.7)"
+    identical = all(r[1] == first[1] for r in results.values())
+    print(line + f";  metrics identical across runs: {identical}")
+
+
+def _proc_status_mb(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise KeyError(field)
+
+
+def _rss_job(times: int, max_windows: int, queue) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        prepared, root, records = prepared_corpus(tmp, times)
+        audio = sum(r["duration"] for r in records)
+        Path("/proc/self/clear_refs").write_text("5")  # peak mark (VmHWM) from here on
+        seconds, _ = stage(prepared, root, tmp, "cpu", 1, max_windows)
+        queue.put((len(records), audio, seconds, _proc_status_mb("VmHWM")))
+
+
+def bench_memory(sizes: list[int], max_windows: int) -> None:
+    print("\n2. peak RSS of one quality part, 1 CPU worker, each size in a fresh process")
+    print(f"{'copies':>7}{'utterances':>12}{'audio s':>9}{'seconds':>9}{'peak MB':>9}")
+    peaks = []
+    ctx = multiprocessing.get_context("spawn")
+    for times in sizes:
+        queue = ctx.Queue()
+        p = ctx.Process(target=_rss_job, args=(times, max_windows, queue))
+        p.start()
+        n, audio, seconds, peak = queue.get()
+        p.join()
+        peaks.append(peak)
+        print(f"{times:>7}{n:>12}{audio:>9.0f}{seconds:>9.1f}{peak:>9.0f}")
+    print(f"peak RSS x{sizes[-1]} / x{sizes[0]}: {peaks[-1] / peaks[0]:.3f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--times", type=int, default=3, help="copies of the demo for the throughput runs")
+    parser.add_argument("--rss-times", type=int, nargs="+", default=[1, 10])
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--dnsmos-max-windows", type=int, default=1)
+    parser.add_argument("--skip-memory", action="store_true")
+    args = parser.parse_args()
+    bench_throughput(args.times, args.device, args.dnsmos_max_windows)
+    if not args.skip_memory:
+        bench_memory(args.rss_times, args.dnsmos_max_windows)
+
+
+if __name__ == "__main__":
+    main()
