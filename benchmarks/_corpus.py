@@ -27,21 +27,35 @@ def snakemake_command(work: Path, *args: str) -> list[str]:
     ]
 
 
-def demo_with_context(tmp: Path) -> Path:
-    """with_context.jsonl of the demo corpus (prepare + context stages, one part, one worker)."""
+def proc_status_mb(field: str) -> float:
+    """A field of /proc/self/status (VmRSS, VmHWM, ...) in MB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    raise KeyError(field)
+
+
+def prepare(folder: Path, manifest: Path, audio_root: Path):
+    """The prepare stage (one worker) into a sharflow.layout.DatasetFiles at `folder`; (files, records)."""
     from sharflow.layout import DatasetFiles
     from sharflow.prepare import prepare_dataset
 
-    files = DatasetFiles(str(tmp / "demo"))
+    files = DatasetFiles(str(folder))
     prepare_dataset(
-        str(DEMO / "manifest.json"),
+        str(manifest),
         prepared=files.prepared,
         rejected_dir=files.prepare_rejected,
         stats=files.prepare_stats,
         dataset="demo",
-        audio_root=str(DEMO / "audio"),
+        audio_root=str(audio_root),
         workers=1,
     )
+    return files, [json.loads(x) for x in Path(files.prepared).read_text().splitlines()]
+
+
+def demo_with_context(tmp: Path) -> Path:
+    """with_context.jsonl of the demo corpus (prepare + context stages, one part, one worker)."""
+    files, _ = prepare(tmp / "demo", DEMO / "manifest.json", DEMO / "audio")
     context_stage(files, audio_root=DEMO / "audio", workers=1)
     return Path(files.with_context)
 

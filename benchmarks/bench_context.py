@@ -12,7 +12,6 @@ Usage: python benchmarks/bench_context.py [--sizes 10000 50000 100000] [--skip-s
 """
 
 import argparse
-import json
 import multiprocessing
 import shutil
 import tempfile
@@ -20,7 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _corpus import context_stage, repeated_demo
+from _corpus import context_stage, prepare, proc_status_mb, repeated_demo
 
 
 def synthetic_group(n: int, d: int = 256, seed: int = 0):
@@ -30,13 +29,6 @@ def synthetic_group(n: int, d: int = 256, seed: int = 0):
     center /= np.linalg.norm(center)
     emb = center + 0.035 * rng.normal(size=(n, d)).astype(np.float32)
     return emb.astype(np.float32), rng.uniform(0.8, 12.0, n)
-
-
-def _proc_status_mb(field: str) -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise KeyError(field)
 
 
 def _selection_job(n: int, method: str, queue) -> None:
@@ -49,14 +41,14 @@ def _selection_job(n: int, method: str, queue) -> None:
     rules = SelectionRules(min_similarity=0.6, min_duration=3.0, max_duration=10.0, top_k=32)
     select_context(emb[:10], dur[:10], rules)  # warm up torch's kernels outside the measurement
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak-RSS mark (VmHWM) to the current RSS
-    before = _proc_status_mb("VmRSS")
+    before = proc_status_mb("VmRSS")
     t = time.perf_counter()
     if method == "exhaustive":
         sel = select_context_exhaustive(emb, dur, rules)
     else:
         sel = select_context(emb, dur, rules)
     seconds = time.perf_counter() - t
-    queue.put((seconds, _proc_status_mb("VmHWM") - before, sel.choice.tobytes(), sel.widened_rows))
+    queue.put((seconds, proc_status_mb("VmHWM") - before, sel.choice.tobytes(), sel.widened_rows))
 
 
 def run_isolated(n: int, method: str):
@@ -91,23 +83,12 @@ def bench_stage(times: int = 8) -> None:
     from sharflow.audio import load_segment, resolve_audio_path
     from sharflow.context import PartSettings
     from sharflow.layout import DatasetFiles
-    from sharflow.prepare import prepare_dataset
     from sharflow.speaker_embedders import load_embedder
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         manifest, root = repeated_demo(tmp, times)
-        base = DatasetFiles(str(tmp / "base"))
-        prepare_dataset(
-            str(manifest),
-            prepared=base.prepared,
-            rejected_dir=base.prepare_rejected,
-            stats=base.prepare_stats,
-            dataset="demo",
-            audio_root=str(root),
-            workers=1,
-        )
-        records = [json.loads(x) for x in Path(base.prepared).read_text().splitlines()]
+        base, records = prepare(tmp / "base", manifest, root)
         n, audio = len(records), sum(r["duration"] for r in records)
 
         torch.set_num_threads(1)

@@ -17,32 +17,18 @@ Usage: python benchmarks/bench_quality.py [--times 3] [--rss-times 1 10] [--devi
 """
 
 import argparse
-import json
 import multiprocessing
 import tempfile
 import time
 from pathlib import Path
 
-from _corpus import repeated_demo
+from _corpus import prepare, proc_status_mb, repeated_demo
 
 
 def prepared_corpus(tmp: Path, times: int) -> tuple[str, str, list[dict]]:
     """(prepared.jsonl, audio root, records) of the demo x times (audio folders linked, not copied)."""
-    from sharflow.layout import DatasetFiles
-    from sharflow.prepare import prepare_dataset
-
     manifest, root = repeated_demo(tmp, times, link=True)
-    files = DatasetFiles(str(tmp / "ds"))
-    prepare_dataset(
-        str(manifest),
-        prepared=files.prepared,
-        rejected_dir=files.prepare_rejected,
-        stats=files.prepare_stats,
-        dataset="demo",
-        audio_root=str(root),
-        workers=1,
-    )
-    records = [json.loads(x) for x in Path(files.prepared).read_text().splitlines()]
+    files, records = prepare(tmp / "ds", manifest, root)
     return files.prepared, str(root), records
 
 
@@ -118,13 +104,6 @@ def bench_throughput(times: int, device: str, max_windows: int) -> None:
     print(line + f";  metrics identical across runs: {identical}")
 
 
-def _proc_status_mb(field: str) -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    raise KeyError(field)
-
-
 def _rss_job(times: int, max_windows: int, queue) -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -132,7 +111,7 @@ def _rss_job(times: int, max_windows: int, queue) -> None:
         audio = sum(r["duration"] for r in records)
         Path("/proc/self/clear_refs").write_text("5")  # peak mark (VmHWM) from here on
         seconds, _ = stage(prepared, root, tmp, "cpu", 1, max_windows)
-        queue.put((len(records), audio, seconds, _proc_status_mb("VmHWM")))
+        queue.put((len(records), audio, seconds, proc_status_mb("VmHWM")))
 
 
 def bench_memory(sizes: list[int], max_windows: int) -> None:

@@ -56,8 +56,10 @@ def degrade(kind: str, audio: np.ndarray, rate: int) -> np.ndarray:
         return np.concatenate([audio, silence])
     if kind == "clipped":
         return np.clip(audio * 8, -1, 1)
-    if kind in ("wrong_text", "silence_only"):
-        return audio if kind == "wrong_text" else np.zeros_like(audio)
+    if kind == "wrong_text":
+        return audio  # the damage is in the manifest
+    if kind == "silence_only":
+        return np.zeros_like(audio)
     raise ValueError(kind)
 
 

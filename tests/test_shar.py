@@ -382,13 +382,17 @@ def test_shard_plans_cover_every_record_once_for_any_size(tmp_path_factory, n, s
     tmp = tmp_path_factory.mktemp("plan")
     records = [{"audio_filepath": f"a{i}.wav", "offset": 0.0, "duration": 1.0 + i / 8} for i in range(n)]
     write_jsonl(tmp / "w.jsonl", records)
-    plan = plan_shards(
-        str(tmp / "w.jsonl"),
-        plan=str(tmp / "p.json"),
-        index=str(tmp / "i.npy"),
-        shard_size=shard_size,
-        seed=seed,
-    )
+
+    def plan_as(name: str) -> dict:
+        return plan_shards(
+            str(tmp / "w.jsonl"),
+            plan=str(tmp / f"{name}.json"),
+            index=str(tmp / f"{name}.npy"),
+            shard_size=shard_size,
+            seed=seed,
+        )
+
+    plan = plan_as("p")
     expected_shards = max(1, -(-n // shard_size))
     assert plan["num_shards"] == expected_shards and plan["records"] == n
     sizes = [s["records"] for s in plan["shards"]]
@@ -399,16 +403,9 @@ def test_shard_plans_cover_every_record_once_for_any_size(tmp_path_factory, n, s
     for raw in (tmp / "w.jsonl").read_bytes().splitlines(keepends=True):
         offsets.append(pos)
         pos += len(raw)
-    index = np.load(tmp / "i.npy").tolist()
+    index = np.load(tmp / "p.npy").tolist()
     assert sorted(index) == offsets  # every record exactly once
     seconds = [records[offsets.index(o)]["duration"] for o in index]
     for s, shard in enumerate(plan["shards"]):
         assert shard["seconds"] == round(sum(seconds[s * shard_size : (s + 1) * shard_size]), 3)
-    again = plan_shards(
-        str(tmp / "w.jsonl"),
-        plan=str(tmp / "q.json"),
-        index=str(tmp / "j.npy"),
-        shard_size=shard_size,
-        seed=seed,
-    )
-    assert again == plan and np.load(tmp / "j.npy").tolist() == index
+    assert plan_as("q") == plan and np.load(tmp / "q.npy").tolist() == index

@@ -10,13 +10,11 @@ no histogram; a metric that could not be measured (null) fails every threshold o
 
 import json
 from dataclasses import dataclass, field
-from itertools import zip_longest
 
 import numpy as np
 import pandas as pd
 
-from sharflow.errors import SharflowError
-from sharflow.quality_filter import failures
+from sharflow.quality_filter import failures, in_step
 from sharflow.quality_metrics import METRICS
 
 BINS = 60
@@ -42,7 +40,6 @@ class MetricHistogram:
 
     edges: np.ndarray
     seconds: np.ndarray
-    counts: np.ndarray
     null_seconds: float = 0.0
 
     def kept_hours(self, side: str) -> np.ndarray:
@@ -66,23 +63,16 @@ class QualityView:
     removed: list[dict] = field(default_factory=list)
 
 
-def _pairs(prepared: str, metrics: str):
-    """(duration, metrics or None when unreadable) of every record, the two files read in step."""
-    with open(prepared, encoding="utf-8") as records, open(metrics, encoding="utf-8") as measured:
-        for line, (raw, mline) in enumerate(zip_longest(records, measured), start=1):
-            if raw is None or mline is None:
-                raise SharflowError(
-                    f"{metrics} and {prepared} differ in length at line {line}: "
-                    "rerun with --forcerun quality_part"
-                )
-            m = json.loads(mline)
-            yield json.loads(raw)["duration"], (None if "error" in m else m)
+def _measured(prepared: str, metrics: str):
+    """(duration, metrics or None when the audio was unreadable) of every record."""
+    for _, raw, m in in_step(prepared, metrics):
+        yield json.loads(raw)["duration"], (None if "error" in m else m)
 
 
 def quality_view(dataset: str, prepared: str, metrics: str, stats: dict, bins: int = BINS) -> QualityView:
     """Histograms of every metric and the hours each filter (alone, and all together) removes."""
     filters, lo, hi = stats["filters"], {}, {}
-    for _, m in _pairs(prepared, metrics):
+    for _, m in _measured(prepared, metrics):
         for name in METRICS if m else ():
             if m[name] is not None:
                 lo[name] = min(lo.get(name, m[name]), m[name])
@@ -91,12 +81,12 @@ def quality_view(dataset: str, prepared: str, metrics: str, stats: dict, bins: i
     for name in METRICS:
         a, b = lo.get(name, 0.0), hi.get(name, 1.0)
         edges = np.linspace(a, b if b > a else a + 1.0, bins + 1)
-        hists[name] = MetricHistogram(edges, np.zeros(bins), np.zeros(bins, dtype=np.int64))
+        hists[name] = MetricHistogram(edges, np.zeros(bins))
     fail_alone = dict.fromkeys(filters, 0.0)
     fail_alone_n = dict.fromkeys(filters, 0)
     fail_any = measured = unreadable = 0.0
     fail_any_n = unreadable_n = 0
-    for duration, m in _pairs(prepared, metrics):
+    for duration, m in _measured(prepared, metrics):
         if m is None:
             unreadable += duration
             unreadable_n += 1
@@ -108,7 +98,6 @@ def quality_view(dataset: str, prepared: str, metrics: str, stats: dict, bins: i
                 continue
             i = min(bins - 1, int(np.searchsorted(h.edges, m[name], side="right")) - 1)
             h.seconds[i] += duration
-            h.counts[i] += 1
         failed = {metric for metric, _ in failures(m, filters)}
         for metric in failed:
             fail_alone[metric] += duration

@@ -56,6 +56,21 @@ def check_filters(filters: dict) -> None:
             )
 
 
+def in_step(prepared: str, metrics: str):
+    """(line, raw prepared line, its metrics) of every record, the two files read in step.
+
+    Refuses files out of step (a metrics file left from other prepared records) naming the line.
+    """
+    with open(prepared, encoding="utf-8") as records, open(metrics, encoding="utf-8") as measured:
+        for line, (raw, mline) in enumerate(zip_longest(records, measured), start=1):
+            m = None if mline is None else json.loads(mline)
+            if raw is None or m is None or m["line"] != line:
+                raise SharflowError(
+                    f"{metrics} does not match {prepared} at line {line}: rerun with --forcerun quality_part"
+                )
+            yield line, raw, m
+
+
 def with_metrics(record: dict, metrics: dict) -> dict:
     """The record with its measured metrics; a manifest's own value of one moves to manifest_<name>."""
     out = dict(record)
@@ -87,18 +102,12 @@ def filter_quality(
     seconds_in = seconds_out = 0.0
     n_in = n_out = 0
     with (
-        open(prepared, encoding="utf-8") as records,
-        open(metrics, encoding="utf-8") as measured,
         atomic_file(kept, "w", encoding="utf-8") as out,
         atomic_dir(rejected_dir) as rej_dir,
         RejectWriter(rej_dir) as rejects,
     ):
-        for line, (raw, mline) in enumerate(zip_longest(records, measured), start=1):
-            if raw is None or mline is None or json.loads(mline)["line"] != line:
-                raise SharflowError(
-                    f"{metrics} does not match {prepared} at line {line}: rerun with --forcerun quality_part"
-                )
-            record, m = json.loads(raw), json.loads(mline)
+        for line, raw, m in in_step(prepared, metrics):
+            record = json.loads(raw)
             n_in += 1
             seconds_in += record["duration"]
             if "error" in m:

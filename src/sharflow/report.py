@@ -69,22 +69,22 @@ def load_dataset(name: str, files: dict) -> DatasetStats:
 def summary_rows(ds: DatasetStats) -> list[dict]:
     """Records and hours into and out of every stage (codes: target + context audio encoded)."""
     p, q, c, s, v = ds.prepare, ds.quality, ds.context, ds.shar, ds.verify
-    rows = [
-        ("prepare", p["records_in"], p["records_out"], p["rejected_total"], p["hours_in"], p["hours_out"])
-    ]
-    if q:
-        rows.append(
-            ("quality", q["records_in"], q["records_out"], q["rejected_total"], q["hours_in"], q["hours_out"])
+
+    def counted(stage: str, stats: dict, hours_in: float) -> tuple:
+        return (
+            stage,
+            stats["records_in"],
+            stats["records_out"],
+            stats["rejected_total"],
+            hours_in,
+            stats["hours_out"],
         )
+
+    rows = [counted("prepare", p, p["hours_in"])]
+    if q:
+        rows.append(counted("quality", q, q["hours_in"]))
     rows += [
-        (
-            "context",
-            c["records_in"],
-            c["records_out"],
-            c["rejected_total"],
-            (q or p)["hours_out"],
-            c["hours_out"],
-        ),
+        counted("context", c, (q or p)["hours_out"]),
         ("shar", s["records_in"], s["cuts"], s["rejected_total"], c["hours_out"], s["hours"]),
     ]
     for codec, k in ds.codes.items():
@@ -106,7 +106,7 @@ def rejected_by_reason(ds: DatasetStats) -> dict[tuple[str, str], int]:
     out = {}
     stages = (("prepare", ds.prepare), ("quality", ds.quality), ("context", ds.context), ("shar", ds.shar))
     for stage, stats in stages:
-        for reason, n in sorted((stats or {"rejected": {}})["rejected"].items()):
+        for reason, n in sorted(stats["rejected"].items()) if stats else ():
             out[(stage, reason)] = n
     return out
 
