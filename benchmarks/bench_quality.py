@@ -11,9 +11,12 @@
 --dnsmos-max-windows (default 1) is the stage's `quality.dnsmos_max_windows`: 0 scores every
 window of the published pipeline (a short clip tiled to 16 s: ~7 windows of ~0.5 s each on one CPU
 thread), which makes a CPU run ~5x slower; both the floor and the stage use the same value.
+--asr MODEL adds the ASR check (a NeMo ASR .nemo or pretrained name; `random` builds the tiny random
+CTC model of config/models/tiny_asr.yaml) to the stage and its transcription, in batches of
+--asr-batch-seconds, to the floor.
 
 Usage: python benchmarks/bench_quality.py [--times 3] [--rss-times 1 10] [--device cpu]
-                                          [--dnsmos-max-windows 1]
+                                          [--dnsmos-max-windows 1] [--asr MODEL]
 """
 
 import argparse
@@ -32,8 +35,9 @@ def prepared_corpus(tmp: Path, times: int) -> tuple[str, str, list[dict]]:
     return files.prepared, str(root), records
 
 
-def floor(records: list[dict], root: str, device: str, max_windows: int) -> float:
-    """Seconds to decode, resample, score with DNSMOS and run the VAD forward pass, one process."""
+def floor(records: list[dict], root: str, device: str, max_windows: int, asr=None) -> float:
+    """Seconds to decode, resample, score with DNSMOS and run the VAD forward pass (and transcribe in
+    batches of asr.batch_seconds), one process."""
     import torch
 
     from sharflow.audio import load_segment, resample, resolve_audio_path
@@ -41,6 +45,12 @@ def floor(records: list[dict], root: str, device: str, max_windows: int) -> floa
 
     torch.set_num_threads(1)
     meters = Meters.load(device, max_windows)
+    transcriber = None
+    if asr:
+        from sharflow.asr import Transcriber
+
+        transcriber = Transcriber(asr.model, device)
+    batch, batch_seconds = [], 0.0
     t = time.perf_counter()
     for r in records:
         path, _ = resolve_audio_path(root, r["audio_filepath"])
@@ -49,11 +59,19 @@ def floor(records: list[dict], root: str, device: str, max_windows: int) -> floa
         meters.dnsmos(audio_16k)
         with torch.inference_mode():
             meters.vad.model.audio_forward(torch.from_numpy(audio_16k)[None], MODEL_RATE)
+        if transcriber:
+            batch.append(audio_16k)
+            batch_seconds += r["duration"]
+            if batch_seconds >= asr.batch_seconds:
+                transcriber.transcribe(batch)
+                batch, batch_seconds = [], 0.0
+    if transcriber:
+        transcriber.transcribe(batch)
     return time.perf_counter() - t
 
 
 def stage(
-    prepared: str, root: str, out: Path, device: str, workers: int, max_windows: int
+    prepared: str, root: str, out: Path, device: str, workers: int, max_windows: int, asr=None
 ) -> tuple[float, bytes]:
     """(seconds, metrics bytes) of one quality part over the whole prepared file."""
     from sharflow.quality import run_quality_part
@@ -70,32 +88,51 @@ def stage(
         device=device,
         workers=workers,
         dnsmos_max_windows=max_windows,
+        asr=asr,
     )
     return time.perf_counter() - t, metrics.read_bytes()
 
 
-def bench_throughput(times: int, device: str, max_windows: int) -> None:
+def asr_options(model: str | None, batch_seconds: float, tmp: Path):
+    """sharflow.quality.AsrOptions for --asr (None without it; `random`: the tiny random model)."""
+    if model is None:
+        return None
+    from sharflow.quality import AsrOptions
+
+    if model == "random":
+        from sharflow.asr import build_random_asr
+
+        config = Path(__file__).resolve().parents[1] / "config" / "models" / "tiny_asr.yaml"
+        return AsrOptions(str(build_random_asr(config, tmp / "asr.nemo")), batch_seconds, random=True)
+    return AsrOptions(model, batch_seconds)
+
+
+def bench_throughput(times: int, device: str, max_windows: int, asr_model: str | None, batch: float) -> None:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         prepared, root, records = prepared_corpus(tmp, times)
+        asr = asr_options(asr_model, batch, tmp)
         n, audio = len(records), sum(r["duration"] for r in records)
         floor_device = "cuda:0" if device == "cuda" else "cpu"
-        floor_s = floor(records, root, floor_device, max_windows)
+        floor_s = floor(records, root, floor_device, max_windows, asr)
         runs = [("cpu", 1), ("cpu", 2)] if device == "cpu" else [(device, 1)]
         results = {}
         for dev, workers in runs:
             out = tmp / f"{dev}-{workers}"
             out.mkdir()
-            results[(dev, workers)] = stage(prepared, root, out, dev, workers, max_windows)
+            results[(dev, workers)] = stage(prepared, root, out, dev, workers, max_windows, asr)
+    with_asr = f", ASR {asr_model} in batches of {batch:g} s" if asr else ""
     print(
         f"\n1. quality stage on the demo corpus x{times}: {n} utterances, {audio:.0f} s of audio, "
-        f"device {device}, dnsmos_max_windows {max_windows}"
+        f"device {device}, dnsmos_max_windows {max_windows}{with_asr}"
     )
-    print(f"{'run':<52}{'seconds':>9}{'utt/s':>8}{'audio s/s':>11}")
-    rows = [(f"floor: decode+resample+DNSMOS+VAD, 1 process ({floor_device})", floor_s)]
+    print(f"{'run':<58}{'seconds':>9}{'utt/s':>8}{'audio s/s':>11}")
+    rows = [
+        (f"floor: decode+resample+DNSMOS+VAD{'+ASR' if asr else ''}, 1 process ({floor_device})", floor_s)
+    ]
     rows += [(f"stage (one part), {dev}, {w} worker(s)", results[(dev, w)][0]) for dev, w in runs]
     for name, s in rows:
-        print(f"{name:<52}{s:>9.2f}{n / s:>8.2f}{audio / s:>11.2f}")
+        print(f"{name:<58}{s:>9.2f}{n / s:>8.2f}{audio / s:>11.2f}")
     first = results[runs[0]]
     line = f"stage / floor speed: {floor_s / first[0]:.2f} (bar >= 0.85)"
     if ("cpu", 2) in results:
@@ -136,9 +173,13 @@ def main() -> None:
     parser.add_argument("--rss-times", type=int, nargs="+", default=[1, 10])
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--dnsmos-max-windows", type=int, default=1)
+    parser.add_argument(
+        "--asr", default=None, help="NeMo ASR .nemo or name, or `random` (the tiny random model)"
+    )
+    parser.add_argument("--asr-batch-seconds", type=float, default=60.0)
     parser.add_argument("--skip-memory", action="store_true")
     args = parser.parse_args()
-    bench_throughput(args.times, args.device, args.dnsmos_max_windows)
+    bench_throughput(args.times, args.device, args.dnsmos_max_windows, args.asr, args.asr_batch_seconds)
     if not args.skip_memory:
         bench_memory(args.rss_times, args.dnsmos_max_windows)
 

@@ -99,6 +99,36 @@ def get_quality_parts(kind):
     return parts
 
 
+ASR = config["quality"]["asr"]
+
+
+def get_random_asr_config(wildcards):
+    if ASR["random_from_config"] is None:
+        raise WorkflowError("quality.asr has no random_from_config; nothing to build")
+    return ASR["random_from_config"]
+
+
+def _asr_model_path():
+    """Where the ASR model is (None: no ASR check), and whether the workflow builds it."""
+    if ASR["random_from_config"]:
+        return layout.ASR_MODEL, True
+    return ASR["model"], False
+
+
+def get_asr_model_file(wildcards):
+    """The ASR model file as an input (so a new model remeasures), if it is a local file."""
+    path, built = _asr_model_path()
+    return [path] if path and (built or os.path.exists(path)) else []
+
+
+def get_asr_options(wildcards):
+    """Fields of sharflow.quality.AsrOptions, or None without the ASR check."""
+    path, built = _asr_model_path()
+    if path is None:
+        return None
+    return {"model": path, "batch_seconds": ASR["batch_seconds"], "random": built}
+
+
 def get_quality_threads(wildcards):
     return min(resolve_workers(config["quality"]["workers"]), workflow.cores)
 

@@ -1,6 +1,20 @@
+rule build_random_asr:
+    input:
+        config=get_random_asr_config,
+    output:
+        model=layout.ASR_MODEL,
+    log:
+        "logs/build_random_asr.log",
+    resources:
+        mem_mb=4000,
+    script:
+        "../workflow_scripts/build_random_asr.py"
+
+
 rule quality_part:
     input:
         prepared=DS.prepared,
+        asr_model=get_asr_model_file,
     output:
         **DS.quality_part("{part}").named(),
     log:
@@ -12,6 +26,7 @@ rule quality_part:
         audio_root=get_audio_root,
         device=config["quality"]["device"],
         dnsmos_max_windows=config["quality"]["dnsmos_max_windows"],
+        asr=get_asr_options,
     threads: get_quality_threads
     resources:
         gpu=QUALITY_GPUS,

@@ -17,6 +17,7 @@ from sharflow.catalog import (
     QUALITY_METRICS,
     CodecFrames,
     build_catalog,
+    catalog_row,
     merge_catalog,
     write_fragment,
 )
@@ -78,6 +79,7 @@ def test_merge_streams_row_groups_and_keeps_only_metrics_present(demo_shards, tm
             for i, row in enumerate(rows):
                 row["cer"] = 0.01 * i if i % 2 else None
                 row["validation_status"] = "pass" if i % 3 else "fail"
+                row["asr_text"] = f"said {i}" if i % 4 == 0 else None
         with_metrics.append(str(tmp_path / f"f{s}.parquet"))
         write_fragment(rows, with_metrics[-1])
     monkeypatch.setattr(sharflow.catalog, "ROW_GROUP_ROWS", 20)  # a row group every two shards
@@ -92,7 +94,9 @@ def test_merge_streams_row_groups_and_keeps_only_metrics_present(demo_shards, tm
     assert table.schema.field("frames_c22").type == pa.int32()
     assert "cer" not in pq.read_schema(tmp_path / "plain.parquet").names
     assert not set(QUALITY_METRICS[1:]) & set(table.schema.names)  # only cer was present
+    assert not {"asr_text", "validation_status"} & set(pq.read_schema(tmp_path / "plain.parquet").names)
     df = table.to_pandas()
+    assert df.asr_text.dropna().tolist() == ["said 0", "said 4", "said 8", "said 12"]
     assert df.cer.notna().sum() == 8 and df.validation_status.value_counts().to_dict() == {
         "pass": 10,
         "fail": 6,
@@ -191,3 +195,40 @@ def test_dataset_card_states_the_dataset(demo_shards):
     assert f"| duration (s) | {durations.min():.3f} |" in card
     assert f"{np.median(durations):.3f}" in card
     assert "- **languages** (hours): en" in card
+
+
+def test_a_row_takes_the_quality_fields_of_its_record():
+    record = {
+        "audio_filepath": "a.wav",
+        "offset": 0.5,
+        "duration": 2.0,
+        "text": "Hi, you.",
+        "normalized_text": "hi you",
+        "source_audio": {"sampling_rate": 16000},
+        "context_audio_filepath": "b.wav",
+        "context_audio_offset": 0.0,
+        "context_audio_duration": 3.0,
+        "context_speaker_similarity": 0.75,
+        "cer": 0.25,
+        "dnsmos_ovrl": 3.5,
+        "loudness_lufs": None,
+        "asr_text": "hi ewe",
+        "validation_status": "fail",
+        "speaker": "s",
+    }
+    row = catalog_row(
+        record, cut_id="c", shard=1, position=2, language="en", target=(22050, 44100), context=(22050, 66150)
+    )
+    assert (row["cer"], row["dnsmos_ovrl"], row["loudness_lufs"], row["wer"]) == (0.25, 3.5, None, None)
+    assert (row["asr_text"], row["validation_status"], row["context_similarity"]) == ("hi ewe", "fail", 0.75)
+    assert (row["text_chars"], row["normalized_text_chars"], row["num_samples"]) == (8, 6, 44100)
+    odd = catalog_row(
+        {**record, "asr_text": 5, "validation_status": None, "cer": float("nan"), "wer": True},
+        cut_id="c",
+        shard=1,
+        position=2,
+        language="en",
+        target=(22050, 44100),
+        context=(22050, 66150),
+    )
+    assert (odd["asr_text"], odd["validation_status"], odd["cer"], odd["wer"]) == (None, None, None, None)

@@ -24,6 +24,7 @@ DS = layout.dataset_files("{dataset}")
 # rule -> {output name: path}, everything from sharflow.layout
 EXPECTED = {
     "prepare": {"prepared": DS.prepared, "rejected": DS.prepare_rejected, "stats": DS.prepare_stats},
+    "build_random_asr": {"model": layout.ASR_MODEL},
     "quality_part": DS.quality_part("{part}").named(),
     "quality_merge": {"metrics": DS.quality_metrics, "stats": DS.quality_metrics_stats},
     "quality_filter": {"kept": DS.quality_kept, "rejected": DS.quality_rejected, "stats": DS.quality_stats},

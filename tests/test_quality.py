@@ -118,9 +118,9 @@ def test_clipping_loudness_and_speaking_rate(clean):
     assert loudness_lufs(clean * 0.5, 16000) == pytest.approx(level - 20 * np.log10(2), abs=0.05)
     assert loudness_lufs(np.zeros(32_000), 16000) is None  # all below the absolute gate
     assert loudness_lufs(clean[:3000], 16000) is None  # shorter than one 400 ms block
-    record = {"text": "Hello, world.", "normalized_text": "hello world"}
-    assert speaking_rate(record, 2.0) == 5.5
-    assert speaking_rate({"text": "abc"}, 1.5) == 2.0
+    record = {"text": "Hello, world.", "normalized_text": "Hello,  world!"}
+    assert speaking_rate(record, 2.0) == 5.5  # "hello world": 11 characters of normalized_text
+    assert speaking_rate({"text": "A-b."}, 1.5) == 2.0  # "a b"
     assert speaking_rate(record, 0.0) is None
 
 

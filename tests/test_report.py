@@ -71,15 +71,16 @@ def stats_files(with_context, demo_shards, tmp_path):
 
 
 def quality_files(tmp):
-    """The quality filter's files for the demo's prepared records: seeded metrics, one filter, mark."""
+    """The quality filter's files for the demo's prepared records: seeded metrics (the ASR check's
+    too), two filters, mark."""
     files = DatasetFiles(str(tmp / "quality"))
     prepared = prepare_demo(tmp) / "prepared.jsonl"
     rng = np.random.default_rng(0)
     Path(files.quality_metrics).parent.mkdir(parents=True)
     with open(files.quality_metrics, "w") as out:
         for line in range(1, len(prepared.read_text().splitlines()) + 1):
-            values = {m: round(float(rng.uniform(1, 5)), 6) for m in METRICS}
-            out.write(json.dumps({"line": line, **values}) + "\n")
+            values = {m: round(float(rng.uniform(1, 5)), 6) for m in (*METRICS, "cer", "wer")}
+            out.write(json.dumps({"line": line, **values, "asr_text": "x"}) + "\n")
     filter_quality(
         prepared=str(prepared),
         metrics=files.quality_metrics,

@@ -467,3 +467,42 @@ def test_quality_measures_every_record_into_the_cuts_and_a_new_threshold_reruns_
     counts = job_counts(run_snakemake(copy, config, "-n").stdout)
     assert counts["quality_filter"] == 2 and counts["context_part"] == 2 * config["context"]["parts"]
     assert not {"prepare", "quality_part", "quality_merge"} & set(counts)
+
+
+def test_asr_check_in_the_workflow(tmp_path):
+    """Four degraded-demo records to the quality filter with a tiny random NeMo ASR model; the
+    manifest's own cer is kept aside; a cer threshold reruns only the filter; random_from_config
+    puts the model's build in the plan (the loud log: test_asr)."""
+    from sharflow.asr import build_random_asr
+
+    models = REPO / "config" / "models"
+    model = build_random_asr(models / "tiny_asr.yaml", tmp_path / "asr.nemo")
+    records = read_jsonl(REPO / "demo" / "degraded" / "manifest.json")
+    records = [
+        r for r in records if any(k in r["audio_filepath"] for k in ("slt_005", "silence_only", "noise"))
+    ]
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text("".join(json.dumps({**r, "cer": 0.01}) + "\n" for r in records))
+    filters = {"speech_ratio": {"min": 0.001}, "cer": {"max": 50.0}}
+    config = demo_config(
+        degraded=True, quality={"parts": 1, "workers": 1, "asr": {"model": str(model)}, "filters": filters}
+    )
+    config["datasets"] = {"degraded": {**config["datasets"]["degraded"], "manifest": str(manifest)}}
+    work = tmp_path / "w"
+    files = DatasetFiles(str(work / "results" / "degraded"))
+    target = str(Path(files.quality_stats).relative_to(work))
+    run_snakemake(work, config, target)
+    kept = read_jsonl(Path(files.quality_kept))
+    stats = json.loads(Path(files.quality_stats).read_text())
+    assert stats["records_in"] == len(records) == 4 == len(kept) + stats["rejected_total"]
+    assert stats["rejected"] == {"quality_speech_ratio": 1}  # the silent one
+    # slt_005 and slt_005_wrong_text hold the same audio: one transcript, two references, two cers
+    assert len({r["asr_text"] for r in kept}) == 2 and len({r["cer"] for r in kept}) == 3
+    assert all(r["manifest_cer"] == 0.01 and r["cer"] != 0.01 for r in kept)
+    assert json.loads(Path(files.quality_metrics_stats).read_text())["asr_model"] == str(model)
+
+    config["quality"]["filters"]["cer"] = {"max": 1.0}
+    assert job_counts(run_snakemake(work, config, target, "-n").stdout) == {"quality_filter": 1}
+    config["quality"]["asr"] = {"random_from_config": str(models / "tiny_asr.yaml")}
+    planned = job_counts(run_snakemake(work, config, target, "-n").stdout)
+    assert planned == {"build_random_asr": 1, "quality_part": 1, "quality_merge": 1, "quality_filter": 1}

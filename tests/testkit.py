@@ -85,6 +85,9 @@ def demo_config(degraded: bool = False, **overrides) -> dict:
     for codec in config.get("codecs", {}).values():
         if codec.get("random_from_config"):
             codec["random_from_config"] = str(REPO / codec["random_from_config"])
+    asr = config.get("quality", {}).get("asr", {})
+    if asr.get("random_from_config"):
+        asr["random_from_config"] = str(REPO / asr["random_from_config"])
     for section, values in overrides.items():
         config.setdefault(section, {}).update(values)
     return config

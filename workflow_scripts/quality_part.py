@@ -2,7 +2,7 @@
 
 from sharflow.layout import QualityPartFiles
 from sharflow.logs import job_log
-from sharflow.quality import run_quality_part
+from sharflow.quality import AsrOptions, run_quality_part
 
 # The guard keeps spawned rank processes, which re-run this file as __mp_main__, out of the body.
 if __name__ == "__main__":
@@ -19,4 +19,5 @@ if __name__ == "__main__":
             workers=snakemake.threads,
             gpus=snakemake.resources.gpu,
             dnsmos_max_windows=snakemake.params.dnsmos_max_windows,
+            asr=AsrOptions(**snakemake.params.asr) if snakemake.params.asr else None,
         )

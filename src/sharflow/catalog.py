@@ -52,9 +52,14 @@ BASE_COLUMNS = (
     ("context_similarity", pa.float32()),
 )
 FRAGMENT_SCHEMA = pa.schema(
-    [*BASE_COLUMNS, *((m, pa.float32()) for m in QUALITY_METRICS), ("validation_status", STRING)]
+    [
+        *BASE_COLUMNS,
+        *((m, pa.float32()) for m in QUALITY_METRICS),
+        ("validation_status", STRING),
+        ("asr_text", pa.string()),
+    ]
 )
-OPTIONAL_COLUMNS = (*QUALITY_METRICS, "validation_status")  # dropped when null in every row
+OPTIONAL_COLUMNS = (*QUALITY_METRICS, "validation_status", "asr_text")  # dropped when null in every row
 ROW_GROUP_ROWS = 65536
 
 
@@ -101,6 +106,8 @@ def catalog_row(
         row[metric] = _number(record.get(metric))
     status = record.get("validation_status")
     row["validation_status"] = status if isinstance(status, str) else None
+    asr_text = record.get("asr_text")
+    row["asr_text"] = asr_text if isinstance(asr_text, str) else None
     return row
 
 

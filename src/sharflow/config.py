@@ -64,6 +64,16 @@ def _cross_checks(config: dict) -> list[str]:
             problems.append(f"  codecs.{name}: give exactly one of model or random_from_config")
         elif codec.get("random_from_config") and codec["backend"] != "nemo":
             problems.append(f"  codecs.{name}.random_from_config: only the nemo backend builds random codecs")
+    quality = config.get("quality", {})
+    asr = quality.get("asr", {})
+    if asr.get("model") is not None and asr.get("random_from_config") is not None:
+        problems.append("  quality.asr: give model or random_from_config, not both")
+    for metric in ("cer", "wer"):
+        if metric in quality.get("filters", {}) and not (asr.get("model") or asr.get("random_from_config")):
+            problems.append(
+                f"  quality.filters.{metric}: {metric} is measured by the ASR check; set quality.asr.model "
+                "(a NeMo ASR model) or remove the filter (a manifest's own cer is filtered by NeMo's max_cer)"
+            )
     chosen = config.get("training", {}).get("codec")
     if chosen is not None and chosen not in config.get("codecs", {}):
         problems.append(

@@ -288,6 +288,9 @@ def codec_model(codec: str) -> str:
     return f"{RESULTS}/models/{codec}.nemo"
 
 
+ASR_MODEL = f"{RESULTS}/models/asr/random.nemo"  # where the workflow builds quality.asr.random_from_config
+
+
 def codec_spec(codec: str) -> str:
     return f"{RESULTS}/models/{codec}.json"
 

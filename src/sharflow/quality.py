@@ -5,7 +5,9 @@ Each part takes a contiguous run of prepared lines holding an equal share of the
 bin-packed onto ranks by seconds (sharflow.balance, sharflow.ranks). Each rank decodes a record
 one ahead of measuring it (sharflow.quality_metrics) and writes one line per record, in line order;
 a record whose audio cannot be decoded gets an `error` instead of metrics (the filter rejects it).
-Metrics depend only on the record, so any number of parts and ranks gives the same bytes.
+With the ASR check (quality.asr), a rank also transcribes its records in batches of about
+`batch_seconds` of audio (sharflow.asr) and adds asr_text, cer and wer. Metrics depend only on the
+record, so any number of parts and ranks gives the same bytes.
 """
 
 import heapq
@@ -13,6 +15,7 @@ import json
 import logging
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from tqdm import tqdm
@@ -27,6 +30,15 @@ from sharflow.quality_metrics import MODEL_RATE
 from sharflow.ranks import job_devices, run_ranks
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AsrOptions:
+    """The optional ASR check (quality.asr): a NeMo ASR model and the audio seconds per batch."""
+
+    model: str
+    batch_seconds: float = 60.0
+    random: bool = False  # built by the workflow from random_from_config: say so loudly
 
 
 def part_of(start_seconds: float, total_seconds: float, parts: int) -> int:
@@ -60,6 +72,7 @@ def run_quality_part(
     workers: int = 1,
     gpus: int = 0,
     dnsmos_max_windows: int = 0,
+    asr: AsrOptions | None = None,
 ) -> dict:
     """Measure the records of one part on as many ranks as devices/workers allow."""
     records = part_records(prepared, part, parts)
@@ -78,6 +91,7 @@ def run_quality_part(
                 audio_root,
                 f"{tmp}/r{r}.jsonl",
                 dnsmos_max_windows,
+                asr,
             )
             for r, lines in enumerate(rank_lines)
         ]
@@ -93,6 +107,7 @@ def run_quality_part(
         "unreadable": sum(s["unreadable"] for s in rank_stats),
         "audio_seconds": round(sum(s["audio_seconds"] for s in rank_stats), 3),
         "seconds": max((s["seconds"] for s in rank_stats), default=0.0),
+        "asr_model": asr.model if asr else None,
         "ranks": rank_stats,
     }
     write_json(out_stats, stats)
@@ -131,13 +146,24 @@ def measure_records(
     audio_root: str,
     out_path: str,
     dnsmos_max_windows: int = 0,
+    asr: AsrOptions | None = None,
 ) -> dict:
-    """One rank: measure its records (line, byte offset); write {"line", metrics... | error} in line order."""
+    """One rank: measure its records (line, byte offset); write {"line", metrics... | error} in line order.
+
+    With `asr`, records wait in line order until about `asr.batch_seconds` of audio is pending, then
+    are transcribed as one batch and written with asr_text, cer and wer.
+    """
     from sharflow.quality_metrics import Meters, measure
 
     start = time.perf_counter()
     meters = Meters.load(device, dnsmos_max_windows) if lines else None
+    transcriber = None
+    if asr and lines:
+        from sharflow.asr import Transcriber
+
+        transcriber = Transcriber(asr.model, device, random=asr.random)
     unreadable, seconds = 0, 0.0
+    pending: list[tuple[dict, dict, object]] = []  # (entry, record, audio for ASR or None), line order
     with (
         open(prepared, "rb") as src,
         open(out_path, "w", encoding="utf-8") as out,
@@ -149,17 +175,36 @@ def measure_records(
             record = json.loads(src.readline())
             return record, _load(audio_root, record)
 
+        def flush():
+            if transcriber:
+                _transcribe(transcriber, pending)
+            for entry, _, _ in pending:
+                out.write(json.dumps(entry) + "\n")
+            progress.update(len(pending))
+            pending.clear()
+
         # reading the file by offset happens in the loader thread only, one record at a time
+        pending_seconds = 0.0
         for (line, _), (record, loaded) in ahead(read, lines):
             if isinstance(loaded, Exception):
                 unreadable += 1
-                entry = {"line": line, "error": f"{record['audio_filepath']}: {loaded}"}
+                pending.append(
+                    ({"line": line, "error": f"{record['audio_filepath']}: {loaded}"}, record, None)
+                )
             else:
                 audio, rate, audio_16k = loaded
                 seconds += len(audio) / rate
+                pending_seconds += len(audio) / rate
                 entry = {"line": line, **measure(meters, record, audio, rate, audio_16k)}
-            out.write(json.dumps(entry) + "\n")
-            progress.update(1)
+                wave = None
+                if transcriber:
+                    rate_asr = transcriber.sample_rate
+                    wave = audio_16k if rate_asr == MODEL_RATE else resample(audio, rate, rate_asr)
+                pending.append((entry, record, wave))
+            if not transcriber or pending_seconds >= asr.batch_seconds:
+                flush()
+                pending_seconds = 0.0
+        flush()
     return {
         "rank": rank,
         "device": device,
@@ -169,6 +214,18 @@ def measure_records(
         "seconds": round(time.perf_counter() - start, 3),
         "dnsmos_provider": meters.dnsmos.provider if meters else None,
     }
+
+
+def _transcribe(transcriber, pending: list[tuple[dict, dict, object]]) -> None:
+    """Add asr_text, cer and wer to the pending entries that have audio, transcribed as one batch."""
+    from sharflow.asr import asr_fields
+    from sharflow.quality_metrics import DIGITS
+
+    batch = [i for i, (_, _, wave) in enumerate(pending) if wave is not None]
+    texts = transcriber.transcribe([pending[i][2] for i in batch])
+    for i, text in zip(batch, texts, strict=True):
+        entry, record, _ = pending[i]
+        entry.update(asr_fields(record, text, DIGITS))
 
 
 # ---- merge --------------------------------------------------------------------------------------
@@ -201,6 +258,7 @@ def merge_quality(
         "records": line,
         "unreadable": sum(p["unreadable"] for p in parts),
         "audio_seconds": round(sum(p["audio_seconds"] for p in parts), 3),
+        "asr_model": parts[0].get("asr_model") if parts else None,
         "parts": [{k: p[k] for k in ("part", "records", "audio_seconds", "seconds", "ranks")} for p in parts],
     }
     write_json(stats, summary)

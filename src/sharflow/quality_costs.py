@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from sharflow.asr import ASR_METRICS
 from sharflow.quality_filter import failures, in_step
 from sharflow.quality_metrics import METRICS
 
@@ -31,6 +32,8 @@ SIDES: dict[str, tuple[str, ...]] = {
     "clipping_fraction": ("max",),
     "loudness_lufs": ("min", "max"),
     "speaking_rate": ("min", "max"),
+    "cer": ("max",),
+    "wer": ("max",),
 }
 
 
@@ -71,14 +74,15 @@ def _measured(prepared: str, metrics: str):
 
 def quality_view(dataset: str, prepared: str, metrics: str, stats: dict, bins: int = BINS) -> QualityView:
     """Histograms of every metric and the hours each filter (alone, and all together) removes."""
-    filters, lo, hi = stats["filters"], {}, {}
+    filters, lo, hi, asr = stats["filters"], {}, {}, False
     for _, m in _measured(prepared, metrics):
-        for name in METRICS if m else ():
-            if m[name] is not None:
+        asr = asr or bool(m and "cer" in m)
+        for name in (*METRICS, *ASR_METRICS) if m else ():
+            if m.get(name) is not None:
                 lo[name] = min(lo.get(name, m[name]), m[name])
                 hi[name] = max(hi.get(name, m[name]), m[name])
     hists = {}
-    for name in METRICS:
+    for name in (*METRICS, *ASR_METRICS) if asr else METRICS:
         a, b = lo.get(name, 0.0), hi.get(name, 1.0)
         edges = np.linspace(a, b if b > a else a + 1.0, bins + 1)
         hists[name] = MetricHistogram(edges, np.zeros(bins))
@@ -93,7 +97,7 @@ def quality_view(dataset: str, prepared: str, metrics: str, stats: dict, bins: i
             continue
         measured += duration
         for name, h in hists.items():
-            if m[name] is None:
+            if m.get(name) is None:
                 h.null_seconds += duration
                 continue
             i = min(bins - 1, int(np.searchsorted(h.edges, m[name], side="right")) - 1)

@@ -16,6 +16,7 @@ import logging
 from collections import Counter
 from itertools import zip_longest
 
+from sharflow.asr import ASR_FIELDS, ASR_METRICS
 from sharflow.atomic import atomic_dir, atomic_file, read_json, write_json
 from sharflow.errors import SharflowError
 from sharflow.quality_metrics import METRICS
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 ACTIONS = ("drop", "mark")
 REASONS: dict[str, str] = {
     "unreadable_audio": "the audio span could not be decoded (its header passed in prepare)",
-    **{f"quality_{m}": f"{m} outside the threshold in quality.filters" for m in METRICS},
+    **{f"quality_{m}": f"{m} outside the threshold in quality.filters" for m in (*METRICS, *ASR_METRICS)},
 }
 
 
@@ -48,11 +49,22 @@ def failures(metrics: dict, filters: dict) -> list[tuple[str, str]]:
 def check_filters(filters: dict) -> None:
     """Refuse a filter on an unknown metric or without bounds, naming what to write instead."""
     for metric, bounds in filters.items():
-        if metric not in METRICS:
-            raise SharflowError(f"quality.filters: unknown metric {metric!r}; known: {', '.join(METRICS)}")
+        if metric not in (*METRICS, *ASR_METRICS):
+            known = ", ".join((*METRICS, *ASR_METRICS))
+            raise SharflowError(f"quality.filters: unknown metric {metric!r}; known: {known}")
         if not bounds or set(bounds) - {"min", "max"}:
             raise SharflowError(
                 f"quality.filters.{metric}: give {{min: x}}, {{max: y}} or both, got {bounds!r}"
+            )
+
+
+def _check_measured(filters: dict, measured: dict, path: str) -> None:
+    """Refuse a filter on a metric the quality parts did not measure (cer/wer without quality.asr)."""
+    for metric in filters:
+        if metric not in measured:
+            raise SharflowError(
+                f"quality.filters.{metric}: {path} holds no {metric}; the ASR check measures cer and wer: "
+                "set quality.asr.model (or random_from_config), or remove the filter"
             )
 
 
@@ -72,9 +84,13 @@ def in_step(prepared: str, metrics: str):
 
 
 def with_metrics(record: dict, metrics: dict) -> dict:
-    """The record with its measured metrics; a manifest's own value of one moves to manifest_<name>."""
+    """The record with its measured metrics; a manifest's own value of one moves to manifest_<name>.
+
+    The ASR fields (asr_text, cer, wer) are added, and a manifest's own moved, only when the ASR
+    check ran: without it a manifest's `cer` stays where NeMo's max_cer reads it.
+    """
     out = dict(record)
-    for name in METRICS:
+    for name in (*METRICS, *(f for f in ASR_FIELDS if f in metrics)):
         if name in record:
             out[f"manifest_{name}"] = record[name]
         out[name] = metrics[name]
@@ -113,6 +129,7 @@ def filter_quality(
             if "error" in m:
                 reason, detail, fails = "unreadable_audio", m["error"], []
             else:
+                _check_measured(filters, m, metrics)
                 record = with_metrics(record, m)
                 fails = failures(m, filters)
                 failing.update(metric for metric, _ in fails)

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from sharflow.asr import ASR_METRICS
 from sharflow.atomic import atomic_file, read_json
 from sharflow.catalog import iter_batches
 from sharflow.quality_costs import SIDES, QualityView, quality_view, removed_table
@@ -249,7 +250,8 @@ def plot_buckets(datasets: list[DatasetStats], histograms: dict, path: str) -> N
 
 def _quality_panels(views: list[QualityView]):
     """A figure with, per dataset, one panel per metric in two columns; and (axis, view, metric) of each."""
-    rows = (len(METRICS) + 1) // 2
+    names = [m for m in (*METRICS, *ASR_METRICS) if any(m in v.histograms for v in views)]
+    rows = (len(names) + 1) // 2
     fig, axes = _grid(rows * len(views) or 1, 2, 9, 2.2)
     if not views:
         for ax in axes.flat:
@@ -257,13 +259,15 @@ def _quality_panels(views: list[QualityView]):
         axes[0, 0].text(0, 0.5, "quality stage off (quality.enabled: false)", fontsize=12)
     flat = axes.reshape(max(1, len(views)), -1)  # one row of panels per dataset (one blank without)
     for row in flat:
-        for ax in row[len(METRICS) :]:
+        for ax in row[len(names) :]:
             ax.set_axis_off()
-    panels = [
-        (ax, view, metric)
-        for row, view in zip(flat, views, strict=False)
-        for ax, metric in zip(row, METRICS, strict=False)
-    ]
+    panels = []
+    for row, view in zip(flat, views, strict=False):
+        for ax, metric in zip(row, names, strict=False):
+            if metric in view.histograms:
+                panels.append((ax, view, metric))
+            else:  # not measured for this dataset (no ASR check)
+                ax.set_axis_off()
     return fig, panels
 
 
