@@ -1,5 +1,8 @@
 """Fixtures shared by test modules: the demo corpus through the stages, a tiny codec, workflow runs."""
 
+import faulthandler
+import os
+
 import pytest
 from test_prepare import dirty_manifest
 
@@ -15,6 +18,23 @@ from testkit import (
     system_tool,
     write_all,
 )
+
+
+@pytest.fixture(autouse=True)
+def hang_guard():
+    """A test that hangs ends the run, with every thread's traceback, after SHARFLOW_TEST_TIMEOUT
+    seconds (default 1200; the slowest test takes ~4 min) instead of holding CI; the mutation
+    runs set 60, so that a mutant that loops forever counts as caught."""
+    faulthandler.dump_traceback_later(int(os.environ.get("SHARFLOW_TEST_TIMEOUT", "1200")), exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that need a background workflow run (early_runs) go last, in their order: the unit
+    tests run while those runs finish instead of after a test that waits for them."""
+    waiting = {"two_datasets", "slurm_run", "crash"}
+    items.sort(key=lambda item: bool(waiting & set(getattr(item, "fixturenames", ()))))
 
 
 @pytest.fixture(scope="session")
@@ -69,13 +89,23 @@ def run_two_datasets(tmp):
 def early_runs(request, tmp_path_factory):
     """{name: Background} of the long workflow runs the selected tests need, started before the first test.
 
-    The two-dataset run overlaps the unit tests, and the Slurm run (which mostly waits on Slurm's
-    queue) overlaps everything: the suite takes minutes less than running them in turn.
+    The two-dataset run overlaps the unit tests; the crash test's killed runs (one core) start when
+    it is done and overlap the tests after it; the Slurm run (which mostly waits on Slurm's queue)
+    overlaps everything: the suite takes minutes less than running them in turn.
     """
     wanted = {name for item in request.session.items for name in getattr(item, "fixturenames", ())}
     runs = {}
-    if {"two_datasets", "slurm_run"} & wanted:
+    if {"two_datasets", "slurm_run", "crash"} & wanted:
         runs["two_datasets"] = Background(run_two_datasets, tmp_path_factory.mktemp("wf"))
+    if "crash" in wanted:
+        from test_crash import crash_run
+
+        reference = runs["two_datasets"]
+
+        def crash_after_the_reference(tmp):
+            return crash_run(reference.result()[0], tmp)
+
+        runs["crash"] = Background(crash_after_the_reference, tmp_path_factory.mktemp("crash"))
     if "slurm_run" in wanted:
         from test_slurm import run_on_slurm
 
@@ -87,6 +117,12 @@ def early_runs(request, tmp_path_factory):
 def two_datasets(early_runs):
     """(work dir, CompletedProcess, dirty manifest) of run_two_datasets."""
     return early_runs["two_datasets"].result()
+
+
+@pytest.fixture(scope="session")
+def crash(early_runs):
+    """What test_crash.crash_run gathered (it starts once the two-dataset run is done)."""
+    return early_runs["crash"].result()
 
 
 @pytest.fixture(scope="session")

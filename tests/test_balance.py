@@ -31,8 +31,13 @@ def test_more_bins_than_units_leaves_empty_bins():
     assert imbalance(loads(a, {"a": 3.0, "b": 1.0})) == pytest.approx(3.0)
 
 
+def test_imbalance_is_max_over_mean_and_one_when_empty():
+    assert imbalance([3.0, 1.0]) == 1.5 and imbalance([2.0, 2.0]) == 1.0
+    assert imbalance([0.0, 0.0]) == 1.0  # nothing to balance: perfect
+
+
 def test_bins_must_be_positive():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^bins must be >= 1, got 0$"):
         lpt_assign({"a": 1.0}, 0)
 
 

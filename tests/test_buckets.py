@@ -1,4 +1,6 @@
 import glob
+import gzip
+import json
 
 import numpy as np
 import pytest
@@ -10,12 +12,16 @@ from lhotse.dataset.sampling.dynamic_bucketing import DynamicBucketingSampler, e
 
 from sharflow.buckets import (
     CHARACTERS,
+    TOKENS,
     bucket_bins,
     bucket_of,
     duration_bins,
     duration_token_bins,
+    iter_cut_lengths,
     read_catalog_lengths,
     read_cut_lengths,
+    sampler_bin_2d_of,
+    sampler_bucket_of,
     write_buckets,
 )
 from sharflow.layout import DatasetFiles
@@ -59,6 +65,95 @@ def test_2d_bins_split_each_duration_bucket_by_tokens():
         assert len({x[0] for x in group}) == 1  # same duration bound
         assert [x[1] for x in group] == sorted(x[1] for x in group)  # increasing token bounds
     assert all(0 < tps < 100 for tps in max_tps)
+
+
+def test_cut_lengths_count_normalized_text_else_text_else_nothing(tmp_path):
+    cuts = [
+        {"duration": 1.5, "supervisions": [{"text": "abc", "custom": {"normalized_text": "a b c d"}}]},
+        {"duration": 2.0, "supervisions": [{"text": "abc", "custom": {"normalized_text": ""}}]},
+        {"duration": 2.5, "supervisions": [{"text": "abcd", "custom": None}]},
+        {"duration": 3.0, "supervisions": [{"text": "abcde"}]},
+        {"duration": 3.5, "supervisions": [{}, {"text": "not the first"}]},
+        {"duration": 4.0, "supervisions": []},
+        {"duration": 4.5},
+    ]
+    paths = []
+    for i, part in enumerate((cuts[:3], cuts[3:])):  # two files, read in order
+        paths.append(str(tmp_path / f"cuts.{i}.jsonl.gz"))
+        with gzip.open(paths[-1], "wt", encoding="utf-8") as f:
+            f.writelines(json.dumps(c) + "\n" for c in part)
+    expected = [(1.5, 7), (2.0, 3), (2.5, 4), (3.0, 5), (3.5, 0), (4.0, 0), (4.5, 0)]
+    assert list(iter_cut_lengths(paths)) == expected
+    durations, lengths = read_cut_lengths(paths)
+    assert durations.tolist() == [d for d, _ in expected] and lengths.tolist() == [n for _, n in expected]
+
+
+def test_written_buckets_yaml_is_bucket_bins_in_order_with_what_lengths_count(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(3)
+    durations = np.round(rng.uniform(1, 20, 300), 3)
+    chars = rng.integers(5, 300, 300)
+    normalized = [int(c) + 7 if i % 3 == 0 else (0 if i % 3 == 1 else None) for i, c in enumerate(chars)]
+    normalized[0] = 1  # one character of normalized text still counts
+    lengths = np.array([n if n else c for n, c in zip(normalized, chars, strict=True)], dtype=float)
+    table = pa.table(
+        {
+            "duration": durations,
+            "text_chars": pa.array(chars, pa.int32()),
+            "normalized_text_chars": pa.array(normalized, pa.int32()),
+        }
+    )
+    pq.write_table(table, tmp_path / "c.parquet")
+    out = tmp_path / "b.yaml"
+    result = write_buckets(str(tmp_path / "c.parquet"), str(out), num_buckets=5, sub_buckets=3)
+    expected = bucket_bins(durations, lengths, num_buckets=5, sub_buckets=3, z_threshold=4.0)
+    assert result == expected and list(yaml.safe_load(out.read_text())) == list(expected)  # key order
+    assert result["tokens"] == CHARACTERS and result["cuts"] == 300
+    assert result["hours"] == round(durations.sum() / 3600, 6)
+    assert (result["min_duration"], result["max_duration"]) == (durations.min(), durations.max())
+    pq.write_table(table.append_column("tokens", pa.array(chars * 2)), tmp_path / "t.parquet")
+    tokens = write_buckets(
+        str(tmp_path / "t.parquet"), str(out), num_buckets=5, sub_buckets=3, z_threshold=2.0
+    )
+    assert tokens["tokens"] == TOKENS
+    assert tokens == {
+        **bucket_bins(durations, chars * 2.0, num_buckets=5, sub_buckets=3, z_threshold=2.0),
+        "tokens": TOKENS,
+    }
+    plain = write_buckets(str(tmp_path / "c.parquet"), str(out), num_buckets=5)
+    # more rows than one read batch (65536): the arrays are filled batch after batch
+    many = pa.table(
+        {"duration": np.arange(1, 140_001, dtype=float), "tokens": np.arange(140_000, dtype=np.int32)}
+    )
+    pq.write_table(many, tmp_path / "many.parquet")
+    d, t, counted = read_catalog_lengths(str(tmp_path / "many.parquet"))
+    assert counted == TOKENS and d.tolist() == list(range(1, 140_001)) and t.tolist() == list(range(140_000))
+    # the z threshold reaches the 2D bins (compared with the function that makes them, called directly)
+    assert tokens["max_tps"] == duration_token_bins(durations, chars * 2.0, 5, 3, 2.0)[1]
+    assert "tokens" not in plain and "bucket_duration_bins_2d" not in plain
+    assert yaml.safe_load(out.read_text()) == plain
+
+
+def test_token_bins_by_hand():
+    """Two buckets of six cuts (1 s and 2 s, tokens 1..6), three sub-buckets by cumulative tokens
+    (1, 3, 6, 10, 15, 21: the thirds, 7 and 14, first reached at the 4th and 5th cut)."""
+    d = np.array([1.0] * 6 + [2.0] * 6)
+    t = np.array([1.0, 2, 3, 4, 5, 6] * 2)
+    bins, max_tps = duration_token_bins(d, t, 2, 3)
+    assert bins == [[2.0, 3.0], [2.0, 4.0], [2.0, 6.0]] * 2
+    assert max_tps == [3.0, 4.0, 6.0, 1.5, 2.0, 3.0]
+    # cuts shorter than a second count their own tokens per second (a 1 ms floor only)
+    bins, max_tps = duration_token_bins(np.array([0.5, 0.5, 2.0, 2.0]), np.array([5.0, 5, 10, 10]), 2, 1)
+    assert bins == [[2.0, 5.0], [2.0, 10.0]] and max_tps == [10.0, 5.0]
+
+
+def test_2d_lookup_at_the_ratio_limit_and_under_a_second():
+    bins_2d, max_tps = [[1.0, 4.0], [3.0, 10.0]], [3.0, 3.0]
+    got = sampler_bin_2d_of(np.array([0.5, 0.5, 2.0, 2.0]), np.array([1.0, 2.0, 6.0, 7.0]), bins_2d, max_tps)
+    # 1/0.5 = 2 <= 3 kept; 2/0.5 = 4 > 3 dropped; 6/2 = 3, at the limit, kept; 7/2 dropped
+    assert got.tolist() == [0, -1, 1, -1]
 
 
 def test_too_few_cuts_is_refused():
@@ -199,3 +294,36 @@ def test_outliers_are_dropped_above_a_z_score_of_4_by_default():
     _, default = duration_token_bins(d, t, 1 + 1, 1, edges=[])
     _, lenient = duration_token_bins(d, t, 2, 1, z_threshold=5.0, edges=[])
     assert lenient == [tps.max()] and default == [tps[:40].max()]
+    # bucket_bins has the same default (all 41 cuts tie at 2.0 s: the second bucket holds them all)
+    assert bucket_bins(d, t, num_buckets=2, sub_buckets=1)["max_tps"] == default
+    assert bucket_bins(d, t, num_buckets=2, sub_buckets=1, z_threshold=5.0)["max_tps"] == lenient
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(1, 8), min_size=1, max_size=4, unique=True),
+    st.lists(st.lists(st.integers(1, 12), min_size=1, max_size=3, unique=True), min_size=4, max_size=4),
+    st.lists(st.tuples(st.integers(1, 10), st.integers(0, 14)), min_size=1, max_size=30),
+    st.one_of(st.none(), st.lists(st.floats(0.1, 6.0), min_size=12, max_size=12)),
+)
+def test_sampler_bins_equal_nemos_and_lhotses_own_lookup(levels, bounds, cuts, max_tps):
+    """Cuts on and between the edges (integers on a grid the edges also lie on) land in the 2D bin
+    NeMo's find_smallest_bucket (strict) picks, and in the 1D bucket of lhotse's bisect_left."""
+    from bisect import bisect_left
+
+    from nemo.collections.common.data.lhotse.sampling import find_smallest_bucket
+
+    bins_2d = [
+        [float(d), float(t)] for d, ts in zip(sorted(levels), bounds, strict=False) for t in sorted(ts)
+    ]
+    ratios = None if max_tps is None else max_tps[: len(bins_2d)]
+    durations = np.array([float(d) for d, _ in cuts])
+    tokens = np.array([float(t) for _, t in cuts])
+    expected = [
+        find_smallest_bucket(np.asarray(bins_2d), (d, t), strict=True, max_ratio=ratios)
+        for d, t in zip(durations.tolist(), tokens.tolist(), strict=True)
+    ]
+    got = sampler_bin_2d_of(durations, tokens, bins_2d, ratios)
+    assert got.tolist() == [-1 if e is None else e for e in expected]
+    edges = sorted({float(d) for d in levels})
+    assert sampler_bucket_of(durations, edges).tolist() == [bisect_left(edges, d) for d in durations.tolist()]

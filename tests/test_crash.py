@@ -100,30 +100,27 @@ def seed(reference_work: Path, work: Path, datasets=("demo", "dirty"), stages=("
     shutil.copytree(reference_work / ".snakemake" / "metadata", work / ".snakemake" / "metadata")
 
 
-def test_kill_9_mid_stage_then_rerun_is_byte_identical(two_datasets, tmp_path):
-    reference = two_datasets[0] / "results"
-    work = tmp_path / "work"
-    seed(two_datasets[0], work)
-    config = yaml.safe_load((two_datasets[0] / "config.yaml").read_text())
+def crash_run(reference_work: Path, tmp: Path) -> dict:
+    """The killed and resumed runs (the module docstring), started from the reference run's prepare
+    and quality outputs; what the test checks, gathered. Runs in the background (conftest.early_runs)
+    as soon as the reference run is done, on one core, beside the other tests."""
+    work = tmp / "work"
+    seed(reference_work, work)
+    config = yaml.safe_load((reference_work / "config.yaml").read_text())
+    seen = {"work": work}
     watcher = Watcher(work / "results" / "demo" / "shar")
     watcher.start()
     try:
-        log = run_and_kill(work, config, mid_context, "context")
-        assert "rule quality_part" not in log and "rule prepare" not in log  # the seeded jobs are done
-        finished = [
+        seen["context_log"] = run_and_kill(work, config, mid_context, "context")
+        seen["finished"] = [
             p for p in ("0000", "0001") if (work / f"results/demo/context/parts/part-{p}.jsonl").exists()
         ]
-        assert len(finished) == 1
-        interrupted = ({"0000", "0001"} - set(finished)).pop()
         run_snakemake(work, config, "--unlock")
-        # resuming reruns only the interrupted context part, not the finished one
         dry = run_snakemake(work, config, "-n")
-        planned = dry.stdout + dry.stderr
-        assert f"dataset=demo, part={interrupted}" in planned
-        assert f"dataset=demo, part={finished[0]}" not in planned
+        seen["planned"] = dry.stdout + dry.stderr
 
         run_and_kill(work, config, mid_shar, "shar")
-        assert count(work, "results/demo/shar/cuts/*") < 4
+        seen["shar_cuts_after_kill"] = count(work, "results/demo/shar/cuts/*")
         run_snakemake(work, config, "--unlock")
 
         run_and_kill(work, config, mid_codes, "codes")
@@ -131,18 +128,31 @@ def test_kill_9_mid_stage_then_rerun_is_byte_identical(two_datasets, tmp_path):
     finally:
         watcher.stop.set()
         watcher.join()
-
     run_snakemake(work, config, "--cores", "1")
+    seen["watched"] = {p: sizes for p, sizes in watcher.seen.items() if "/." not in p}
+    return seen
+
+
+def test_kill_9_mid_stage_then_rerun_is_byte_identical(two_datasets, crash):
+    reference = two_datasets[0] / "results"
+    assert "rule quality_part" not in crash["context_log"] and "rule prepare" not in crash["context_log"]
+    assert len(crash["finished"]) == 1  # the seeded jobs are done; one context part of two finished
+    interrupted = ({"0000", "0001"} - set(crash["finished"])).pop()
+    # resuming reruns only the interrupted context part, not the finished one
+    assert f"dataset=demo, part={interrupted}" in crash["planned"]
+    assert f"dataset=demo, part={crash['finished'][0]}" not in crash["planned"]
+    assert crash["shar_cuts_after_kill"] < 4
+
     assert_informative_codes(
         codes_in_tars(sorted((reference / "demo" / "shar").glob("codes_*/target_codes/*")))
     )
     assert len([p for p in (reference / "demo" / "shar").rglob("*") if p.is_file()]) == 4 * 5
     assert_same_outputs(
-        reference, work / "results", ["demo", "dirty"], "2 cores uninterrupted vs 1 core killed"
+        reference, crash["work"] / "results", ["demo", "dirty"], "2 cores uninterrupted vs 1 core killed"
     )
 
     # every file ever seen under a final name already had its final size
-    watched = {p: sizes for p, sizes in watcher.seen.items() if "/." not in p}
+    watched = crash["watched"]
     assert len(watched) >= 8  # the killed runs did write some shards and codes
     for path, sizes in watched.items():
         assert sizes == {Path(path).stat().st_size}, (path, sizes)

@@ -50,39 +50,85 @@ def test_segment_with_offset_inside_a_long_file(root):
     result = check(good(audio_filepath="long.flac", offset=2.5, duration=3.0), root)
     assert isinstance(result, Accepted)
     assert json.loads(result.line)["offset"] == 2.5
+    assert result.key == ("long.flac", 250000, 300000)  # the duplicate key: 10 µs steps
+    assert result.duration == 3.0 and result.speaker == "| Language:en Dataset:demo Speaker:s1 |"
+
+
+def test_text_is_written_as_it_is_not_escaped(root):
+    result = check(good(text="Zoë sagt: «Grüß dich»", audio_filepath="spk/./a.wav", offset=0.000014), root)
+    assert "Zoë sagt: «Grüß dich»" in result.line
+    assert result.key == ("spk/a.wav", 1, 200000)
 
 
 @pytest.mark.parametrize(
-    "record, reason",
+    "record, reason, detail, duration",
     [
-        ("{not json", "malformed_json"),
-        ("", "malformed_json"),
-        (b"\xff\xfe{}", "malformed_json"),
-        ("[1, 2]", "not_an_object"),
-        ({"duration": 2.0, "text": "x", "speaker": "s"}, "missing_field"),
-        (good(duration="2.0"), "bad_type"),
-        (good(duration=True), "bad_type"),
-        (good(audio_filepath=7), "bad_type"),
-        (good(duration=0), "bad_duration"),
-        (good(duration=-1.5), "bad_duration"),
-        (good(offset=-0.1), "bad_duration"),
-        (good(text="   "), "empty_text"),
-        (good(speaker="two words"), "bad_speaker"),
-        (good(speaker="| Language:en Speaker:x |"), "bad_speaker"),
-        (good(audio_filepath="../outside.wav"), "path_escapes_root"),
-        (good(audio_filepath="/etc/passwd"), "path_escapes_root"),
-        (good(audio_filepath="spk/missing.wav"), "missing_audio"),
-        (good(audio_filepath="junk.wav"), "unreadable_audio"),
-        (good(audio_filepath="empty.wav"), "zero_length_audio"),
-        (good(duration=2.5), "duration_mismatch"),
-        (good(audio_filepath="long.flac", offset=4.0, duration=3.0), "duration_mismatch"),
+        ("{not json", "malformed_json", "Expecting property name enclosed in double quotes.*", None),
+        ("", "malformed_json", "blank line", None),
+        (b"\xff\xfe{}", "malformed_json", "not valid UTF-8: 'utf-8' codec can't decode byte 0xff.*", None),
+        ("[1, 2]", "not_an_object", "expected a JSON object, got list", None),
+        ({"duration": 2.0, "text": "x", "speaker": "s"}, "missing_field", "missing audio_filepath", None),
+        ({"audio_filepath": "a.wav"}, "missing_field", "missing duration, speaker, text", None),
+        (good(duration="2.0"), "bad_type", r"duration = '2\.0' \(str\)", None),
+        (good(duration=True), "bad_type", r"duration = True \(bool\)", None),
+        (good(audio_filepath=7), "bad_type", r"audio_filepath = 7 \(int\)", None),
+        (good(audio_filepath=""), "bad_type", r"audio_filepath = '' \(str\)", None),
+        (good(offset="0"), "bad_type", r"offset = '0' \(str\)", None),
+        (good(text=5), "bad_type", r"text = 5 \(int\)", None),
+        (good(duration=0), "bad_duration", "duration = 0 is not a positive number", None),
+        (good(duration=-1.5), "bad_duration", "duration = -1.5 is not a positive number", None),
+        (good(offset=-0.1), "bad_duration", "offset = -0.1 is negative or not finite", 2.0),
+        (good(text="   "), "empty_text", "text is empty", 2.0),
+        (good(speaker="two words"), "bad_speaker", ".*two words.*", 2.0),
+        (good(speaker="| Language:en Speaker:x |"), "bad_speaker", ".*Language:en Speaker:x.*", 2.0),
+        (good(audio_filepath="../outside.wav"), "path_escapes_root", r".*\.\./outside\.wav.*", 2.0),
+        (good(audio_filepath="/etc/passwd"), "path_escapes_root", ".*/etc/passwd.*", 2.0),
+        (good(audio_filepath="spk/missing.wav"), "missing_audio", "no file at .*/root/spk/missing.wav", 2.0),
+        (good(audio_filepath="junk.wav"), "unreadable_audio", ".*/root/junk.wav: .+", 2.0),
+        (
+            good(audio_filepath="empty.wav", duration=1e-3),
+            "zero_length_audio",
+            ".*/root/empty.wav holds no samples",
+            1e-3,
+        ),
+        (
+            good(duration=2.5),
+            "duration_mismatch",
+            r"offset 0\.0 \+ duration 2\.5 vs file duration 2\.0000 s "
+            r"\(off by 0\.5000 s > tolerance 0\.1 s\)",
+            2.5,
+        ),
+        (
+            good(audio_filepath="long.flac", offset=4.0, duration=3.0),
+            "duration_mismatch",
+            r"offset 4\.0 \+ duration 3\.0 vs file duration 6\.0000 s "
+            r"\(off by 1\.0000 s > tolerance 0\.1 s\)",
+            3.0,
+        ),
     ],
 )
-def test_each_bad_record_gets_its_reason(root, record, reason):
+def test_each_bad_record_gets_its_reason_detail_and_duration(root, record, reason, detail, duration):
+    """The reason, the detail a person reads (exact), and the duration counted in the rejected hours
+    (None while the duration itself is not yet known to be good)."""
+    import re
+
     result = check(record, root)
     assert isinstance(result, Rejected), result
     assert result.reason == reason, result.detail
-    assert result.reason in REASONS and result.detail
+    assert result.reason in REASONS
+    assert re.fullmatch(detail, result.detail), result.detail
+    assert result.duration == duration
+
+
+def test_offset_zero_and_the_smallest_duration_pass_and_whitespace_text_is_empty(root):
+    assert (
+        json.loads(check(good(audio_filepath="long.flac", offset=0, duration=5e-324), root).line)["offset"]
+        == 0
+    )
+    assert isinstance(check(good(text=" x "), root), Accepted)
+    assert check(good(text="\t\n"), root).reason == "empty_text"
+    assert check(good(offset=float("nan")), root).detail == "offset = nan is negative or not finite"
+    assert check(good(duration=float("inf")), root).detail == "duration = inf is not a positive number"
 
 
 def test_tolerance_is_honoured(root):

@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -152,3 +153,52 @@ def test_an_ineligible_utterance_gets_a_context_but_is_never_one():
         select_context_exhaustive(emb, durations, rules, eligible=eligible),
     ):
         assert sel.choice.tolist() == [2, 0, 0]
+
+
+def test_widened_rows_are_counted_exactly():
+    """Identical embeddings: with top_k 1 each row sees two candidates tied at the k-th value, so it
+    cannot decide among them and widens once (2 -> 8 >= n: complete). Well separated pairs whose
+    partner is eligible decide at once: nothing widens."""
+    n = 6
+    rules = SelectionRules(min_similarity=0.5, min_duration=1.0, top_k=1)
+    sel = select_context(np.ones((n, 4)), np.full(n, 2.0), rules)
+    assert sel.widened_rows == n
+    assert sel.choice.tolist() == [1, 0, 0, 0, 0, 0]  # ties by index, never itself
+    pairs = np.repeat(np.eye(3) * 10, 2, axis=0) + np.linspace(0, 0.1, 6)[:, None]
+    sel = select_context(pairs, np.full(6, 2.0), SelectionRules(0.5, 1.0, top_k=2))
+    assert sel.widened_rows == 0 and sel.choice.tolist() == [1, 0, 3, 2, 5, 4]
+    # partners too short, and the k-th value already below the threshold: decided (none) at once
+    sel = select_context(pairs, np.full(6, 2.0), SelectionRules(0.5, 3.0, top_k=2))
+    assert sel.widened_rows == 0 and sel.choice.tolist() == [-1] * 6 and (sel.best_seen > 0.99).all()
+
+
+def test_a_complete_row_walks_down_to_its_least_similar_candidate():
+    """n = 3 and top_k >= n: every row is complete; the only eligible candidate of row 0 is its least
+    similar one (equal to the last value walked), which an incomplete walk would stop before."""
+    emb = np.array([[1.0, 0.0], [0.9, 0.1], [0.2, 1.0]])
+    dur = np.array([5.0, 1.0, 5.0])  # row 0's most similar (1) is too short
+    rules = SelectionRules(min_similarity=-1.0, min_duration=3.0, top_k=8)
+    sel = select_context(emb, dur, rules)
+    assert sel.choice.tolist() == [2, 0, 0] and sel.widened_rows == 0
+    same(sel, select_context_exhaustive(emb, dur, rules))
+
+
+def test_blocks_of_any_size_give_the_same_selection():
+    emb, dur = clustered(50, seed=3)
+    rules = SelectionRules(min_similarity=0.3, min_duration=3.0, top_k=3)
+    whole = select_context(emb, dur, rules)
+    for block in (1, 7, 49, 50, 1024):
+        same(select_context(emb, dur, rules, block=block), whole)
+
+
+def test_a_kth_value_equal_to_the_threshold_still_widens():
+    """Row 0 sees (top_k 2) itself, 3 (0.8, too short) and one of 1 / 2 (exactly min_similarity):
+    the last value known equals the threshold, so candidates there may still qualify: it widens and
+    takes 2, the first long enough at exactly the threshold."""
+    emb = np.array([[1.0, 0.0], [3.0, 4.0], [3.0, -4.0], [4.0, 3.0]])  # cosines with row 0: 0.6, 0.6, 0.8
+    dur = np.array([5.0, 1.0, 5.0, 1.0])
+    at = float(torch.tensor(0.6))  # the float32 cosine itself
+    rules = SelectionRules(min_similarity=at, min_duration=3.0, top_k=2)
+    sel = select_context(emb, dur, rules)
+    assert sel.choice[0] == 2 and sel.similarity[0] == at and sel.widened_rows >= 1
+    same(sel, select_context_exhaustive(emb, dur, rules))

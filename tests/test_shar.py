@@ -41,11 +41,26 @@ def test_ids():
     assert recording_id("spk/book/u_01.flac") == "spk-book-u_01"
     assert segment_id("a/b.wav", 1.5, 2.25) == "a-b-150000-225000"
     assert segment_id("a/b.wav", 1.50001, 2.25) != segment_id("a/b.wav", 1.5, 2.25)
+    assert recording_id("dir.v2/noext") == "dir.v2-noext"  # a dot in a folder is not an extension
+    assert recording_id("a/x.tar.gz") == "a-x.tar" and recording_id("plain") == "plain"
+    assert segment_id("b.wav", 0.000014, 0.000016) == "b-1-2"  # 10 µs steps, rounded to nearest
+    assert segment_id("b.wav", 12.345675, 1) == "b-1234568-100000"
 
 
-def test_plan_is_a_seeded_shuffle_with_contiguous_shards(with_context, tmp_path):
+def demo_spans(tmp_path) -> Path:
+    """The demo manifest's spans (all plan_shards reads of with_context.jsonl), 56 lines."""
+    records = read_jsonl(DEMO / "manifest.json")
+    spans = [
+        {"audio_filepath": r["audio_filepath"], "offset": r.get("offset", 0.0), "duration": r["duration"]}
+        for r in records
+    ]
+    return write_jsonl(tmp_path / "with_context.jsonl", spans)
+
+
+def test_plan_is_a_seeded_shuffle_with_contiguous_shards(tmp_path):
+    spans = demo_spans(tmp_path)
     plan = plan_shards(
-        str(with_context[0]),
+        str(spans),
         plan=str(tmp_path / "p.json"),
         index=str(tmp_path / "i.npy"),
         shard_size=16,
@@ -54,12 +69,12 @@ def test_plan_is_a_seeded_shuffle_with_contiguous_shards(with_context, tmp_path)
     assert plan["num_shards"] == 4 and [s["records"] for s in plan["shards"]] == [16, 16, 16, 8]
     index = np.load(tmp_path / "i.npy")
     offsets, pos = [], 0
-    for raw in with_context[0].read_bytes().splitlines(keepends=True):
+    for raw in spans.read_bytes().splitlines(keepends=True):
         offsets.append(pos)
         pos += len(raw)
     assert sorted(index.tolist()) == offsets and index.tolist() != offsets
     again = plan_shards(
-        str(with_context[0]),
+        str(spans),
         plan=str(tmp_path / "q.json"),
         index=str(tmp_path / "j.npy"),
         shard_size=16,
@@ -68,8 +83,8 @@ def test_plan_is_a_seeded_shuffle_with_contiguous_shards(with_context, tmp_path)
     assert again == plan and (tmp_path / "j.npy").read_bytes() == (tmp_path / "i.npy").read_bytes()
 
 
-def test_clashing_cut_ids_are_refused(with_context, tmp_path):
-    records = read_jsonl(with_context[0])[:3]
+def test_clashing_cut_ids_are_refused(tmp_path):
+    records = read_jsonl(demo_spans(tmp_path))[:3]
     twin = dict(records[1], audio_filepath=records[1]["audio_filepath"].replace("/", "-"))
     path = write_jsonl(tmp_path / "w.jsonl", [*records, twin])
     with pytest.raises(SharflowError, match=r"line 2 .* and line 4"):
@@ -409,3 +424,51 @@ def test_shard_plans_cover_every_record_once_for_any_size(tmp_path_factory, n, s
     for s, shard in enumerate(plan["shards"]):
         assert shard["seconds"] == round(sum(seconds[s * shard_size : (s + 1) * shard_size]), 3)
     assert plan_as("q") == plan and np.load(tmp / "q.npy").tolist() == index
+
+
+def test_plan_file_holds_the_plan_with_exact_seconds_and_byte_offsets(tmp_path, caplog):
+    """Non-ASCII fields (offsets are bytes, not characters) and durations with many decimals
+    (seconds are rounded to the millisecond once per shard)."""
+    import logging
+
+    records = [
+        {"audio_filepath": f"sp/ü{i}.wav", "offset": 0.0, "duration": 1 + i / 7, "speaker": "Zoë"}
+        for i in range(10)
+    ]
+    spans = write_jsonl(tmp_path / "w.jsonl", [json.dumps(r, ensure_ascii=False) for r in records])
+    with caplog.at_level(logging.INFO, logger="sharflow.shar_plan"):
+        plan = plan_shards(
+            str(spans), plan=str(tmp_path / "p.json"), index=str(tmp_path / "i.npy"), shard_size=4, seed=3
+        )
+    assert json.loads((tmp_path / "p.json").read_text()) == plan
+    assert (plan["records"], plan["shard_size"], plan["seed"], plan["num_shards"]) == (10, 4, 3, 3)
+    assert [s["index"] for s in plan["shards"]] == [0, 1, 2] and [s["records"] for s in plan["shards"]] == [
+        4,
+        4,
+        2,
+    ]
+    starts = [0]
+    for raw in spans.read_bytes().splitlines(keepends=True)[:-1]:
+        starts.append(starts[-1] + len(raw))
+    index = np.load(tmp_path / "i.npy").tolist()
+    assert sorted(index) == starts
+    order = [starts.index(o) for o in index]
+    for s, shard in enumerate(plan["shards"]):
+        assert shard["seconds"] == round(sum(records[i]["duration"] for i in order[4 * s : 4 * s + 4]), 3)
+    assert "shar plan: 10 records into 3 shards of 4 (seed 3)" in caplog.text
+
+
+def test_a_clash_anywhere_among_many_records_is_named(tmp_path):
+    records = [{"audio_filepath": f"d/u{i}.wav", "offset": 0.0, "duration": 1.0} for i in range(20)]
+    for line in (3, 11, 19):
+        twin = dict(records[line - 1], audio_filepath=records[line - 1]["audio_filepath"].replace("/", "-"))
+        path = write_jsonl(tmp_path / f"w{line}.jsonl", [*records, twin])
+        with pytest.raises(SharflowError) as error:
+            plan_shards(
+                str(path), plan=str(tmp_path / "p.json"), index=str(tmp_path / "i.npy"), shard_size=8, seed=0
+            )
+        cid = f"d-u{line - 1}-0-100000"
+        assert str(error.value) == (
+            f"{path}: records line {line} ({cid}) and line 21 ({cid}) map to the same cut id; two audio "
+            "files differ only in '/' vs '-' or in their extension. Rename one of them."
+        )

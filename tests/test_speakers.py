@@ -33,6 +33,14 @@ def test_unusable_speakers_are_refused(value):
         standardize_speaker(value, "en", "demo")
 
 
+def test_a_speaker_of_the_wrong_type_is_named():
+    for value, kind in ((1.5, "float"), (None, "NoneType"), (["x"], "list")):
+        with pytest.raises(
+            SpeakerFormatError, match=rf"^speaker must be a string or integer id, got {kind}$"
+        ):
+            standardize_speaker(value, "en", "demo")
+
+
 def test_dataset_name_is_where_nemo_reads_it():
     # NeMo takes the dataset name as speaker.strip().split()[2].split(":")[-1]
     s = standardize_speaker("spk", "en", "my_set")

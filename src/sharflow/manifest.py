@@ -167,9 +167,7 @@ def _check_audio(
         return Rejected("path_escapes_root", str(e), duration)
     try:
         info = _probe_cached(full)
-    except FileNotFoundError:
-        return Rejected("missing_audio", f"no file at {full}", duration)
-    except Exception as e:  # libsndfile reports corrupt and unknown files alike
+    except Exception as e:  # libsndfile reports missing, corrupt and unknown files alike
         if not _exists(full):
             return Rejected("missing_audio", f"no file at {full}", duration)
         return Rejected("unreadable_audio", f"{full}: {e}", duration)

@@ -107,6 +107,8 @@ def select_context(
             i = start + r
             kk, v, ix = k, vals[r], idx[r]
             while (res := _walk(i, v, ix, kk == n, ok, same_segment, rules.min_similarity)) is None:
+                if kk == n:  # a complete row always decides: never widen (loop) on one
+                    raise AssertionError(f"row {i}: undecided with all {n} candidates")
                 widened += kk == k
                 kk = min(4 * kk, n)
                 tv, ti = torch.topk(sims[r], kk, sorted=False)
