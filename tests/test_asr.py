@@ -14,9 +14,9 @@ from sharflow.config import validate_config
 from sharflow.errors import SharflowError
 from sharflow.quality import AsrOptions, measure_records, merge_by_line
 from sharflow.quality_costs import quality_view
-from sharflow.quality_filter import filter_quality, with_metrics
+from sharflow.quality_filter import with_metrics
 from sharflow.quality_metrics import METRICS
-from testkit import DEMO, REPO, demo_config, prepare_demo
+from testkit import DEMO, REPO, demo_config, prepare_demo, run_quality_filter
 
 
 @pytest.fixture(scope="module")
@@ -153,32 +153,14 @@ def _files(tmp, cers):
     return prepared, metrics, stats
 
 
-def _filter(tmp, files, filters):
-    prepared, metrics, stats = files
-    return filter_quality(
-        prepared=str(prepared),
-        metrics=str(metrics),
-        prepare_stats=str(stats),
-        kept=str(tmp / "kept.jsonl"),
-        rejected_dir=str(tmp / "rejected"),
-        stats=str(tmp / "out_stats.json"),
-        filters=filters,
-        action="drop",
-        dataset="t",
-    )
-
-
 def test_a_cer_filter_drops_at_its_threshold_and_needs_the_asr_check(tmp_path):
     files = _files(tmp_path, [0.03, 0.0300001, None, 0.0])
-    summary = _filter(tmp_path, files, {"cer": {"max": 0.03}})
+    summary, _, rejected = run_quality_filter(tmp_path, *files, "drop", {"cer": {"max": 0.03}})
     assert summary["rejected"] == {"quality_cer": 2} and summary["records_out"] == 2
-    details = [
-        json.loads(x)["detail"]
-        for x in (tmp_path / "rejected" / "quality_cer.jsonl").read_text().splitlines()
-    ]
+    details = [json.loads(x)["detail"] for x in (rejected / "quality_cer.jsonl").read_text().splitlines()]
     assert details == ["cer 0.0300001 > max 0.03", "cer not measurable (null); thresholds {'max': 0.03}"]
     with pytest.raises(SharflowError, match=r"quality.filters.cer: .* holds no cer.*set quality.asr.model"):
-        _filter(tmp_path, _files(tmp_path / "absent", ["absent"]), {"cer": {"max": 0.03}})
+        run_quality_filter(tmp_path, *_files(tmp_path / "absent", ["absent"]), "drop", {"cer": {"max": 0.03}})
 
     # the report's quality view: cer and wer get histograms when measured (a null counted apart)
     view = quality_view("t", str(files[0]), str(files[1]), {"filters": {}, "action": "drop"}, bins=4)

@@ -11,7 +11,7 @@ from scipy.signal import butter, sosfiltfilt
 
 from sharflow.errors import SharflowError
 from sharflow.quality import merge_quality, part_of, part_records, run_quality_part
-from sharflow.quality_filter import failures, filter_quality, with_metrics
+from sharflow.quality_filter import failures, with_metrics
 from sharflow.quality_metrics import (
     METRICS,
     Dnsmos,
@@ -22,7 +22,7 @@ from sharflow.quality_metrics import (
     speaking_rate,
     speech_measures,
 )
-from testkit import DEMO, REPO, prepare_demo, read_back, read_jsonl, write_all
+from testkit import DEMO, REPO, prepare_demo, read_back, read_jsonl, run_quality_filter, write_all
 
 
 @pytest.fixture(scope="module")
@@ -161,27 +161,10 @@ def _measured(n: int, tmp, *, error_at: int | None = None):
     return prepared, metrics, stats
 
 
-def _filter(tmp, prepared, metrics, stats, action, filters):
-    out = tmp / action
-    summary = filter_quality(
-        prepared=str(prepared),
-        metrics=str(metrics),
-        prepare_stats=str(stats),
-        kept=str(out / "kept.jsonl"),
-        rejected_dir=str(out / "rejected"),
-        stats=str(out / "stats.json"),
-        filters=filters,
-        action=action,
-        dataset="t",
-    )
-    kept = [json.loads(x) for x in (out / "kept.jsonl").read_text().splitlines()]
-    return summary, kept, out / "rejected"
-
-
 def test_drop_rejects_with_reasons_and_mark_keeps_with_a_status(tmp_path):
     files = _measured(10, tmp_path, error_at=7)
     filters = {"speech_ratio": {"min": 0.5}}  # lines 1-4 fail (0.1 .. 0.4); 5 is at the threshold
-    summary, kept, rejected = _filter(tmp_path, *files, "drop", filters)
+    summary, kept, rejected = run_quality_filter(tmp_path, *files, "drop", filters)
     assert [r["duration"] for r in kept] == [5.0, 6.0, 8.0, 9.0, 10.0]
     assert summary["records_in"] == 10 and summary["records_out"] == 5
     assert summary["rejected"] == {"quality_speech_ratio": 4, "unreadable_audio": 1}
@@ -192,7 +175,7 @@ def test_drop_rejects_with_reasons_and_mark_keeps_with_a_status(tmp_path):
     assert json.loads((rejected / "unreadable_audio.jsonl").read_text())["detail"] == "bad"
     assert all(r["speech_ratio"] == r["duration"] / 10 and "validation_status" not in r for r in kept)
 
-    summary, kept, rejected = _filter(tmp_path, *files, "mark", filters)
+    summary, kept, rejected = run_quality_filter(tmp_path, *files, "mark", filters)
     assert summary["records_out"] == 9 and summary["rejected"] == {"unreadable_audio": 1}
     assert summary["marked_fail"] == 4 and summary["failing_by_metric"] == {"speech_ratio": 4}
     assert [r["validation_status"] for r in kept] == ["fail"] * 4 + ["pass"] * 5
@@ -207,11 +190,11 @@ def test_filter_refuses_metrics_out_of_step_and_unknown_metrics(tmp_path):
     with pytest.raises(
         SharflowError, match=r"does not match .* at line 3: rerun with --forcerun quality_part"
     ):
-        _filter(tmp_path, prepared, metrics, stats, "drop", {})
+        run_quality_filter(tmp_path, prepared, metrics, stats, "drop", {})
     with pytest.raises(SharflowError, match="unknown metric 'snr'"):
-        _filter(tmp_path, prepared, metrics, stats, "drop", {"snr": {"min": 1}})
+        run_quality_filter(tmp_path, prepared, metrics, stats, "drop", {"snr": {"min": 1}})
     with pytest.raises(SharflowError, match=r"give \{min: x\}"):
-        _filter(tmp_path, prepared, metrics, stats, "drop", {"speech_ratio": {"low": 1}})
+        run_quality_filter(tmp_path, prepared, metrics, stats, "drop", {"speech_ratio": {"low": 1}})
     assert with_metrics({"a": 1}, dict.fromkeys(METRICS)) == {"a": 1, **dict.fromkeys(METRICS)}
 
 
@@ -239,7 +222,7 @@ def test_filter_costs_are_exact_and_the_kept_curves_read_the_histograms(tmp_path
         ("all filters together", 7, round(37 / 3600, 6)),
         ("unreadable audio (always rejected)", 1, round(7 / 3600, 6)),
     ]
-    summary, _, _ = _filter(tmp_path, prepared, metrics, stats, "mark", filters)
+    summary, _, _ = run_quality_filter(tmp_path, prepared, metrics, stats, "mark", filters)
     assert summary["marked_fail"] == 7  # the filter job agrees on "all together"
 
     h = view.histograms["dnsmos_ovrl"]

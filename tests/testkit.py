@@ -24,6 +24,7 @@ from sharflow.context_merge import merge_context
 from sharflow.context_plan import plan_context
 from sharflow.layout import DatasetFiles
 from sharflow.prepare import prepare_dataset
+from sharflow.quality_filter import filter_quality
 from sharflow.shar import write_shard
 from sharflow.shar_audio import EncodeSettings
 from sharflow.shar_plan import plan_shards
@@ -140,6 +141,24 @@ def prepare_demo(tmp, manifest=DEMO / "manifest.json", root=DEMO / "audio"):
         workers=1,
     )
     return out
+
+
+def run_quality_filter(tmp, prepared, metrics, stats, action, filters):
+    """sharflow.quality_filter.filter_quality into tmp/<action>: (summary, kept records, rejected dir)."""
+    out = tmp / action
+    summary = filter_quality(
+        prepared=str(prepared),
+        metrics=str(metrics),
+        prepare_stats=str(stats),
+        kept=str(out / "kept.jsonl"),
+        rejected_dir=str(out / "rejected"),
+        stats=str(out / "stats.json"),
+        filters=filters,
+        action=action,
+        dataset="t",
+    )
+    kept = [json.loads(x) for x in (out / "kept.jsonl").read_text().splitlines()]
+    return summary, kept, out / "rejected"
 
 
 def run_stage(tmp, prep, root=DEMO / "audio", parts=1, workers=1, save_embeddings=False, **rules):

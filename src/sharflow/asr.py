@@ -115,18 +115,11 @@ def build_random_asr(config: str | Path, out: str | Path, seed: int = 0) -> Path
     from nemo.collections.asr.models import EncDecCTCModel
     from omegaconf import OmegaConf
 
-    from sharflow.random_init import calibration_batch, standardize_layers_
+    from sharflow.random_init import calibration_batch, save_random_model, standardize_layers_
 
     torch.manual_seed(seed)
     model = EncDecCTCModel(cfg=OmegaConf.load(config)).eval()
     audio = calibration_batch(model.cfg.sample_rate, items=8, seed=seed)
     lengths = torch.full((len(audio),), audio.shape[1])
     standardize_layers_(model, lambda: model.forward(input_signal=audio, input_signal_length=lengths))
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(out).with_name(f".{Path(out).name}.tmp")
-    model.save_to(str(tmp))
-    tmp.replace(out)
-    log.warning(
-        "built a RANDOMLY INITIALISED ASR model from %s at %s: its transcripts mean nothing", config, out
-    )
-    return Path(out)
+    return save_random_model(model, out, config, "ASR model (its transcripts mean nothing)")

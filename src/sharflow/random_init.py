@@ -9,9 +9,13 @@ initialisation of weight normalisation, Salimans & Kingma 2016; LSUV, Mishkin & 
 the weights random but makes the outputs depend on the input.
 """
 
+import logging
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
+
+log = logging.getLogger(__name__)
 
 LAYER_TYPES = (torch.nn.Conv1d, torch.nn.Linear)
 
@@ -108,3 +112,15 @@ def _output_of(layer: torch.nn.Module, run: Callable[[], object]) -> torch.Tenso
     finally:
         hook.remove()
     raise RuntimeError(f"{layer} did not run on the calibration input")
+
+
+def save_random_model(model, out: str | Path, config: str | Path, what: str) -> Path:
+    """Save a NeMo model built with random weights as `out` (.nemo, complete or not at all) and say
+    loudly in the log that it is random and what that means (`what`)."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    model.save_to(str(tmp))
+    tmp.replace(out)
+    log.warning("built a RANDOMLY INITIALISED %s from %s at %s", what, config, out)
+    return out

@@ -11,7 +11,7 @@ import torch
 
 from sharflow.codecs import autocast, frames
 from sharflow.errors import SharflowError
-from sharflow.random_init import calibration_batch, standardize_layers_
+from sharflow.random_init import calibration_batch, save_random_model, standardize_layers_
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +73,4 @@ def build_random_codec(config: str | Path, out: str | Path, seed: int = 0) -> Pa
     standardize_layers_(
         model.audio_encoder, lambda: model.audio_encoder(audio=audio, audio_len=lengths), per_channel=False
     )
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(out).with_name(f".{Path(out).name}.tmp")
-    model.save_to(str(tmp))
-    tmp.replace(out)
-    log.warning(
-        "built a RANDOMLY INITIALISED codec from %s at %s: its codes only exercise the pipeline", config, out
-    )
-    return Path(out)
+    return save_random_model(model, out, config, "codec (its codes only exercise the pipeline)")

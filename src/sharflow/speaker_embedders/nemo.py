@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from sharflow.errors import SharflowError
-from sharflow.random_init import calibration_batch, standardize_layers_
+from sharflow.random_init import calibration_batch, save_random_model, standardize_layers_
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,6 @@ def build_random_model(config: str | Path, out: str | Path, seed: int = 0) -> Pa
     audio = calibration_batch(model.cfg.sample_rate, items=8, seed=seed)
     lengths = torch.full((len(audio),), audio.shape[1])
     standardize_layers_(model, lambda: model.forward(input_signal=audio, input_signal_length=lengths))
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    model.save_to(str(out))
-    return Path(out)
+    return save_random_model(
+        model, out, config, "speaker model (its embeddings carry no speaker information)"
+    )
