@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sharflow.asr import ASR_METRICS
 from sharflow.quality_filter import failures, in_step
-from sharflow.quality_metrics import METRICS
+from sharflow.quality_metrics import FILTERABLE, METRICS
 
 BINS = 60
 # The side a threshold usually goes on when a metric has no filter: higher is better (min),
@@ -77,12 +76,12 @@ def quality_view(dataset: str, prepared: str, metrics: str, stats: dict, bins: i
     filters, lo, hi, asr = stats["filters"], {}, {}, False
     for _, m in _measured(prepared, metrics):
         asr = asr or bool(m and "cer" in m)
-        for name in (*METRICS, *ASR_METRICS) if m else ():
+        for name in FILTERABLE if m else ():
             if m.get(name) is not None:
                 lo[name] = min(lo.get(name, m[name]), m[name])
                 hi[name] = max(hi.get(name, m[name]), m[name])
     hists = {}
-    for name in (*METRICS, *ASR_METRICS) if asr else METRICS:
+    for name in FILTERABLE if asr else METRICS:
         a, b = lo.get(name, 0.0), hi.get(name, 1.0)
         edges = np.linspace(a, b if b > a else a + 1.0, bins + 1)
         hists[name] = MetricHistogram(edges, np.zeros(bins))

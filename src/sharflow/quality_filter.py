@@ -16,10 +16,10 @@ import logging
 from collections import Counter
 from itertools import zip_longest
 
-from sharflow.asr import ASR_FIELDS, ASR_METRICS
+from sharflow.asr import ASR_FIELDS
 from sharflow.atomic import atomic_dir, atomic_file, read_json, write_json
 from sharflow.errors import SharflowError
-from sharflow.quality_metrics import METRICS
+from sharflow.quality_metrics import FILTERABLE, METRICS
 from sharflow.rejects import RejectWriter
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 ACTIONS = ("drop", "mark")
 REASONS: dict[str, str] = {
     "unreadable_audio": "the audio span could not be decoded (its header passed in prepare)",
-    **{f"quality_{m}": f"{m} outside the threshold in quality.filters" for m in (*METRICS, *ASR_METRICS)},
+    **{f"quality_{m}": f"{m} outside the threshold in quality.filters" for m in FILTERABLE},
 }
 
 
@@ -49,9 +49,8 @@ def failures(metrics: dict, filters: dict) -> list[tuple[str, str]]:
 def check_filters(filters: dict) -> None:
     """Refuse a filter on an unknown metric or without bounds, naming what to write instead."""
     for metric, bounds in filters.items():
-        if metric not in (*METRICS, *ASR_METRICS):
-            known = ", ".join((*METRICS, *ASR_METRICS))
-            raise SharflowError(f"quality.filters: unknown metric {metric!r}; known: {known}")
+        if metric not in FILTERABLE:
+            raise SharflowError(f"quality.filters: unknown metric {metric!r}; known: {', '.join(FILTERABLE)}")
         if not bounds or set(bounds) - {"min", "max"}:
             raise SharflowError(
                 f"quality.filters.{metric}: give {{min: x}}, {{max: y}} or both, got {bounds!r}"

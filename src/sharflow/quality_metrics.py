@@ -32,7 +32,7 @@ from importlib.resources import files
 
 import numpy as np
 
-from sharflow.asr import normalize_text, reference_text
+from sharflow.asr import ASR_METRICS, normalize_text, reference_text
 
 MODEL_RATE = 16000
 METRICS = (
@@ -47,6 +47,7 @@ METRICS = (
     "loudness_lufs",
     "speaking_rate",
 )
+FILTERABLE = (*METRICS, *ASR_METRICS)  # every metric quality.filters may name (cer, wer: the ASR check)
 FULL_SCALE = 32767 / 32768  # the largest positive PCM16 value as a float sample
 DIGITS = 6  # metrics are written rounded to this many decimals
 

@@ -16,11 +16,10 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from sharflow.asr import ASR_METRICS
 from sharflow.atomic import atomic_file, read_json
 from sharflow.catalog import iter_batches
 from sharflow.quality_costs import SIDES, QualityView, quality_view, removed_table
-from sharflow.quality_metrics import METRICS
+from sharflow.quality_metrics import FILTERABLE
 from sharflow.tables import bucket_occupancy, speaker_table
 
 log = logging.getLogger(__name__)
@@ -250,7 +249,7 @@ def plot_buckets(datasets: list[DatasetStats], histograms: dict, path: str) -> N
 
 def _quality_panels(views: list[QualityView]):
     """A figure with, per dataset, one panel per metric in two columns; and (axis, view, metric) of each."""
-    names = [m for m in (*METRICS, *ASR_METRICS) if any(m in v.histograms for v in views)]
+    names = [m for m in FILTERABLE if any(m in v.histograms for v in views)]
     rows = (len(names) + 1) // 2
     fig, axes = _grid(rows * len(views) or 1, 2, 9, 2.2)
     if not views:
