@@ -3,7 +3,7 @@
 from sharflow.logs import job_log
 
 # Spawned worker processes re-run this file as __mp_main__: the guard keeps them out of the body,
-# and importing sharflow.shar (lhotse, torch) inside it keeps their start-up light.
+# and importing sharflow.shar (numpy, pyarrow) inside it keeps their start-up light.
 if __name__ == "__main__":
     from sharflow.layout import ShardFiles
     from sharflow.shar import write_shard

@@ -10,36 +10,44 @@ the fields stay aligned. sharflow.shar_merge sums the shards' stats.
 Cuts follow lhotse's Shar conventions and NeMo's MagpieTTS reader: one MonoCut per utterance
 (start = offset in the source recording, channel 0), one supervision with text, language, the
 standardized speaker and every other manifest field in `custom`; target and context audio tars
-keyed by the cut id, the context with its own Recording (own duration and sample count).
+keyed by the cut id, the context with its own Recording (own duration and sample count). They are
+written by sharflow.shar_format in the bytes lhotse's own writers give, without importing lhotse
+(and torch): the job starts in a fraction of a second.
 """
 
 import gzip
-import io
 import json
 import logging
 import os
 import shutil
-import tarfile
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
+from typing import BinaryIO, NamedTuple
 
 import numpy as np
-from lhotse import AudioSource, MonoCut, Recording, SupervisionSegment
-from lhotse.shar.writers import AudioTarWriter, JsonlShardWriter
 from tqdm import tqdm
 
 from sharflow.atomic import atomic_file, read_json, write_json
-from sharflow.audio import resolve_audio_path
 from sharflow.catalog import catalog_row, write_fragment
 from sharflow.errors import SharflowError
 from sharflow.layout import ShardFiles, shard_key
 from sharflow.parallel import ordered_map
-from sharflow.shar_audio import EncodedAudio, EncodeSettings, encode_records
-from sharflow.shar_plan import cut_id, recording_id, segment_id
-from sharflow.speakers import parse_speaker
+from sharflow.shar_audio import EncodedAudio, EncodeSettings, encode_record
+from sharflow.shar_format import (
+    TarMemberWriter,
+    audio_member_names,
+    cut_dict,
+    cut_line,
+    placeholder_bytes,
+    write_member,
+)
+from sharflow.shar_plan import cut_id, segment_id
 
 log = logging.getLogger(__name__)
 
@@ -48,84 +56,6 @@ REASONS: dict[str, str] = {
     "unreadable_context_audio": "the context span could not be decoded or encoded",
 }
 TASK_RECORDS = 8  # records per worker task
-# Manifest keys the cut holds in its own fields (validation_status in cut.custom, where NeMo reads it);
-# every other key goes to supervision.custom.
-_CUT_KEYS = {
-    "audio_filepath",
-    "context_audio_filepath",
-    "text",
-    "offset",
-    "duration",
-    "speaker",
-    "source_audio",
-    "validation_status",
-}
-
-
-# ---- cuts ---------------------------------------------------------------------------------------
-
-
-def build_cut(record: dict, audio_root: str) -> MonoCut:
-    """The cut of a with_context record: the target span of its source recording, one supervision."""
-    cid = cut_id(record)
-    rid = recording_id(record["audio_filepath"])
-    src = record["source_audio"]
-    full, _ = resolve_audio_path(audio_root, record["audio_filepath"])
-    source = Recording(
-        id=rid,
-        sources=[AudioSource(type="file", channels=list(range(src["num_channels"])), source=full)],
-        sampling_rate=src["sampling_rate"],
-        num_samples=src["num_samples"],
-        duration=src["num_samples"] / src["sampling_rate"],
-    )
-    custom = {k: v for k, v in record.items() if k not in _CUT_KEYS}
-    custom["context_recording_id"] = recording_id(record["context_audio_filepath"])
-    supervision = SupervisionSegment(
-        id=cid,
-        recording_id=rid,
-        start=0.0,
-        duration=record["duration"],
-        channel=0,
-        text=record["text"],
-        language=parse_speaker(record["speaker"]).language,
-        speaker=record["speaker"],
-        custom=custom,
-    )
-    return MonoCut(
-        id=cid,
-        start=record["offset"],
-        duration=record["duration"],
-        channel=0,
-        recording=source,
-        supervisions=[supervision],
-        # NeMo's dataloader reads validation_status from the cut's own custom (quality.action: mark)
-        custom={"validation_status": record["validation_status"]} if "validation_status" in record else None,
-    )
-
-
-def audio_placeholder(segment: str, audio: EncodedAudio, duration: float) -> Recording:
-    """The Recording stored beside an audio tar member: the segment alone, with its own length,
-    its source a Shar placeholder (what lhotse's to_shar_placeholder makes of it)."""
-    return Recording(
-        id=segment,
-        sources=[AudioSource(type="shar", channels=[0], source="")],
-        sampling_rate=audio.sampling_rate,
-        num_samples=audio.num_samples,
-        duration=duration,
-    )
-
-
-class EncodedAudioTarWriter(AudioTarWriter):
-    """lhotse's AudioTarWriter, taking audio already encoded (in worker processes).
-
-    Members and manifests are laid out exactly as AudioTarWriter.write lays them out; `manifest`
-    must already be a Shar placeholder (see audio_placeholder).
-    """
-
-    def write_encoded(self, key: str, data: bytes, manifest: Recording) -> None:
-        self.tar_writer.write(f"{key}.{self.format}", io.BytesIO(data))
-        meta = io.BytesIO((json.dumps(manifest.to_dict()) + "\n").encode("utf-8"))
-        self.tar_writer.write(f"{key}.json", meta, count=False)
 
 
 # ---- shard --------------------------------------------------------------------------------------
@@ -187,58 +117,113 @@ def _fresh_work_dir(jobs_dir: Path, shard: int) -> Path:
 def _write_fields(
     records: list[dict], tmp: Path, shard: int, settings: EncodeSettings, workers: int
 ) -> tuple[Counter, list[dict], list[dict]]:
-    """Encode the records' audio in `workers` processes and write the three field files in `tmp`.
+    """Write the three field files of `records` in `tmp`, the audio work done in `workers` processes.
 
-    Returns the counts, the rejected records and the catalog rows of the written cuts. A cut goes
-    to every writer (and the catalog) or to none.
+    Each worker task (sharflow.shar.write_batch) encodes or copies a batch's spans and writes the
+    tar members of its complete cuts to two segment files of its own; here the segments are
+    appended to the field files in batch order, so the audio bytes never cross a pipe and the
+    files are the same for any worker count. Returns the counts, the rejected records and the
+    catalog rows of the written cuts. A cut goes to every field (and the catalog) or to none.
     """
     stats: Counter = Counter()
     rejected: list[dict] = []
     rows: list[dict] = []
-    batches = [records[i : i + TASK_RECORDS] for i in range(0, len(records), TASK_RECORDS)]
+    (tmp / "segments").mkdir()
+    tasks = [
+        (str(tmp / "segments" / f"{i:06d}"), records[i : i + TASK_RECORDS])
+        for i in range(0, len(records), TASK_RECORDS)
+    ]
     with (
-        JsonlShardWriter(str(tmp / "cuts.jsonl"), shard_size=None) as cuts_w,
-        EncodedAudioTarWriter(
-            str(tmp / "target.tar"), shard_size=None, format=settings.audio_format
-        ) as target_w,
-        EncodedAudioTarWriter(
-            str(tmp / "context.tar"), shard_size=None, format=settings.audio_format
-        ) as context_w,
+        open(tmp / "cuts.jsonl", "w", encoding="utf-8") as cuts_w,
+        TarMemberWriter(str(tmp / "target.tar")) as target_w,
+        TarMemberWriter(str(tmp / "context.tar")) as context_w,
         tqdm(total=len(records), desc=f"shard {shard:06d}", unit="cut", mininterval=5) as progress,
     ):
-        for batch, results in ordered_map(partial(encode_records, settings), batches, workers):
+        if workers <= 1:  # one process: members straight into the field files, no segments
+            fields = (target_w.file, context_w.file)
+            done = ((task, write_batch(settings, task, fields)) for task in tasks)
+        else:
+            done = ordered_map(partial(write_batch, settings), tasks, workers)
+        for (segment, batch), results in done:
+            if workers > 1:
+                target_w.append_segment(segment + ".target")
+                context_w.append_segment(segment + ".context")
             for record, result in zip(batch, results, strict=True):
                 progress.update()
-                if isinstance(result[0], str):
+                if not isinstance(result, WrittenCut):
                     rejected.append(_rejected_entry(record, *result))
                     stats[f"rejected.{result[0]}"] += 1
                     continue
-                target, context = result
-                cut, target_meta, context_meta = _cut_parts(record, target, context, settings.audio_root)
-                # everything for this cut exists; now it goes to every writer
-                target_w.write_encoded(cut.id, target.data, target_meta)
-                context_w.write_encoded(cut.id, context.data, context_meta)
-                cuts_w.write(cut)
-                rows.append(_catalog_row(cut, record, target, context, shard, len(rows)))
-                _count_cut(stats, record, target, context)
+                cuts_w.write(result.line)
+                rows.append(_catalog_row(record, result, shard, len(rows)))
+                _count_cut(stats, record, result.target, result.context)
     _finish_gzip(tmp / "cuts.jsonl", tmp / "cuts.jsonl.gz")
-    for name in ("target.tar", "context.tar"):
-        if not (tmp / name).exists():  # no cut written: still a valid, empty tar
-            tarfile.open(tmp / name, "w").close()
     return stats, rejected, rows
 
 
-def _catalog_row(
-    cut: MonoCut, record: dict, target: EncodedAudio, context: EncodedAudio, shard: int, position: int
-) -> dict:
+@contextmanager
+def _segment_files(segment: str) -> Iterator[tuple[BinaryIO, BinaryIO]]:
+    with open(segment + ".target", "wb") as target_f, open(segment + ".context", "wb") as context_f:
+        yield target_f, context_f
+
+
+class WrittenCut(NamedTuple):
+    """A cut whose members a worker wrote: its cuts.jsonl line, and what the stats and catalog need."""
+
+    line: str
+    language: str
+    target: EncodedAudio  # without its bytes (they are in the segment file)
+    context: EncodedAudio
+
+
+def write_batch(
+    settings: EncodeSettings, task: tuple[str, list[dict]], fields: tuple[BinaryIO, BinaryIO] | None = None
+) -> list:
+    """Worker task: the audio of a batch of records, written as tar members to `<segment>.target`
+    and `<segment>.context`, or to the open `fields` (target, context) when given (a complete
+    cut's members to both, a failed cut's to neither).
+
+    Returns, per record, (reason, detail) of a rejected cut or the WrittenCut.
+    """
+    segment, records = task
+    results: list = []
+    with _segment_files(segment) if fields is None else nullcontext(fields) as (target_f, context_f):
+        for record in records:
+            result = encode_record(settings, record)
+            if isinstance(result[0], str):
+                results.append(result)
+                continue
+            target, context = result
+            cut = cut_dict(record, settings.audio_root)
+            line = cut_line(cut)  # everything for this cut exists before any of it is written
+            ctx_id = segment_id(
+                record["context_audio_filepath"],
+                record["context_audio_offset"],
+                record["context_audio_duration"],
+            )
+            audio_name, meta_name = audio_member_names(cut["id"], settings.audio_format)
+            for f, audio, seg, duration in (
+                (target_f, target, cut["id"], record["duration"]),
+                (context_f, context, ctx_id, record["context_audio_duration"]),
+            ):
+                write_member(f, audio_name, audio.data)
+                write_member(
+                    f, meta_name, placeholder_bytes(seg, audio.sampling_rate, audio.num_samples, duration)
+                )
+            language = cut["supervisions"][0]["language"]
+            results.append(WrittenCut(line, language, replace(target, data=b""), replace(context, data=b"")))
+    return results
+
+
+def _catalog_row(record: dict, cut: WrittenCut, shard: int, position: int) -> dict:
     return catalog_row(
         record,
-        cut_id=cut.id,
+        cut_id=cut_id(record),
         shard=shard,
         position=position,
-        language=cut.supervisions[0].language,
-        target=(target.sampling_rate, target.num_samples),
-        context=(context.sampling_rate, context.num_samples),
+        language=cut.language,
+        target=(cut.target.sampling_rate, cut.target.num_samples),
+        context=(cut.context.sampling_rate, cut.context.num_samples),
     )
 
 
@@ -249,19 +234,6 @@ def _rejected_entry(record: dict, reason: str, detail: str) -> dict:
         "detail": detail,
         "original": json.dumps(record, ensure_ascii=False),
     }
-
-
-def _cut_parts(
-    record: dict, target: EncodedAudio, context: EncodedAudio, audio_root: str
-) -> tuple[MonoCut, Recording, Recording]:
-    """The cut of a record and the Recording entries of its target and context audio members."""
-    cut = build_cut(record, audio_root)
-    ctx_id = segment_id(
-        record["context_audio_filepath"], record["context_audio_offset"], record["context_audio_duration"]
-    )
-    target_meta = audio_placeholder(cut.id, target, record["duration"])
-    context_meta = audio_placeholder(ctx_id, context, record["context_audio_duration"])
-    return cut, target_meta, context_meta
 
 
 def _count_cut(stats: Counter, record: dict, target: EncodedAudio, context: EncodedAudio) -> None:
@@ -335,7 +307,9 @@ def _log_shard(summary: dict) -> None:
 
 def _finish_gzip(src: Path, dst: Path) -> None:
     """gzip with a fixed header (no name, mtime 0), so equal content gives equal bytes."""
-    with open(dst, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
-        if src.exists():
-            with open(src, "rb") as f:
-                shutil.copyfileobj(f, gz)
+    with (
+        open(src, "rb") as f,
+        open(dst, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz,
+    ):
+        shutil.copyfileobj(f, gz)

@@ -312,8 +312,3 @@ def wav_without_metadata(data: bytes) -> Stripped | None:
 
 
 _STRIP = {"flac": flac_without_metadata, "wav": wav_without_metadata}
-
-
-def encode_records(settings: EncodeSettings, records: list[dict]) -> list:
-    """encode_record over a batch of records: one task per batch keeps inter-process traffic low."""
-    return [encode_record(settings, r) for r in records]
