@@ -107,13 +107,11 @@ class TarMemberWriter:
     """A tar file laid out byte for byte as lhotse's `TarWriter(path, shard_size=None)` writes it.
 
     `write(name, data)` adds a member, `append_segment(path)` the members of a segment file;
-    `close()` ends the archive (also one with no member, which
-    lhotse would not create: the shard job needs every field file). A context manager, like the
-    other writers; nothing is buffered beyond the file object's own buffer.
+    `close()` ends the archive (also one with no member, which lhotse would not create: the shard
+    job needs every field file). A context manager, like the other writers.
     """
 
     def __init__(self, path: str):
-        self.path = path
         self.file = open(path, "wb")  # noqa: SIM115 (closed by close()); write_member may write to it
 
     def write(self, name: str, data: bytes) -> None:
