@@ -11,6 +11,7 @@ import json
 import tarfile
 from pathlib import Path
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lhotse import AudioSource, MonoCut, Recording, SupervisionSegment
@@ -20,6 +21,7 @@ from lhotse.shar.writers import AudioTarWriter, JsonlShardWriter, TarWriter
 from sharflow.audio import resolve_audio_path
 from sharflow.layout import DatasetFiles
 from sharflow.shar import read_shard_records
+from sharflow.shar_audio import encode
 from sharflow.shar_format import (
     CUT_KEYS,
     TarMemberWriter,
@@ -80,10 +82,6 @@ class LhotseAudioTar(AudioTarWriter):
 
 def test_the_lhotse_reference_writer_is_lhotses_own_audio_layout(tmp_path):
     """The reference's write_encoded lays a member out as AudioTarWriter.write does (which encodes itself)."""
-    import numpy as np
-
-    from sharflow.shar_audio import encode
-
     pcm = (np.sin(np.arange(8000) / 9) * 20000).astype(np.int16)
     source = AudioSource(type="file", channels=[0], source="/x.flac")
     manifest = Recording(id="x", sources=[source], sampling_rate=16000, num_samples=8000, duration=0.5)

@@ -128,7 +128,9 @@ def _write_fields(
     stats: Counter = Counter()
     rejected: list[dict] = []
     rows: list[dict] = []
-    (tmp / "segments").mkdir()
+    segments = workers > 1  # else one process: members straight into the field files
+    if segments:
+        (tmp / "segments").mkdir()
     tasks = [
         (str(tmp / "segments" / f"{i:06d}"), records[i : i + TASK_RECORDS])
         for i in range(0, len(records), TASK_RECORDS)
@@ -139,13 +141,13 @@ def _write_fields(
         TarMemberWriter(str(tmp / "context.tar")) as context_w,
         tqdm(total=len(records), desc=f"shard {shard:06d}", unit="cut", mininterval=5) as progress,
     ):
-        if workers <= 1:  # one process: members straight into the field files, no segments
+        if segments:
+            done = ordered_map(partial(write_batch, settings), tasks, workers)
+        else:
             fields = (target_w.file, context_w.file)
             done = ((task, write_batch(settings, task, fields)) for task in tasks)
-        else:
-            done = ordered_map(partial(write_batch, settings), tasks, workers)
         for (segment, batch), results in done:
-            if workers > 1:
+            if segments:
                 target_w.append_segment(segment + ".target")
                 context_w.append_segment(segment + ".context")
             for record, result in zip(batch, results, strict=True):
@@ -170,6 +172,7 @@ def _segment_files(segment: str) -> Iterator[tuple[BinaryIO, BinaryIO]]:
 class WrittenCut(NamedTuple):
     """A cut whose members a worker wrote: its cuts.jsonl line, and what the stats and catalog need."""
 
+    cut_id: str
     line: str
     language: str
     target: EncodedAudio  # without its bytes (they are in the segment file)
@@ -211,14 +214,15 @@ def write_batch(
                     f, meta_name, placeholder_bytes(seg, audio.sampling_rate, audio.num_samples, duration)
                 )
             language = cut["supervisions"][0]["language"]
-            results.append(WrittenCut(line, language, replace(target, data=b""), replace(context, data=b"")))
+            bare_target, bare_context = replace(target, data=b""), replace(context, data=b"")
+            results.append(WrittenCut(cut["id"], line, language, bare_target, bare_context))
     return results
 
 
 def _catalog_row(record: dict, cut: WrittenCut, shard: int, position: int) -> dict:
     return catalog_row(
         record,
-        cut_id=cut_id(record),
+        cut_id=cut.cut_id,
         shard=shard,
         position=position,
         language=cut.language,

@@ -7,7 +7,7 @@ dicts are built directly and tar members are laid out as lhotse's `TarWriter` la
 (tarfile's stream mode: PAX headers of a bare `TarInfo(name)`, data padded to 512-byte blocks, two
 zero blocks and padding to a 10,240-byte record at the end). tests/test_shar_format.py compares
 every piece byte for byte with lhotse's own `MonoCut.to_dict`, `JsonlShardWriter` and
-`AudioTarWriter`, and reads the result back with lhotse and NeMo.
+`AudioTarWriter`; tests/test_shar.py reads shards back with lhotse and NeMo.
 """
 
 import json
