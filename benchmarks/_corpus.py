@@ -36,9 +36,9 @@ def proc_status_mb(field: str) -> float:
 
 
 def prepare(folder: Path, manifest: Path, audio_root: Path):
-    """The prepare stage (one worker) into a sharflow.layout.DatasetFiles at `folder`; (files, records)."""
-    from sharflow.layout import DatasetFiles
-    from sharflow.prepare import prepare_dataset
+    """The prepare stage (one worker) into a layout.DatasetFiles at `folder`; (files, records)."""
+    from sharflow.core.layout import DatasetFiles
+    from sharflow.prepare.job import prepare_dataset
 
     files = DatasetFiles(str(folder))
     prepare_dataset(
@@ -61,10 +61,10 @@ def demo_with_context(tmp: Path) -> Path:
 
 
 def context_stage(files, *, audio_root: Path, workers: int) -> None:
-    """The context stage (plan, one part, merge) over `files` (a sharflow.layout.DatasetFiles)."""
-    from sharflow.context import PartSettings, run_context_part
-    from sharflow.context_merge import merge_context
-    from sharflow.context_plan import plan_context
+    """The context stage (plan, one part, merge) over `files` (a sharflow.core.layout.DatasetFiles)."""
+    from sharflow.context.merge import merge_context
+    from sharflow.context.part import PartSettings, run_context_part
+    from sharflow.context.plan import plan_context
 
     plan_context(
         files.prepared,

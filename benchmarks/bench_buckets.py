@@ -3,7 +3,7 @@
 Writes a synthetic dataset of `--cuts` cuts in shards of `--shard-size`: the cuts files as the
 shar stage writes them (gzip JSON lines of full lhotse cuts, one demo cut as the template, each
 with its own duration and text), and their catalog through the real path (one fragment per
-shard, sharflow.catalog.merge_catalog). Then computes the same 1D + 2D bins both ways, each in a
+shard, sharflow.dataset.catalog.merge_catalog). Then computes the same 1D + 2D bins both ways, each in a
 fresh process, and prints wall time (after the imports both paths share, which are printed apart)
 and peak RSS of each, the ratio, and the floor: a process that only imports what both paths import
 (its peak RSS is what the imports alone take). The two paths must give identical bins.
@@ -22,14 +22,14 @@ from pathlib import Path
 
 import numpy as np
 
-from sharflow.catalog import catalog_row, merge_catalog, write_fragment
+from sharflow.dataset.catalog import catalog_row, merge_catalog, write_fragment
 
 REPO = Path(__file__).resolve().parents[1]
 
 RUN = """
 import json, resource, sys, time
 t0 = time.perf_counter()
-from sharflow.buckets import bucket_bins, read_catalog_lengths, read_cut_lengths
+from sharflow.dataset.buckets import bucket_bins, read_catalog_lengths, read_cut_lengths
 import pyarrow.parquet
 t1 = time.perf_counter()
 how, paths = sys.argv[1], sys.argv[2:]

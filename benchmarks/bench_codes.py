@@ -32,10 +32,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 def build_shards(tmp: Path, copies: int) -> list[int]:
     """Shar shards of the demo corpus repeated `copies` times, all in one shard of <= 4096 cuts."""
-    from sharflow.layout import DatasetFiles
-    from sharflow.shar import write_shard
-    from sharflow.shar_audio import EncodeSettings
-    from sharflow.shar_plan import plan_shards
+    from sharflow.core.layout import DatasetFiles
+    from sharflow.shar.audio import EncodeSettings
+    from sharflow.shar.plan import plan_shards
+    from sharflow.shar.shard import write_shard
 
     wc, root, _ = repeated_with_context(tmp, copies)
     files = DatasetFiles(str(tmp))
@@ -63,8 +63,7 @@ def main() -> None:
 
     import torch
 
-    from sharflow.codecs.nemo import build_random_codec
-    from sharflow.codes import (
+    from sharflow.codes.shard import (
         KINDS,
         CodecSpec,
         Item,
@@ -77,7 +76,8 @@ def main() -> None:
         plan_batches,
         whole_frames,
     )
-    from sharflow.layout import DatasetFiles
+    from sharflow.core.layout import DatasetFiles
+    from sharflow.models.codecs.nemo import build_random_codec
 
     if args.device == "cpu":
         torch.set_num_threads(1)

@@ -34,7 +34,7 @@ def synthetic_group(n: int, d: int = 256, seed: int = 0):
 def _selection_job(n: int, method: str, queue) -> None:
     import torch
 
-    from sharflow.selection import SelectionRules, select_context, select_context_exhaustive
+    from sharflow.context.selection import SelectionRules, select_context, select_context_exhaustive
 
     torch.set_num_threads(1)
     emb, dur = synthetic_group(n)
@@ -80,10 +80,10 @@ def bench_selection(sizes: list[int]) -> None:
 def bench_stage(times: int = 8) -> None:
     import torch
 
-    from sharflow.audio import load_segment, resolve_audio_path
-    from sharflow.context import PartSettings
-    from sharflow.layout import DatasetFiles
-    from sharflow.speaker_embedders import load_embedder
+    from sharflow.context.part import PartSettings
+    from sharflow.core.audio import load_segment, resolve_audio_path
+    from sharflow.core.layout import DatasetFiles
+    from sharflow.models.speaker_embedders import load_embedder
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -134,8 +134,8 @@ def bench_stage(times: int = 8) -> None:
 
 
 def bench_balance() -> None:
-    from sharflow.balance import imbalance, loads, lpt_assign
-    from sharflow.context import group_cost
+    from sharflow.context.part import group_cost
+    from sharflow.core.balance import imbalance, loads, lpt_assign
 
     rng = np.random.default_rng(0)
     print("\n3. balance of LPT over Zipf(a=1.8) speaker sizes, 8 s per utterance, cost n^2 + 1e6*seconds")

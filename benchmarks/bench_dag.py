@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 from _corpus import snakemake_command
 
-from sharflow.layout import dataset_files
+from sharflow.core.layout import dataset_files
 
 REPO = Path(__file__).resolve().parents[1]
 

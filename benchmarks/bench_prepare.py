@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from sharflow.prepare import prepare_dataset
+from sharflow.prepare.job import prepare_dataset
 
 
 def make_corpus(tmp: Path, n_records: int, n_files: int) -> tuple[Path, Path]:

@@ -2,7 +2,7 @@
 
 1. throughput: the demo corpus x --times, prepared; the floor is decoding each record's span,
    resampling it to 16 kHz and running DNSMOS and the Silero VAD forward pass over it, in one
-   process with one thread, nothing else. The stage is sharflow.quality.run_quality_part (one part)
+   process with one thread, nothing else. The stage is sharflow.quality.part.run_quality_part (one part)
    with 1 and 2 workers (CPU), or on every visible GPU (--device cuda). Figures are audio-seconds
    per wall-clock second; the metrics files of every run must be byte-identical.
 2. memory: peak RSS of one quality part (1 worker, a fresh process) over the demo x1 and x10: a
@@ -40,14 +40,14 @@ def floor(records: list[dict], root: str, device: str, max_windows: int, asr=Non
     batches of asr.batch_seconds), one process."""
     import torch
 
-    from sharflow.audio import load_segment, resample, resolve_audio_path
-    from sharflow.quality_metrics import MODEL_RATE, Meters
+    from sharflow.core.audio import load_segment, resample, resolve_audio_path
+    from sharflow.quality.metrics import MODEL_RATE, Meters
 
     torch.set_num_threads(1)
     meters = Meters.load(device, max_windows)
     transcriber = None
     if asr:
-        from sharflow.asr import Transcriber
+        from sharflow.models.asr import Transcriber
 
         transcriber = Transcriber(asr.model, device)
     batch, batch_seconds = [], 0.0
@@ -74,7 +74,7 @@ def stage(
     prepared: str, root: str, out: Path, device: str, workers: int, max_windows: int, asr=None
 ) -> tuple[float, bytes]:
     """(seconds, metrics bytes) of one quality part over the whole prepared file."""
-    from sharflow.quality import run_quality_part
+    from sharflow.quality.part import run_quality_part
 
     metrics = out / "metrics.jsonl"
     t = time.perf_counter()
@@ -94,13 +94,13 @@ def stage(
 
 
 def asr_options(model: str | None, batch_seconds: float, tmp: Path):
-    """sharflow.quality.AsrOptions for --asr (None without it; `random`: the tiny random model)."""
+    """sharflow.quality.part.AsrOptions for --asr (None without it; `random`: the tiny random model)."""
     if model is None:
         return None
-    from sharflow.quality import AsrOptions
+    from sharflow.quality.part import AsrOptions
 
     if model == "random":
-        from sharflow.asr import build_random_asr
+        from sharflow.models.asr import build_random_asr
 
         config = Path(__file__).resolve().parents[1] / "config" / "models" / "tiny_asr.yaml"
         return AsrOptions(str(build_random_asr(config, tmp / "asr.nemo")), batch_seconds, random=True)

@@ -34,10 +34,10 @@ import soxr
 import yaml
 from _corpus import repeated_demo, repeated_with_context, snakemake_command
 
-from sharflow.layout import DatasetFiles, dataset_files
-from sharflow.shar_audio import EncodeSettings, compute_num_samples
+from sharflow.core.layout import DatasetFiles, dataset_files
+from sharflow.shar.audio import EncodeSettings, compute_num_samples
 
-# sharflow.shar and sharflow.context (lhotse, torch) are imported inside the functions: spawned
+# sharflow.shar.shard and sharflow.context.part (lhotse, torch) are imported inside the functions: spawned
 # workers re-run this file's top level, and a real shard job's adapter keeps them light the same way.
 REPO = Path(__file__).resolve().parents[1]
 SPANS = (
@@ -78,9 +78,9 @@ def stage(
     **settings,
 ) -> float:
     """Plan, every shard job and (given the context stage's stats) the merge, in this process."""
-    from sharflow.shar import write_shard
-    from sharflow.shar_merge import merge_shar_stats
-    from sharflow.shar_plan import plan_shards
+    from sharflow.shar.merge import merge_shar_stats
+    from sharflow.shar.plan import plan_shards
+    from sharflow.shar.shard import write_shard
 
     files = DatasetFiles(str(out))
     t = time.perf_counter()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sharflow.layout import DatasetFiles
+from sharflow.core.layout import DatasetFiles
 
 
 def codes_of(tar_path: Path) -> dict[str, np.ndarray]:

@@ -3,11 +3,11 @@ import os
 import re
 from pathlib import Path
 
-from sharflow import layout
-from sharflow.config import validate_config
-from sharflow.errors import SharflowError
-from sharflow.parallel import resolve_workers
-from sharflow.ranks import host_shows_gpu
+from sharflow.core import layout
+from sharflow.core.config import validate_config
+from sharflow.core.errors import SharflowError
+from sharflow.core.parallel import resolve_workers
+from sharflow.core.ranks import host_shows_gpu
 
 try:
     validate_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
@@ -16,7 +16,7 @@ except SharflowError as e:
 
 DATASETS = sorted(config["datasets"])
 CODECS = sorted(config["codecs"])
-# Every path comes from sharflow.layout; DS gives a dataset's files as patterns of {dataset}.
+# Every path comes from sharflow.core.layout; DS gives a dataset's files as patterns of {dataset}.
 DS = layout.dataset_files("{dataset}")
 
 
@@ -44,7 +44,7 @@ def get_manifest(wildcards):
 
 
 def get_prepare_settings(wildcards):
-    """Keyword arguments of sharflow.prepare.prepare_dataset, from the dataset's config."""
+    """Keyword arguments of sharflow.prepare.job.prepare_dataset, from the dataset's config."""
     ds = config["datasets"][wildcards.dataset]
     return {
         "dataset": wildcards.dataset,
@@ -61,7 +61,7 @@ def get_prepare_threads(wildcards):
 
 
 def get_grouping(wildcards):
-    """Arguments of sharflow.grouping.group_key_function for the dataset."""
+    """Arguments of sharflow.context.grouping.group_key_function for the dataset."""
     ds = config["datasets"][wildcards.dataset]
     return {
         "preset": ds["speaker_preset"],
@@ -122,7 +122,7 @@ def get_asr_model_file(wildcards):
 
 
 def get_asr_options(wildcards):
-    """Fields of sharflow.quality.AsrOptions, or None without the ASR check."""
+    """Fields of sharflow.quality.part.AsrOptions, or None without the ASR check."""
     path, built = _asr_model_path()
     if path is None:
         return None
@@ -134,7 +134,7 @@ def get_quality_threads(wildcards):
 
 
 def get_context_part_settings(wildcards):
-    """Fields of sharflow.context.PartSettings for the dataset."""
+    """Fields of sharflow.context.part.PartSettings for the dataset."""
     ctx = config["context"]
     keys = [
         "embedder",
@@ -187,7 +187,7 @@ def get_context_parts(kind):
 
 
 def get_encode_settings(wildcards):
-    """Fields of sharflow.shar_audio.EncodeSettings for the dataset."""
+    """Fields of sharflow.shar.audio.EncodeSettings for the dataset."""
     return {
         "audio_root": config["datasets"][wildcards.dataset]["audio_root"],
         "audio_format": config["shar"]["audio_format"],
@@ -262,7 +262,7 @@ def get_codec_model_file(wildcards):
 
 
 def get_codec_spec(wildcards):
-    """Fields of sharflow.codes.CodecSpec."""
+    """Fields of sharflow.codes.shard.CodecSpec."""
     spec = config["codecs"][wildcards.codec]
     path, _ = _codec_model_path(wildcards.codec)
     return {
@@ -289,7 +289,7 @@ def get_codes_stats(wildcards):
 
 
 def get_report_datasets(wildcards):
-    """Arguments of sharflow.report.write_report: every stats file of every dataset."""
+    """Arguments of sharflow.report.report.write_report: every stats file of every dataset."""
     out = {}
     for ds in DATASETS:
         files = layout.dataset_files(ds)
@@ -319,7 +319,7 @@ def get_report_inputs(wildcards):
 
 
 def get_training_datasets(wildcards):
-    """Arguments of sharflow.training.write_input_cfg for every dataset."""
+    """Arguments of sharflow.dataset.training.write_input_cfg for every dataset."""
     return {
         ds: {
             "shar_dir": layout.dataset_files(ds).shar_dir,

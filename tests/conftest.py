@@ -6,7 +6,7 @@ import os
 import pytest
 from test_prepare import dirty_manifest
 
-from sharflow.codecs.nemo import build_random_codec
+from sharflow.models.codecs.nemo import build_random_codec
 from testkit import (
     REPO,
     Background,

@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sharflow.asr import Transcriber, build_random_asr, error_rates, normalize_text, reference_text
-from sharflow.audio import load_segment
-from sharflow.config import validate_config
-from sharflow.errors import SharflowError
-from sharflow.quality import AsrOptions, measure_records, merge_by_line
-from sharflow.quality_costs import quality_view
-from sharflow.quality_filter import with_metrics
-from sharflow.quality_metrics import METRICS
+from sharflow.core.audio import load_segment
+from sharflow.core.config import validate_config
+from sharflow.core.errors import SharflowError
+from sharflow.models.asr import Transcriber, build_random_asr, error_rates, normalize_text, reference_text
+from sharflow.quality.filter import with_metrics
+from sharflow.quality.metrics import METRICS
+from sharflow.quality.part import AsrOptions, measure_records, merge_by_line
+from sharflow.report.quality_costs import quality_view
 from testkit import DEMO, REPO, demo_config, prepare_demo, run_quality_filter
 
 
@@ -84,7 +84,7 @@ def _demo_waves(n: int):
 
 
 def test_tiny_model_transcribes_through_nemo_and_says_it_is_random(tiny_asr, caplog):
-    with caplog.at_level(logging.WARNING, logger="sharflow.asr"):
+    with caplog.at_level(logging.WARNING, logger="sharflow.models.asr"):
         transcriber = Transcriber(str(tiny_asr), "cpu", random=True)
     assert "RANDOMLY INITIALISED" in caplog.text
     assert transcriber.sample_rate == 16000

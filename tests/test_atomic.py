@@ -4,7 +4,7 @@ import stat
 import numpy as np
 import pytest
 
-from sharflow.atomic import atomic_dir, atomic_file, atomic_path, read_json, write_json
+from sharflow.core.atomic import atomic_dir, atomic_file, atomic_path, read_json, write_json
 
 
 def test_file_appears_only_when_complete(tmp_path):

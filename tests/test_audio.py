@@ -1,6 +1,6 @@
 import pytest
 
-from sharflow.audio import PathEscapeError, probe_audio, resolve_audio_path
+from sharflow.core.audio import PathEscapeError, probe_audio, resolve_audio_path
 from testkit import write_tone
 
 

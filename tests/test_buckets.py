@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from lhotse import CutSet, MonoCut
 from lhotse.dataset.sampling.dynamic_bucketing import DynamicBucketingSampler, estimate_duration_buckets
 
-from sharflow.buckets import (
+from sharflow.core.layout import DatasetFiles
+from sharflow.dataset.buckets import (
     CHARACTERS,
     TOKENS,
     bucket_bins,
@@ -24,7 +25,6 @@ from sharflow.buckets import (
     sampler_bucket_of,
     write_buckets,
 )
-from sharflow.layout import DatasetFiles
 
 
 def test_1d_bins_are_lhotses_and_balance_the_duration():

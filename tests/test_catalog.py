@@ -10,9 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import sharflow.catalog
-from sharflow.buckets import bucket_bins, read_catalog_lengths, sampler_bin_2d_of
-from sharflow.catalog import (
+import sharflow.dataset.catalog
+from sharflow.core.layout import DatasetFiles
+from sharflow.dataset.buckets import bucket_bins, read_catalog_lengths, sampler_bin_2d_of
+from sharflow.dataset.catalog import (
     FRAGMENT_SCHEMA,
     QUALITY_METRICS,
     CodecFrames,
@@ -21,9 +22,8 @@ from sharflow.catalog import (
     merge_catalog,
     write_fragment,
 )
-from sharflow.layout import DatasetFiles
-from sharflow.tables import bucket_occupancy, dataset_card, speaker_table
-from sharflow.tokens import TokenCounter
+from sharflow.dataset.tables import bucket_occupancy, dataset_card, speaker_table
+from sharflow.dataset.tokens import TokenCounter
 
 CHARS = "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.EnglishCharsTokenizer"
 SPANISH = "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.SpanishCharsTokenizer"
@@ -82,7 +82,7 @@ def test_merge_streams_row_groups_and_keeps_only_metrics_present(demo_shards, tm
                 row["asr_text"] = f"said {i}" if i % 4 == 0 else None
         with_metrics.append(str(tmp_path / f"f{s}.parquet"))
         write_fragment(rows, with_metrics[-1])
-    monkeypatch.setattr(sharflow.catalog, "ROW_GROUP_ROWS", 20)  # a row group every two shards
+    monkeypatch.setattr(sharflow.dataset.catalog, "ROW_GROUP_ROWS", 20)  # a row group every two shards
     codecs = [CodecFrames("c22", 22050, 1024), CodecFrames("c16", 16000, 640)]
     merge_catalog(with_metrics, str(tmp_path / "m.parquet"), codecs=codecs)
     merge_catalog(fragments, str(tmp_path / "plain.parquet"), codecs=codecs)

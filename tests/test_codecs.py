@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from sharflow.audio import load_segment
-from sharflow.codecs import frames, load_codec
-from sharflow.codecs.hf import build_random_encodec
-from sharflow.errors import SharflowError
+from sharflow.core.audio import load_segment
+from sharflow.core.errors import SharflowError
+from sharflow.models.codecs import frames, load_codec
+from sharflow.models.codecs.hf import build_random_encodec
 from testkit import DEMO, REPO, assert_informative_codes
 
 

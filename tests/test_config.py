@@ -1,8 +1,8 @@
 import pytest
 import yaml
 
-from sharflow.config import load_yaml, validate_config
-from sharflow.errors import SharflowError
+from sharflow.core.config import load_yaml, validate_config
+from sharflow.core.errors import SharflowError
 from testkit import REPO
 
 SCHEMA = REPO / "config" / "schema.yaml"

@@ -6,8 +6,8 @@ import shutil
 import numpy as np
 import pytest
 
-from sharflow.context import PartSettings, run_context_part
-from sharflow.layout import DatasetFiles
+from sharflow.context.part import PartSettings, run_context_part
+from sharflow.core.layout import DatasetFiles
 from testkit import DEMO, prepare_demo, read_jsonl, run_stage, write_jsonl
 
 
@@ -80,7 +80,7 @@ def test_stale_plan_is_reported(demo_runs, tmp_path):
     _, prep, (ctx, _), _ = demo_runs
     other = tmp_path / "prepared.jsonl"
     other.write_text("".join((prep / "prepared.jsonl").read_text().splitlines(keepends=True)[:10]))
-    from sharflow.errors import SharflowError
+    from sharflow.core.errors import SharflowError
 
     with pytest.raises(SharflowError, match="rerun the context_plan rule"):
         run_context_part(
@@ -94,8 +94,8 @@ def test_stale_plan_is_reported(demo_runs, tmp_path):
 
 
 def test_saved_embeddings_match_their_ids(demo_runs):
-    from sharflow.audio import load_segment
-    from sharflow.speaker_embedders import load_embedder
+    from sharflow.core.audio import load_segment
+    from sharflow.models.speaker_embedders import load_embedder
 
     _, _, (plain, _), (ctx, _) = demo_runs
     assert not list((plain / "parts").glob("*.npy"))

@@ -1,6 +1,6 @@
 import pytest
 
-from sharflow.dag import parse_dot, render_dag
+from sharflow.report.dag import parse_dot, render_dag
 
 DAG = """Building DAG of jobs...
 digraph snakemake_dag {

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from sharflow.audio import load_segment
-from sharflow.speaker_embedders import load_embedder
-from sharflow.speaker_embedders.ge2e import PARTIAL_FRAMES, partial_starts, pretrained_weights
+from sharflow.core.audio import load_segment
+from sharflow.models.speaker_embedders import load_embedder
+from sharflow.models.speaker_embedders.ge2e import PARTIAL_FRAMES, partial_starts, pretrained_weights
 from testkit import DEMO
 
 
@@ -52,7 +52,7 @@ def test_batching_does_not_change_embeddings(demo_embeddings):
 def test_mel_filterbank_is_librosas():
     import librosa
 
-    from sharflow.speaker_embedders.ge2e import slaney_mel_filterbank
+    from sharflow.models.speaker_embedders.ge2e import slaney_mel_filterbank
 
     for sr, n_fft, n_mels in [(16000, 400, 40), (22050, 1024, 80)]:
         ours = slaney_mel_filterbank(sr, n_fft, n_mels)

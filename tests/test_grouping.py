@@ -1,6 +1,6 @@
 import pytest
 
-from sharflow.grouping import group_key_function
+from sharflow.context.grouping import group_key_function
 
 
 def rec(path, speaker="| Language:en Dataset:d Speaker:92 |"):

@@ -1,4 +1,4 @@
-"""sharflow.layout: the one place for paths, and the rules' declared outputs checked against it."""
+"""sharflow.core.layout: the one place for paths, and the rules' declared outputs checked against it."""
 
 import re
 from pathlib import Path
@@ -15,13 +15,13 @@ from snakemake.settings.types import (
     WorkflowSettings,
 )
 
-from sharflow import layout
-from sharflow.layout import DatasetFiles, rejected_beside, shard_key
+from sharflow.core import layout
+from sharflow.core.layout import DatasetFiles, rejected_beside, shard_key
 from testkit import REPO, demo_config
 
 DS = layout.dataset_files("{dataset}")
 
-# rule -> {output name: path}, everything from sharflow.layout
+# rule -> {output name: path}, everything from sharflow.core.layout
 EXPECTED = {
     "prepare": {"prepared": DS.prepared, "rejected": DS.prepare_rejected, "stats": DS.prepare_stats},
     "build_random_asr": {"model": layout.ASR_MODEL},

@@ -2,8 +2,8 @@ import re
 
 import pytest
 
-from sharflow.errors import SharflowError
-from sharflow.logs import job_log
+from sharflow.core.errors import SharflowError
+from sharflow.core.logs import job_log
 
 
 def test_unexpected_errors_keep_their_traceback_in_the_log(tmp_path):
@@ -41,7 +41,7 @@ def test_a_job_logs_how_long_its_process_took_to_start(tmp_path):
     log = tmp_path / "job.log"
     code = (
         "import time; time.sleep(0.6)\n"  # stands for the imports before a script enters job_log
-        "from sharflow.logs import job_log\n"
+        "from sharflow.core.logs import job_log\n"
         f"with job_log({str(log)!r}): pass\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sharflow.manifest import REASONS, Accepted, CheckSettings, Rejected, check_line
+from sharflow.prepare.manifest import REASONS, Accepted, CheckSettings, Rejected, check_line
 from testkit import write_tone
 
 

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from sharflow.audio import load_segment
-from sharflow.context import PartSettings, run_context_part
-from sharflow.context_plan import plan_context
-from sharflow.errors import SharflowError
-from sharflow.layout import DatasetFiles
-from sharflow.speaker_embedders import load_embedder
-from sharflow.speaker_embedders.nemo import build_random_model
+from sharflow.context.part import PartSettings, run_context_part
+from sharflow.context.plan import plan_context
+from sharflow.core.audio import load_segment
+from sharflow.core.errors import SharflowError
+from sharflow.core.layout import DatasetFiles
+from sharflow.models.speaker_embedders import load_embedder
+from sharflow.models.speaker_embedders.nemo import build_random_model
 from testkit import DEMO, REPO, assert_informative_embeddings, prepare_demo
 
 

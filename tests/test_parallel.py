@@ -2,7 +2,7 @@ from functools import partial
 
 import pytest
 
-from sharflow.parallel import ahead, ordered_map
+from sharflow.core.parallel import ahead, ordered_map
 
 
 def scaled(factor, x):

@@ -5,9 +5,9 @@ import shutil
 
 import pytest
 
-from sharflow.errors import SharflowError
-from sharflow.manifest import REASONS
-from sharflow.prepare import prepare_dataset
+from sharflow.core.errors import SharflowError
+from sharflow.prepare.job import prepare_dataset
+from sharflow.prepare.manifest import REASONS
 from testkit import read_jsonl, write_jsonl, write_tone
 
 
@@ -99,9 +99,9 @@ def test_every_reason_and_nothing_lost(tmp_path):
 
 
 def test_serial_and_parallel_runs_are_byte_identical(tmp_path, monkeypatch):
-    import sharflow.manifest_io
+    import sharflow.prepare.manifest_io
 
-    monkeypatch.setattr(sharflow.manifest_io, "CHUNK_LINES", 3)  # many chunks in flight
+    monkeypatch.setattr(sharflow.prepare.manifest_io, "CHUNK_LINES", 3)  # many chunks in flight
     manifest, root = dirty_manifest(tmp_path)
     a, _ = run(tmp_path, manifest, root, "serial", workers=1)
     b, _ = run(tmp_path, manifest, root, "parallel", workers=2)
@@ -198,9 +198,9 @@ def test_gzip_and_parquet_manifests_prepare_like_json_lines(tmp_path, monkeypatc
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    import sharflow.manifest_io
+    import sharflow.prepare.manifest_io
 
-    monkeypatch.setattr(sharflow.manifest_io, "CHUNK_LINES", 4)  # several batches per row group
+    monkeypatch.setattr(sharflow.prepare.manifest_io, "CHUNK_LINES", 4)  # several batches per row group
     records, root = tabular_manifest(tmp_path)
     plain = write_jsonl(tmp_path / "m.json", records)
     with open(plain, "rb") as src, gzip.open(tmp_path / "m.jsonl.gz", "wb") as dst:

@@ -9,10 +9,9 @@ import soxr
 import yaml
 from scipy.signal import butter, sosfiltfilt
 
-from sharflow.errors import SharflowError
-from sharflow.quality import merge_quality, part_of, part_records, run_quality_part
-from sharflow.quality_filter import failures, with_metrics
-from sharflow.quality_metrics import (
+from sharflow.core.errors import SharflowError
+from sharflow.quality.filter import failures, with_metrics
+from sharflow.quality.metrics import (
     METRICS,
     Dnsmos,
     Meters,
@@ -22,6 +21,7 @@ from sharflow.quality_metrics import (
     speaking_rate,
     speech_measures,
 )
+from sharflow.quality.part import merge_quality, part_of, part_records, run_quality_part
 from testkit import DEMO, REPO, prepare_demo, read_back, read_jsonl, run_quality_filter, write_all
 
 
@@ -199,7 +199,7 @@ def test_filter_refuses_metrics_out_of_step_and_unknown_metrics(tmp_path):
 
 
 def test_filter_costs_are_exact_and_the_kept_curves_read_the_histograms(tmp_path):
-    from sharflow.quality_costs import quality_view
+    from sharflow.report.quality_costs import quality_view
 
     prepared, metrics, stats = _measured(10, tmp_path, error_at=7)
     lines = [json.loads(x) for x in metrics.read_text().splitlines()]

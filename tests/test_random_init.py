@@ -1,8 +1,8 @@
-"""sharflow.random_init on a small stack that default initialisation makes degenerate."""
+"""sharflow.models.random_init on a small stack that default initialisation makes degenerate."""
 
 import torch
 
-from sharflow.random_init import calibration_batch, standardize_layers_
+from sharflow.models.random_init import calibration_batch, standardize_layers_
 
 
 class Stack(torch.nn.Module):

@@ -1,11 +1,11 @@
-"""sharflow.ranks: which devices a job's ranks use, and the GPU-grant check."""
+"""sharflow.core.ranks: which devices a job's ranks use, and the GPU-grant check."""
 
 import logging
 
 import pytest
 
-from sharflow.errors import SharflowError
-from sharflow.ranks import job_devices, rank_devices, run_ranks
+from sharflow.core.errors import SharflowError
+from sharflow.core.ranks import job_devices, rank_devices, run_ranks
 
 
 def _square(rank, device, x):
@@ -21,7 +21,7 @@ def test_cpu_ranks_and_results_in_rank_order():
 def test_job_logs_devices_and_falls_back_to_cpu_outside_slurm(monkeypatch, caplog):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    with caplog.at_level(logging.INFO, logger="sharflow.ranks"):
+    with caplog.at_level(logging.INFO, logger="sharflow.core.ranks"):
         assert job_devices("auto", 3, gpus=1, what="codes x, shard 2") == ["cpu"] * 3
     assert "codes x, shard 2: device auto, asked for 1 GPU(s), sees no GPU" in caplog.text
     assert "no GPU visible: running on 3 CPU process(es)" in caplog.text

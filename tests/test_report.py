@@ -1,4 +1,4 @@
-"""sharflow.report from the real stats of the demo corpus's stages."""
+"""sharflow.report.report from the real stats of the demo corpus's stages."""
 
 import gzip
 import json
@@ -10,13 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sharflow.buckets import write_buckets
-from sharflow.layout import DatasetFiles
-from sharflow.quality_costs import quality_view, removed_table
-from sharflow.quality_filter import filter_quality
-from sharflow.quality_metrics import METRICS
-from sharflow.report import COLUMNS, duration_histogram, load_dataset, summary_rows, write_report
-from sharflow.shar_merge import merge_shar_stats
+from sharflow.core.layout import DatasetFiles
+from sharflow.dataset.buckets import write_buckets
+from sharflow.quality.filter import filter_quality
+from sharflow.quality.metrics import METRICS
+from sharflow.report.quality_costs import quality_view, removed_table
+from sharflow.report.report import COLUMNS, duration_histogram, load_dataset, summary_rows, write_report
+from sharflow.shar.merge import merge_shar_stats
 from testkit import prepare_demo
 
 
@@ -169,7 +169,7 @@ def test_report_plots_and_summary(stats_files, tmp_path):
 
 def test_report_view_finds_the_plots_in_a_browser(stats_files, tmp_path, chromium):
     """A hand-made page stands in for snakemake's report here; test_workflow checks the real one."""
-    from sharflow.report_view import colour_pixels, signature_colour
+    from sharflow.report.view import colour_pixels, signature_colour
 
     write_report({"demo": stats_files}, str(tmp_path / "r"), min_similarity=0.6)
     page = tmp_path / "page.html"

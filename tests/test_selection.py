@@ -4,7 +4,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sharflow.selection import SelectionRules, select_context, select_context_exhaustive
+from sharflow.context.selection import SelectionRules, select_context, select_context_exhaustive
 
 
 def clustered(n, d=32, clusters=4, spread=0.6, seed=0):

@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lhotse import CutSet
 
-from sharflow.errors import SharflowError
-from sharflow.layout import DatasetFiles
-from sharflow.shar_audio import (
+from sharflow.core.errors import SharflowError
+from sharflow.core.layout import DatasetFiles
+from sharflow.shar.audio import (
     EncodeSettings,
     compute_num_samples,
     copy_through,
@@ -29,8 +29,8 @@ from sharflow.shar_audio import (
     flac_without_metadata,
     read_span,
 )
-from sharflow.shar_merge import merge_shar_stats
-from sharflow.shar_plan import plan_shards, recording_id, segment_id
+from sharflow.shar.merge import merge_shar_stats
+from sharflow.shar.plan import plan_shards, recording_id, segment_id
 from testkit import DEMO, magpie_dataset, read_back, read_jsonl, write_all, write_jsonl
 
 
@@ -223,8 +223,8 @@ def test_a_killed_shard_job_leaves_no_file_under_a_final_name(with_context, tmp_
     job = DatasetFiles(str(tmp_path)).shard(0)
     finals = [Path(p) for p in job.named().values()]
     code = (
-        "from sharflow.layout import ShardFiles\nfrom sharflow.shar import write_shard\n"
-        "from sharflow.shar_audio import EncodeSettings\n"
+        "from sharflow.core.layout import ShardFiles\nfrom sharflow.shar.shard import write_shard\n"
+        "from sharflow.shar.audio import EncodeSettings\n"
         f"write_shard(0, with_context={str(with_context[0])!r}, index={str(tmp_path / 'index.npy')!r}, "
         f"plan={str(tmp_path / 'plan.json')!r}, out=ShardFiles(**{job.named()!r}), "
         f"settings=EncodeSettings(audio_root={str(DEMO / 'audio')!r}, audio_format='wav'))\n"
@@ -423,7 +423,7 @@ def test_plan_file_holds_the_plan_with_exact_seconds_and_byte_offsets(tmp_path, 
         for i in range(10)
     ]
     spans = write_jsonl(tmp_path / "w.jsonl", [json.dumps(r, ensure_ascii=False) for r in records])
-    with caplog.at_level(logging.INFO, logger="sharflow.shar_plan"):
+    with caplog.at_level(logging.INFO, logger="sharflow.shar.plan"):
         plan = plan_shards(
             str(spans), plan=str(tmp_path / "p.json"), index=str(tmp_path / "i.npy"), shard_size=4, seed=3
         )

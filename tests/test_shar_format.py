@@ -1,8 +1,8 @@
-"""sharflow.shar_format against lhotse's own classes and writers, byte for byte.
+"""sharflow.shar.format against lhotse's own classes and writers, byte for byte.
 
 The reference here builds every cut with lhotse's MonoCut / SupervisionSegment / Recording and
 writes it with lhotse's JsonlShardWriter and TarWriter (what the shard job did before it stopped
-importing lhotse); sharflow.shar_format must give the same bytes.
+importing lhotse); sharflow.shar.format must give the same bytes.
 """
 
 import gzip
@@ -18,11 +18,11 @@ from lhotse import AudioSource, MonoCut, Recording, SupervisionSegment
 from lhotse.shar.utils import to_shar_placeholder
 from lhotse.shar.writers import AudioTarWriter, JsonlShardWriter, TarWriter
 
-from sharflow.audio import resolve_audio_path
-from sharflow.layout import DatasetFiles
-from sharflow.shar import read_shard_records
-from sharflow.shar_audio import encode
-from sharflow.shar_format import (
+from sharflow.core.audio import resolve_audio_path
+from sharflow.core.layout import DatasetFiles
+from sharflow.core.speakers import parse_speaker
+from sharflow.shar.audio import encode
+from sharflow.shar.format import (
     CUT_KEYS,
     TarMemberWriter,
     cut_dict,
@@ -30,8 +30,8 @@ from sharflow.shar_format import (
     placeholder_bytes,
     placeholder_dict,
 )
-from sharflow.shar_plan import cut_id, recording_id, segment_id
-from sharflow.speakers import parse_speaker
+from sharflow.shar.plan import cut_id, recording_id, segment_id
+from sharflow.shar.shard import read_shard_records
 from testkit import DEMO, read_jsonl
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from sharflow.speakers import Speaker, SpeakerFormatError, parse_speaker, standardize_speaker
+from sharflow.core.speakers import Speaker, SpeakerFormatError, parse_speaker, standardize_speaker
 
 
 def test_plain_ids_are_wrapped_with_language_and_dataset():

@@ -5,9 +5,9 @@ import shutil
 
 import yaml
 
-from sharflow.catalog import merge_catalog
-from sharflow.layout import DatasetFiles
-from sharflow.training import shard_range, write_input_cfg
+from sharflow.core.layout import DatasetFiles
+from sharflow.dataset.catalog import merge_catalog
+from sharflow.dataset.training import shard_range, write_input_cfg
 from testkit import magpie_dataset
 
 

@@ -1,4 +1,4 @@
-"""sharflow.verify on real shards and codes of the demo corpus, whole and damaged."""
+"""sharflow.verify.dataset on real shards and codes of the demo corpus, whole and damaged."""
 
 import gzip
 import io
@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sharflow.catalog import build_catalog
-from sharflow.codes import merge_codes_stats
-from sharflow.errors import SharflowError
-from sharflow.layout import DatasetFiles
-from sharflow.verify import verify_dataset
+from sharflow.codes.shard import merge_codes_stats
+from sharflow.core.errors import SharflowError
+from sharflow.core.layout import DatasetFiles
+from sharflow.dataset.catalog import build_catalog
+from sharflow.verify.dataset import verify_dataset
 from testkit import FIELDS, assert_informative_codes
 
 SHARDS = (0, 1)  # the `coded` fixture encodes demo shards 0 and 1

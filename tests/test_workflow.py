@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from sharflow import layout
-from sharflow.dag import parse_dot, render_dag
-from sharflow.layout import DatasetFiles
+from sharflow.core import layout
+from sharflow.core.layout import DatasetFiles
+from sharflow.report.dag import parse_dot, render_dag
 from testkit import (
     README,
     REPO,
@@ -229,7 +229,7 @@ def test_verify_and_report_in_the_workflow(two_datasets, tmp_path, chromium):
     # snakemake's own report, opened in a headless Chromium: every plot is on the screen
     config = yaml.safe_load((work / "config.yaml").read_text())
     run_snakemake(work, config, "--report", str(tmp_path / "report.html"))
-    from sharflow.report_view import check_report
+    from sharflow.report.view import check_report
 
     found = check_report(
         str(tmp_path / "report.html"),
@@ -433,7 +433,7 @@ def test_quality_measures_every_record_into_the_cuts_and_a_new_threshold_reruns_
 ):
     from lhotse import CutSet
 
-    from sharflow.shar_plan import cut_id
+    from sharflow.shar.plan import cut_id
 
     work, _, _ = two_datasets
     for ds in ("demo", "dirty"):
@@ -473,7 +473,7 @@ def test_asr_check_in_the_workflow(tmp_path):
     """Four degraded-demo records to the quality filter with a tiny random NeMo ASR model; the
     manifest's own cer is kept aside; a cer threshold reruns only the filter; random_from_config
     puts the model's build in the plan (the loud log: test_asr)."""
-    from sharflow.asr import build_random_asr
+    from sharflow.models.asr import build_random_asr
 
     models = REPO / "config" / "models"
     model = build_random_asr(models / "tiny_asr.yaml", tmp_path / "asr.nemo")

@@ -17,17 +17,17 @@ import soundfile as sf
 import yaml
 from lhotse import CutSet
 
-from sharflow.catalog import merge_catalog
-from sharflow.codes import CodecSpec, encode_shard
-from sharflow.context import PartSettings, run_context_part
-from sharflow.context_merge import merge_context
-from sharflow.context_plan import plan_context
-from sharflow.layout import DatasetFiles
-from sharflow.prepare import prepare_dataset
-from sharflow.quality_filter import filter_quality
-from sharflow.shar import write_shard
-from sharflow.shar_audio import EncodeSettings
-from sharflow.shar_plan import plan_shards
+from sharflow.codes.shard import CodecSpec, encode_shard
+from sharflow.context.merge import merge_context
+from sharflow.context.part import PartSettings, run_context_part
+from sharflow.context.plan import plan_context
+from sharflow.core.layout import DatasetFiles
+from sharflow.dataset.catalog import merge_catalog
+from sharflow.prepare.job import prepare_dataset
+from sharflow.quality.filter import filter_quality
+from sharflow.shar.audio import EncodeSettings
+from sharflow.shar.plan import plan_shards
+from sharflow.shar.shard import write_shard
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "demo"
@@ -144,7 +144,7 @@ def prepare_demo(tmp, manifest=DEMO / "manifest.json", root=DEMO / "audio"):
 
 
 def run_quality_filter(tmp, prepared, metrics, stats, action, filters):
-    """sharflow.quality_filter.filter_quality into tmp/<action>: (summary, kept records, rejected dir)."""
+    """sharflow.quality.filter.filter_quality into tmp/<action>: (summary, kept records, rejected dir)."""
     out = tmp / action
     summary = filter_quality(
         prepared=str(prepared),
@@ -205,7 +205,7 @@ FIELDS = ("cuts", "target_audio", "context_audio")
 
 
 def write_all(out, with_context, shard_size=16, workers=1, root=DEMO / "audio", **settings):
-    """Shards of `with_context` under `out` as the workflow lays out a dataset (sharflow.layout),
+    """Shards of `with_context` under `out` as the workflow lays out a dataset (sharflow.core.layout),
     and their catalog (no codes columns)."""
     files = DatasetFiles(str(out))
     plan = plan_shards(

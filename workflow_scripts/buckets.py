@@ -1,7 +1,7 @@
-"""Snakemake adapter: sharflow.buckets.write_buckets."""
+"""Snakemake adapter: sharflow.dataset.buckets.write_buckets."""
 
-from sharflow.buckets import write_buckets
-from sharflow.logs import job_log
+from sharflow.core.logs import job_log
+from sharflow.dataset.buckets import write_buckets
 
 with job_log(snakemake.log[0]):
     write_buckets(

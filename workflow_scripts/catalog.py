@@ -1,7 +1,7 @@
-"""Snakemake adapter: sharflow.catalog.build_catalog."""
+"""Snakemake adapter: sharflow.dataset.catalog.build_catalog."""
 
-from sharflow.catalog import build_catalog
-from sharflow.logs import job_log
+from sharflow.core.logs import job_log
+from sharflow.dataset.catalog import build_catalog
 
 with job_log(snakemake.log[0]):
     build_catalog(

@@ -1,11 +1,11 @@
-"""Snakemake adapter: sharflow.codes.encode_shard."""
+"""Snakemake adapter: sharflow.codes.shard.encode_shard."""
 
-from sharflow.logs import job_log
+from sharflow.core.logs import job_log
 
 # Spawned rank processes re-run this file as __mp_main__: the guard keeps them out of the body.
 if __name__ == "__main__":
-    from sharflow.codes import encode_shard, read_codec_spec
-    from sharflow.layout import CodesFiles
+    from sharflow.codes.shard import encode_shard, read_codec_spec
+    from sharflow.core.layout import CodesFiles
 
     with job_log(snakemake.log[0]):
         encode_shard(

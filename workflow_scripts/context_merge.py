@@ -1,7 +1,7 @@
-"""Snakemake adapter: sharflow.context_merge.merge_context."""
+"""Snakemake adapter: sharflow.context.merge.merge_context."""
 
-from sharflow.context_merge import merge_context
-from sharflow.logs import job_log
+from sharflow.context.merge import merge_context
+from sharflow.core.logs import job_log
 
 with job_log(snakemake.log[0]):
     merge_context(

@@ -1,8 +1,8 @@
-"""Snakemake adapter: sharflow.context.run_context_part."""
+"""Snakemake adapter: sharflow.context.part.run_context_part."""
 
-from sharflow.context import PartSettings, run_context_part
-from sharflow.layout import ContextPartFiles
-from sharflow.logs import job_log
+from sharflow.context.part import PartSettings, run_context_part
+from sharflow.core.layout import ContextPartFiles
+from sharflow.core.logs import job_log
 
 # The guard keeps spawned rank processes, which re-run this file as __mp_main__, out of the body.
 if __name__ == "__main__":

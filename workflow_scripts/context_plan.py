@@ -1,7 +1,7 @@
-"""Snakemake adapter: sharflow.context_plan.plan_context."""
+"""Snakemake adapter: sharflow.context.plan.plan_context."""
 
-from sharflow.context_plan import plan_context
-from sharflow.logs import job_log
+from sharflow.context.plan import plan_context
+from sharflow.core.logs import job_log
 
 with job_log(snakemake.log[0]):
     plan_context(

@@ -1,7 +1,7 @@
-"""Snakemake adapter: sharflow.tables.write_dataset_card."""
+"""Snakemake adapter: sharflow.dataset.tables.write_dataset_card."""
 
-from sharflow.logs import job_log
-from sharflow.tables import write_dataset_card
+from sharflow.core.logs import job_log
+from sharflow.dataset.tables import write_dataset_card
 
 with job_log(snakemake.log[0]):
     write_dataset_card(

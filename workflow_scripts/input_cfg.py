@@ -1,7 +1,7 @@
-"""Snakemake adapter: sharflow.training.write_input_cfg."""
+"""Snakemake adapter: sharflow.dataset.training.write_input_cfg."""
 
-from sharflow.logs import job_log
-from sharflow.training import write_input_cfg
+from sharflow.core.logs import job_log
+from sharflow.dataset.training import write_input_cfg
 
 with job_log(snakemake.log[0]):
     write_input_cfg(

@@ -1,7 +1,7 @@
-"""Snakemake adapter of the prepare stage: sharflow.prepare.prepare_dataset."""
+"""Snakemake adapter of the prepare stage: sharflow.prepare.job.prepare_dataset."""
 
-from sharflow.logs import job_log
-from sharflow.prepare import prepare_dataset
+from sharflow.core.logs import job_log
+from sharflow.prepare.job import prepare_dataset
 
 # The guard keeps spawned worker processes, which re-run this file as __mp_main__, out of the body.
 if __name__ == "__main__":

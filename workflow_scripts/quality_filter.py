@@ -1,7 +1,7 @@
-"""Snakemake adapter: sharflow.quality_filter.filter_quality."""
+"""Snakemake adapter: sharflow.quality.filter.filter_quality."""
 
-from sharflow.logs import job_log
-from sharflow.quality_filter import filter_quality
+from sharflow.core.logs import job_log
+from sharflow.quality.filter import filter_quality
 
 with job_log(snakemake.log[0]):
     filter_quality(

@@ -1,8 +1,8 @@
-"""Snakemake adapter: sharflow.quality.run_quality_part."""
+"""Snakemake adapter: sharflow.quality.part.run_quality_part."""
 
-from sharflow.layout import QualityPartFiles
-from sharflow.logs import job_log
-from sharflow.quality import AsrOptions, run_quality_part
+from sharflow.core.layout import QualityPartFiles
+from sharflow.core.logs import job_log
+from sharflow.quality.part import AsrOptions, run_quality_part
 
 # The guard keeps spawned rank processes, which re-run this file as __mp_main__, out of the body.
 if __name__ == "__main__":

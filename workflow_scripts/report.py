@@ -1,9 +1,9 @@
-"""Snakemake adapter: sharflow.report.write_report."""
+"""Snakemake adapter: sharflow.report.report.write_report."""
 
 from pathlib import Path
 
-from sharflow.logs import job_log
-from sharflow.report import write_report
+from sharflow.core.logs import job_log
+from sharflow.report.report import write_report
 
 with job_log(snakemake.log[0]):
     write_report(

@@ -1,7 +1,7 @@
-"""Snakemake adapter: sharflow.shar_merge.merge_shar_stats."""
+"""Snakemake adapter: sharflow.shar.merge.merge_shar_stats."""
 
-from sharflow.logs import job_log
-from sharflow.shar_merge import merge_shar_stats
+from sharflow.core.logs import job_log
+from sharflow.shar.merge import merge_shar_stats
 
 with job_log(snakemake.log[0]):
     merge_shar_stats(

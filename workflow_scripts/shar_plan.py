@@ -1,7 +1,7 @@
-"""Snakemake adapter: sharflow.shar_plan.plan_shards."""
+"""Snakemake adapter: sharflow.shar.plan.plan_shards."""
 
-from sharflow.logs import job_log
-from sharflow.shar_plan import plan_shards
+from sharflow.core.logs import job_log
+from sharflow.shar.plan import plan_shards
 
 with job_log(snakemake.log[0]):
     plan_shards(

@@ -1,13 +1,13 @@
-"""Snakemake adapter: sharflow.shar.write_shard."""
+"""Snakemake adapter: sharflow.shar.shard.write_shard."""
 
-from sharflow.logs import job_log
+from sharflow.core.logs import job_log
 
 # Spawned worker processes re-run this file as __mp_main__: the guard keeps them out of the body,
-# and importing sharflow.shar (numpy, pyarrow) inside it keeps their start-up light.
+# and importing sharflow.shar.shard (numpy, pyarrow) inside it keeps their start-up light.
 if __name__ == "__main__":
-    from sharflow.layout import ShardFiles
-    from sharflow.shar import write_shard
-    from sharflow.shar_audio import EncodeSettings
+    from sharflow.core.layout import ShardFiles
+    from sharflow.shar.audio import EncodeSettings
+    from sharflow.shar.shard import write_shard
 
     with job_log(snakemake.log[0]):
         write_shard(

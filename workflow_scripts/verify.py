@@ -1,9 +1,9 @@
-"""Snakemake adapter: sharflow.verify.verify_dataset."""
+"""Snakemake adapter: sharflow.verify.dataset.verify_dataset."""
 
 if __name__ == "__main__":  # verify.workers > 1 spawns processes that re-import this file
-    from sharflow.layout import shar_dir_of_plan
-    from sharflow.logs import job_log
-    from sharflow.verify import verify_dataset
+    from sharflow.core.layout import shar_dir_of_plan
+    from sharflow.core.logs import job_log
+    from sharflow.verify.dataset import verify_dataset
 
     with job_log(snakemake.log[0]):
         verify_dataset(

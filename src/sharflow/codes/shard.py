@@ -30,13 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
-from sharflow.atomic import read_json, write_json
-from sharflow.balance import lpt_assign
-from sharflow.errors import SharflowError
-from sharflow.layout import CodesFiles
-from sharflow.parallel import ahead
-from sharflow.ranks import job_devices, run_ranks
-from sharflow.shar_audio import compute_num_samples
+from sharflow.core.atomic import read_json, write_json
+from sharflow.core.balance import lpt_assign
+from sharflow.core.errors import SharflowError
+from sharflow.core.layout import CodesFiles
+from sharflow.core.parallel import ahead
+from sharflow.core.ranks import job_devices, run_ranks
+from sharflow.shar.audio import compute_num_samples
 
 log = logging.getLogger(__name__)
 KINDS = ("target", "context")
@@ -136,7 +136,7 @@ def padding_efficiency(batches: list[list[Item]], samples_per_frame: int) -> flo
 @functools.lru_cache(maxsize=4)
 def cached_codec(codec: CodecSpec, device: str):
     """The codec model, loaded once per process and device."""
-    from sharflow.codecs import load_codec
+    from sharflow.models.codecs import load_codec
 
     return load_codec(codec.backend, codec.model, device, codec.precision)
 
@@ -255,7 +255,7 @@ def encode_batches(
     import torch
     from tqdm import tqdm
 
-    from sharflow.codecs import frames
+    from sharflow.models.codecs import frames
 
     start = time.perf_counter()
     model = cached_codec(codec, device)

@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 from pathlib import PurePosixPath
 
-from sharflow.speakers import parse_speaker
+from sharflow.core.speakers import parse_speaker
 
 GroupKey = Callable[[dict], str]
 

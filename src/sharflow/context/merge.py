@@ -10,11 +10,11 @@ from collections import Counter
 
 import numpy as np
 
-from sharflow.atomic import atomic_dir, atomic_file, read_json, write_json
-from sharflow.context import HIST_EDGES, REASONS
-from sharflow.errors import SharflowError
-from sharflow.keyed_lines import merge_sorted
-from sharflow.rejects import RejectWriter
+from sharflow.context.keyed_lines import merge_sorted
+from sharflow.context.part import HIST_EDGES, REASONS
+from sharflow.core.atomic import atomic_dir, atomic_file, read_json, write_json
+from sharflow.core.errors import SharflowError
+from sharflow.core.ledger import RejectWriter
 
 log = logging.getLogger(__name__)
 

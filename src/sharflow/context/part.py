@@ -1,10 +1,10 @@
 """The context stage's part job: give every record of a part's groups a same-speaker context.
 
-Three jobs per dataset: the plan (sharflow.context_plan) bin-packs speaker groups onto parts;
+Three jobs per dataset: the plan (sharflow.context.plan) bin-packs speaker groups onto parts;
 each part (here) bin-packs its groups onto ranks (GPUs or CPU processes); each rank decodes audio
-one batch ahead, embeds, selects (sharflow.selection) and writes its groups sorted by (group key,
-input line) (sharflow.keyed_lines); the rank files are merged into the part's files, and the
-merge job (sharflow.context_merge) merges the parts. The output order depends only on the data,
+one batch ahead, embeds, selects (sharflow.context.selection) and writes its groups sorted by (group key,
+input line) (sharflow.context.keyed_lines); the rank files are merged into the part's files, and the
+merge job (sharflow.context.merge) merges the parts. The output order depends only on the data,
 so any number of parts and ranks gives the same bytes. Memory: one group's embeddings and
 metadata, one batch of audio per rank, never n×n.
 """
@@ -21,16 +21,16 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from sharflow.atomic import atomic_file, atomic_path, read_json, write_json
-from sharflow.audio import load_segment, resolve_audio_path
-from sharflow.balance import loads, lpt_assign
-from sharflow.context_plan import numbered_lines
-from sharflow.errors import SharflowError
-from sharflow.grouping import group_key_function
-from sharflow.keyed_lines import count_lines, keyed_line, merge_keyed, merge_sorted
-from sharflow.layout import ContextPartFiles
-from sharflow.parallel import ahead, resolve_workers
-from sharflow.ranks import job_devices, run_ranks
+from sharflow.context.grouping import group_key_function
+from sharflow.context.keyed_lines import count_lines, keyed_line, merge_keyed, merge_sorted
+from sharflow.context.plan import numbered_lines
+from sharflow.core.atomic import atomic_file, atomic_path, read_json, write_json
+from sharflow.core.audio import load_segment, resolve_audio_path
+from sharflow.core.balance import loads, lpt_assign
+from sharflow.core.errors import SharflowError
+from sharflow.core.layout import ContextPartFiles
+from sharflow.core.parallel import ahead, resolve_workers
+from sharflow.core.ranks import job_devices, run_ranks
 
 log = logging.getLogger(__name__)
 
@@ -199,8 +199,8 @@ def process_groups(
     With `embeddings_prefix`, the embeddings of decodable records are appended to prefix.f32 (raw
     float32 rows) with their ids in prefix.ids.jsonl, in the same order.
     """
-    from sharflow.selection import SelectionRules
-    from sharflow.speaker_embedders import load_embedder
+    from sharflow.context.selection import SelectionRules
+    from sharflow.models.speaker_embedders import load_embedder
 
     start = time.perf_counter()
     embedder = load_embedder(settings.embedder, device, **settings.embedder_options) if groups else None
@@ -308,7 +308,7 @@ def _select_and_write(
     tally: _Tally,
 ) -> list[Reject]:
     """Pick each record's context among the group; write the records that got one, return the rest."""
-    from sharflow.selection import select_context
+    from sharflow.context.selection import select_context
 
     durations = np.array([r["duration"] for _, r in good])
     eligible = np.array([r.get("validation_status") != "fail" for _, r in good])

@@ -1,6 +1,6 @@
 """The context stage's plan: group the prepared records and bin-pack the groups onto parts.
 
-Records are grouped by speaker (sharflow.grouping); each group costs n² for similarity plus
+Records are grouped by speaker (sharflow.context.grouping); each group costs n² for similarity plus
 α·seconds for embedding, and the groups are bin-packed onto `parts` with LPT. plan.json lists
 every group with its part, size and cost. Imports neither torch nor the audio stack.
 """
@@ -10,9 +10,9 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 
-from sharflow.atomic import write_json
-from sharflow.balance import imbalance, loads, lpt_assign
-from sharflow.grouping import group_key_function
+from sharflow.context.grouping import group_key_function
+from sharflow.core.atomic import write_json
+from sharflow.core.balance import imbalance, loads, lpt_assign
 
 log = logging.getLogger(__name__)
 

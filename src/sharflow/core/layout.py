@@ -24,7 +24,7 @@ them as Snakemake inputs: only the merge jobs depend on the shar_plan checkpoint
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sharflow.atomic import read_json
+from sharflow.core.atomic import read_json
 
 RESULTS = "results"
 STATS_SUFFIX = ".stats.json"

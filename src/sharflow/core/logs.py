@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sharflow.errors import SharflowError
+from sharflow.core.errors import SharflowError
 
 log = logging.getLogger("sharflow")
 

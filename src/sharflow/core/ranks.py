@@ -1,6 +1,6 @@
 """Ranks inside one job: one process per visible GPU, or N CPU processes with one torch thread each.
 
-Units of work are bin-packed onto ranks beforehand (sharflow.balance); each rank runs the same
+Units of work are bin-packed onto ranks beforehand (sharflow.core.balance); each rank runs the same
 function over its own units and returns a result. With one torch thread per CPU rank and work
 split along fixed unit boundaries, outputs do not depend on the number of ranks.
 """
@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 
-from sharflow.errors import SharflowError
+from sharflow.core.errors import SharflowError
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import numpy as np
 import yaml
 
-from sharflow.atomic import atomic_file
+from sharflow.core.atomic import atomic_file
 
 
 def iter_cut_lengths(cut_files: list[str]) -> Iterator[tuple[float, int]]:

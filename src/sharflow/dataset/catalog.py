@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from sharflow.atomic import atomic_path
-from sharflow.quality_metrics import METRICS
+from sharflow.core.atomic import atomic_path
+from sharflow.quality.metrics import METRICS
 
 log = logging.getLogger(__name__)
 
@@ -170,8 +170,8 @@ def catalog_schema(optional: list[str], codecs: list[CodecFrames], tokens: bool)
 
 
 def frames_column(num_samples: np.ndarray, sample_rate: np.ndarray, codec: CodecFrames) -> np.ndarray:
-    """Codes frames of each audio: sharflow.codes.code_frames, row by row."""
-    from sharflow.codes import code_frames
+    """Codes frames of each audio: sharflow.codes.shard.code_frames, row by row."""
+    from sharflow.codes.shard import code_frames
 
     return np.asarray(
         [
@@ -247,8 +247,8 @@ def build_catalog(
     `codes_stats`: {codec: codes stats file} (each gives the codec's rate and samples per frame);
     `tokenizer`: training.tokenizer, to add a `tokens` column counted from the shards' cuts files.
     """
-    from sharflow.atomic import read_json
-    from sharflow.layout import cut_files, shar_dir_of_plan
+    from sharflow.core.atomic import read_json
+    from sharflow.core.layout import cut_files, shar_dir_of_plan
 
     codecs = []
     for name, path in sorted(codes_stats.items()):
@@ -256,7 +256,7 @@ def build_catalog(
         codecs.append(CodecFrames(name, int(stats["sample_rate"]), int(stats["samples_per_frame"])))
     token_counts = None
     if tokenizer:
-        from sharflow.tokens import TokenCounter
+        from sharflow.dataset.tokens import TokenCounter
 
         counter = TokenCounter(tokenizer)
         cuts = cut_files(shar_dir_of_plan(plan), plan)

@@ -8,8 +8,8 @@ each), as the bucket bins themselves do.
 import numpy as np
 import pandas as pd
 
-from sharflow.buckets import read_catalog_lengths, sampler_bin_2d_of, sampler_bucket_of
-from sharflow.catalog import QUALITY_METRICS, column_names, iter_batches, read_columns
+from sharflow.dataset.buckets import read_catalog_lengths, sampler_bin_2d_of, sampler_bucket_of
+from sharflow.dataset.catalog import QUALITY_METRICS, column_names, iter_batches, read_columns
 
 PERCENTILES = (0, 1, 5, 25, 50, 75, 95, 99, 100)
 
@@ -162,7 +162,7 @@ def write_dataset_card(dataset: str, *, catalog: str, buckets: str, verify: str,
     """Write results/<dataset>/DATASET.md (see dataset_card) and return its text."""
     import yaml
 
-    from sharflow.atomic import atomic_file, read_json
+    from sharflow.core.atomic import atomic_file, read_json
 
     with open(buckets, encoding="utf-8") as f:
         bins = yaml.safe_load(f)

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from sharflow import layout
-from sharflow.atomic import atomic_file
-from sharflow.buckets import duration_bins
-from sharflow.catalog import read_columns
+from sharflow.core import layout
+from sharflow.core.atomic import atomic_file
+from sharflow.dataset.buckets import duration_bins
+from sharflow.dataset.catalog import read_columns
 
 
 def shard_range(folder: str, stem: str, suffix: str, num_shards: int) -> str:

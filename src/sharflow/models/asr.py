@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sharflow.errors import SharflowError
+from sharflow.core.errors import SharflowError
 
 log = logging.getLogger(__name__)
 
@@ -108,14 +108,14 @@ def build_random_asr(config: str | Path, out: str | Path, seed: int = 0) -> Path
     """Build an EncDecCTCModel from a config with random weights and save it as .nemo.
 
     For tests and offline demos: it runs NeMo's real loading and transcription path; its transcripts
-    are random letters, but its layers are standardized (sharflow.random_init) so that different
+    are random letters, but its layers are standardized (sharflow.models.random_init) so that different
     audio gets different transcripts and tests that compare them can fail.
     """
     import torch
     from nemo.collections.asr.models import EncDecCTCModel
     from omegaconf import OmegaConf
 
-    from sharflow.random_init import calibration_batch, save_random_model, standardize_layers_
+    from sharflow.models.random_init import calibration_batch, save_random_model, standardize_layers_
 
     torch.manual_seed(seed)
     model = EncDecCTCModel(cfg=OmegaConf.load(config)).eval()

@@ -1,6 +1,6 @@
 """The prepare stage: a raw manifest in, prepared records + per-reason rejects + stats out.
 
-The manifest is NeMo JSON lines, gzipped JSON lines or Parquet (sharflow.manifest_io). Records
+The manifest is NeMo JSON lines, gzipped JSON lines or Parquet (sharflow.prepare.manifest_io). Records
 stream through in chunks; with several workers, chunks are checked in worker processes
 and their results consumed in input order, so outputs are byte-identical for any worker count.
 Memory is bounded by the chunks in flight plus one small key per accepted record (duplicates).
@@ -15,13 +15,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from sharflow.atomic import atomic_dir, atomic_file, write_json
-from sharflow.errors import SharflowError
-from sharflow.manifest import REASONS, Accepted, CheckSettings, Rejected, check_line
-from sharflow.manifest_io import ManifestFile
-from sharflow.parallel import ordered_map, resolve_workers
-from sharflow.rejects import RejectWriter
-from sharflow.speakers import parse_speaker
+from sharflow.core.atomic import atomic_dir, atomic_file, write_json
+from sharflow.core.errors import SharflowError
+from sharflow.core.ledger import RejectWriter
+from sharflow.core.parallel import ordered_map, resolve_workers
+from sharflow.core.speakers import parse_speaker
+from sharflow.prepare.manifest import REASONS, Accepted, CheckSettings, Rejected, check_line
+from sharflow.prepare.manifest_io import ManifestFile
 
 log = logging.getLogger(__name__)
 

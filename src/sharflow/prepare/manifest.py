@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from sharflow.audio import AudioInfo, PathEscapeError, probe_audio, resolve_audio_path
-from sharflow.speakers import SpeakerFormatError, standardize_speaker
+from sharflow.core.audio import AudioInfo, PathEscapeError, probe_audio, resolve_audio_path
+from sharflow.core.speakers import SpeakerFormatError, standardize_speaker
 
 # Reject reason -> what it means, in the order records are checked.
 REASONS: dict[str, str] = {

@@ -1,7 +1,7 @@
 """Manifest files in: NeMo JSON lines (plain or gzip) and Parquet, streamed as raw JSON lines.
 
 Every format becomes the same thing, chunks of raw JSON object lines, so that one set of checks
-(sharflow.manifest.check_line) gives the same prepared records and reject reasons whatever the
+(sharflow.prepare.manifest.check_line) gives the same prepared records and reject reasons whatever the
 file format. A Parquet manifest is read one batch of rows at a time (never the whole table): each
 row becomes the JSON object of its non-null columns, so a null reads as an absent field, as it
 would in a JSON-lines manifest. Positions are 1-based line numbers for JSON lines and 0-based row
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from sharflow.errors import SharflowError
+from sharflow.core.errors import SharflowError
 
 CHUNK_LINES = 2048
 PARQUET_SUFFIXES = (".parquet", ".pq")

@@ -16,11 +16,11 @@ import logging
 from collections import Counter
 from itertools import zip_longest
 
-from sharflow.asr import ASR_FIELDS
-from sharflow.atomic import atomic_dir, atomic_file, read_json, write_json
-from sharflow.errors import SharflowError
-from sharflow.quality_metrics import FILTERABLE, METRICS
-from sharflow.rejects import RejectWriter
+from sharflow.core.atomic import atomic_dir, atomic_file, read_json, write_json
+from sharflow.core.errors import SharflowError
+from sharflow.core.ledger import RejectWriter
+from sharflow.models.asr import ASR_FIELDS
+from sharflow.quality.metrics import FILTERABLE, METRICS
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ thread per rank, so a record's values do not depend on which rank or part measur
 - clipping_fraction: the fraction of samples at digital full scale (|x| >= 32767/32768).
 - loudness_lufs: ITU-R BS.1770 integrated loudness (`pyloudnorm`); null when the clip is shorter
   than one 400 ms gating block or lies entirely below the -70 LUFS absolute gate.
-- speaking_rate: characters of normalized_text (else text), after sharflow.asr's text
+- speaking_rate: characters of normalized_text (else text), after sharflow.models.asr's text
   normalization (case folded, punctuation dropped, single spaces), per second of detected speech;
   null when no speech is detected.
 """
@@ -32,7 +32,7 @@ from importlib.resources import files
 
 import numpy as np
 
-from sharflow.asr import ASR_METRICS, normalize_text, reference_text
+from sharflow.models.asr import ASR_METRICS, normalize_text, reference_text
 
 MODEL_RATE = 16000
 METRICS = (
@@ -189,7 +189,7 @@ def loudness_lufs(audio: np.ndarray, rate: int) -> float | None:
 
 
 def speaking_rate(record: dict, speech_seconds: float) -> float | None:
-    """Characters of normalized_text (else text), as sharflow.asr normalizes it, per second of speech;
+    """Characters of normalized_text (else text), as sharflow.models.asr normalizes it, per second of speech;
     None without speech."""
     return len(normalize_text(reference_text(record))) / speech_seconds if speech_seconds > 0 else None
 

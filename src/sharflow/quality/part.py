@@ -2,11 +2,11 @@
 
 Each part takes a contiguous run of prepared lines holding an equal share of the audio seconds
 (decided from the prepared file alone, so no plan job is needed); inside a part, records are
-bin-packed onto ranks by seconds (sharflow.balance, sharflow.ranks). Each rank decodes a record
-one ahead of measuring it (sharflow.quality_metrics) and writes one line per record, in line order;
+bin-packed onto ranks by seconds (sharflow.core.balance, sharflow.core.ranks). Each rank decodes a record
+one ahead of measuring it (sharflow.quality.metrics) and writes one line per record, in line order;
 a record whose audio cannot be decoded gets an `error` instead of metrics (the filter rejects it).
 With the ASR check (quality.asr), a rank also transcribes its records in batches of about
-`batch_seconds` of audio (sharflow.asr) and adds asr_text, cer and wer. Metrics depend only on the
+`batch_seconds` of audio (sharflow.models.asr) and adds asr_text, cer and wer. Metrics depend only on the
 record, so any number of parts and ranks gives the same bytes.
 """
 
@@ -20,14 +20,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from sharflow.atomic import atomic_file, read_json, write_json
-from sharflow.audio import load_segment, resample, resolve_audio_path
-from sharflow.balance import loads, lpt_assign
-from sharflow.context_plan import numbered_lines
-from sharflow.errors import SharflowError
-from sharflow.parallel import ahead, resolve_workers
-from sharflow.quality_metrics import MODEL_RATE
-from sharflow.ranks import job_devices, run_ranks
+from sharflow.context.plan import numbered_lines
+from sharflow.core.atomic import atomic_file, read_json, write_json
+from sharflow.core.audio import load_segment, resample, resolve_audio_path
+from sharflow.core.balance import loads, lpt_assign
+from sharflow.core.errors import SharflowError
+from sharflow.core.parallel import ahead, resolve_workers
+from sharflow.core.ranks import job_devices, run_ranks
+from sharflow.quality.metrics import MODEL_RATE
 
 log = logging.getLogger(__name__)
 
@@ -153,13 +153,13 @@ def measure_records(
     With `asr`, records wait in line order until about `asr.batch_seconds` of audio is pending, then
     are transcribed as one batch and written with asr_text, cer and wer.
     """
-    from sharflow.quality_metrics import Meters, measure
+    from sharflow.quality.metrics import Meters, measure
 
     start = time.perf_counter()
     meters = Meters.load(device, dnsmos_max_windows) if lines else None
     transcriber = None
     if asr and lines:
-        from sharflow.asr import Transcriber
+        from sharflow.models.asr import Transcriber
 
         transcriber = Transcriber(asr.model, device, random=asr.random)
     unreadable, seconds = 0, 0.0
@@ -218,8 +218,8 @@ def measure_records(
 
 def _transcribe(transcriber, pending: list[tuple[dict, dict, object]]) -> None:
     """Add asr_text, cer and wer to the pending entries that have audio, transcribed as one batch."""
-    from sharflow.asr import asr_fields
-    from sharflow.quality_metrics import DIGITS
+    from sharflow.models.asr import asr_fields
+    from sharflow.quality.metrics import DIGITS
 
     batch = [i for i, (_, _, wave) in enumerate(pending) if wave is not None]
     texts = transcriber.transcribe([pending[i][2] for i in batch])

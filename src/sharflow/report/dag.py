@@ -4,7 +4,7 @@ Graphviz's `dot` is used when it is installed. Machines set up with pip alone ha
 small layered layout drawn with matplotlib stands in: nodes in rows by longest path from the
 sources, edges as arrows. Usage:
 
-    snakemake --profile profiles/local --rulegraph | python -m sharflow.dag -o dag.png
+    snakemake --profile profiles/local --rulegraph | python -m sharflow.report.dag -o dag.png
 
 (`--dag`/`--rulegraph` never run jobs. Adding `-n` makes Snakemake print "Building DAG of jobs..."
 on stdout before the graph; the text before `digraph` is dropped here, so that works too.)

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sharflow.quality_filter import failures, in_step
-from sharflow.quality_metrics import FILTERABLE, METRICS
+from sharflow.quality.filter import failures, in_step
+from sharflow.quality.metrics import FILTERABLE, METRICS
 
 BINS = 60
 # The side a threshold usually goes on when a metric has no filter: higher is better (min),

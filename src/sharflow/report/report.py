@@ -1,7 +1,7 @@
 """The run report: a summary table and plots from every stage's stats (results/report/).
 
 Everything comes from the stats files the stages write and from each dataset's catalog (streamed
-into fixed histograms, or aggregated a batch at a time by sharflow.tables), so the report job's
+into fixed histograms, or aggregated a batch at a time by sharflow.dataset.tables), so the report job's
 memory does not grow with the dataset. The plots are PNGs flagged for `snakemake --report`;
 summary.html is the table the report shows (summary.tsv the same for scripts), tables.html the
 per-speaker and per-bucket tables (speakers.tsv, buckets.tsv in full).
@@ -16,11 +16,11 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from sharflow.atomic import atomic_file, read_json
-from sharflow.catalog import iter_batches
-from sharflow.quality_costs import SIDES, QualityView, quality_view, removed_table
-from sharflow.quality_metrics import FILTERABLE
-from sharflow.tables import bucket_occupancy, speaker_table
+from sharflow.core.atomic import atomic_file, read_json
+from sharflow.dataset.catalog import iter_batches
+from sharflow.dataset.tables import bucket_occupancy, speaker_table
+from sharflow.quality.metrics import FILTERABLE
+from sharflow.report.quality_costs import SIDES, QualityView, quality_view, removed_table
 
 log = logging.getLogger(__name__)
 

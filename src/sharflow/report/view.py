@@ -4,7 +4,7 @@ The Snakemake report is a single-page app: each result is shown after a click. F
 this writes a copy of the report that opens that result on load, screenshots it with a headless
 Chromium (Debian package `chromium`), and checks that the plot's own colours are on the page.
 
-    python -m sharflow.report_view report.html --out report_screens/
+    python -m sharflow.report.view report.html --out report_screens/
 """
 
 import argparse
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sharflow.errors import SharflowError
+from sharflow.core.errors import SharflowError
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "chrome", "headless_shell")
 OPEN_RESULT = """<script>

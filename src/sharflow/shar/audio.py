@@ -16,7 +16,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from sharflow.audio import resolve_audio_path
+from sharflow.core.audio import resolve_audio_path
 
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
 _MAX_PCM16_BYTES_PER_SECOND = 2 * 192_000  # mono 16-bit at the highest common rate, uncompressed

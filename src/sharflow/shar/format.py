@@ -16,9 +16,9 @@ import shutil
 import tarfile
 from typing import BinaryIO
 
-from sharflow.audio import resolve_audio_path
-from sharflow.shar_plan import cut_id, recording_id
-from sharflow.speakers import parse_speaker
+from sharflow.core.audio import resolve_audio_path
+from sharflow.core.speakers import parse_speaker
+from sharflow.shar.plan import cut_id, recording_id
 
 # Manifest keys the cut holds in its own fields (validation_status in cut.custom, where NeMo reads it);
 # every other key goes to supervision.custom.

@@ -7,10 +7,10 @@ import json
 import logging
 from collections import Counter
 
-from sharflow.atomic import atomic_dir, read_json, write_json
-from sharflow.errors import SharflowError
-from sharflow.layout import rejected_beside
-from sharflow.rejects import RejectWriter
+from sharflow.core.atomic import atomic_dir, read_json, write_json
+from sharflow.core.errors import SharflowError
+from sharflow.core.layout import rejected_beside
+from sharflow.core.ledger import RejectWriter
 
 log = logging.getLogger(__name__)
 

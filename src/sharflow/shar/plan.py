@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from sharflow.atomic import atomic_file, write_json
-from sharflow.errors import SharflowError
+from sharflow.core.atomic import atomic_file, write_json
+from sharflow.core.errors import SharflowError
 
 log = logging.getLogger(__name__)
 

@@ -1,17 +1,17 @@
 """The shar stage's shard job: NeMo-compatible Lhotse Shar shards, one atomic job per shard.
 
-For one shard index of the plan (sharflow.shar_plan): decode the target and context spans and
+For one shard index of the plan (sharflow.shar.plan): decode the target and context spans and
 encode them in worker processes (results in order), build every part of a cut before writing it
 to any writer, and write cuts / target_audio / context_audio (and the shard's catalog fragment,
-sharflow.catalog) under temporary names outside the Shar field folders, renamed into place only
+sharflow.dataset.catalog) under temporary names outside the Shar field folders, renamed into place only
 when the shard is complete. A cut that fails goes to the shard's reject list and into no field, so
-the fields stay aligned. sharflow.shar_merge sums the shards' stats.
+the fields stay aligned. sharflow.shar.merge sums the shards' stats.
 
 Cuts follow lhotse's Shar conventions and NeMo's MagpieTTS reader: one MonoCut per utterance
 (start = offset in the source recording, channel 0), one supervision with text, language, the
 standardized speaker and every other manifest field in `custom`; target and context audio tars
 keyed by the cut id, the context with its own Recording (own duration and sample count). They are
-written by sharflow.shar_format in the bytes lhotse's own writers give, without importing lhotse
+written by sharflow.shar.format in the bytes lhotse's own writers give, without importing lhotse
 (and torch): the job starts in a fraction of a second.
 """
 
@@ -33,13 +33,13 @@ from typing import BinaryIO, NamedTuple
 import numpy as np
 from tqdm import tqdm
 
-from sharflow.atomic import atomic_file, read_json, write_json
-from sharflow.catalog import catalog_row, write_fragment
-from sharflow.errors import SharflowError
-from sharflow.layout import ShardFiles, shard_key
-from sharflow.parallel import ordered_map
-from sharflow.shar_audio import EncodedAudio, EncodeSettings, encode_record
-from sharflow.shar_format import (
+from sharflow.core.atomic import atomic_file, read_json, write_json
+from sharflow.core.errors import SharflowError
+from sharflow.core.layout import ShardFiles, shard_key
+from sharflow.core.parallel import ordered_map
+from sharflow.dataset.catalog import catalog_row, write_fragment
+from sharflow.shar.audio import EncodedAudio, EncodeSettings, encode_record
+from sharflow.shar.format import (
     TarMemberWriter,
     audio_member_names,
     cut_dict,
@@ -47,7 +47,7 @@ from sharflow.shar_format import (
     placeholder_bytes,
     write_member,
 )
-from sharflow.shar_plan import cut_id, segment_id
+from sharflow.shar.plan import cut_id, segment_id
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def write_shard(
 ) -> dict:
     """Write one shard's cuts, target_audio and context_audio files, atomically and aligned.
 
-    `index` and `plan` are the shard plan's files (sharflow.shar_plan); the shard's records are read
+    `index` and `plan` are the shard plan's files (sharflow.shar.plan); the shard's records are read
     from `with_context` at the index's offsets. Returns the stats written to `out.stats`.
     """
     records = read_shard_records(shard, with_context=with_context, index=index, plan=plan)
@@ -119,7 +119,7 @@ def _write_fields(
 ) -> tuple[Counter, list[dict], list[dict]]:
     """Write the three field files of `records` in `tmp`, the audio work done in `workers` processes.
 
-    Each worker task (sharflow.shar.write_batch) encodes or copies a batch's spans and writes the
+    Each worker task (sharflow.shar.shard.write_batch) encodes or copies a batch's spans and writes the
     tar members of its complete cuts to two segment files of its own; here the segments are
     appended to the field files in batch order, so the audio bytes never cross a pipe and the
     files are the same for any worker count. Returns the counts, the rejected records and the

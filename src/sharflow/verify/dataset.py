@@ -27,12 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from sharflow.atomic import read_json, write_json
-from sharflow.codes import code_frames
-from sharflow.errors import SharflowError
-from sharflow.layout import AUDIO_FIELDS, Field, codes_fields, fields, planned_shards
-from sharflow.parallel import ordered_map, resolve_workers
-from sharflow.shar_audio import compute_num_samples
+from sharflow.codes.shard import code_frames
+from sharflow.core.atomic import read_json, write_json
+from sharflow.core.errors import SharflowError
+from sharflow.core.layout import AUDIO_FIELDS, Field, codes_fields, fields, planned_shards
+from sharflow.core.parallel import ordered_map, resolve_workers
+from sharflow.shar.audio import compute_num_samples
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +261,7 @@ class CatalogCheck:
     columns, and codes frames per cut equal to the codes themselves. Reads a batch at a time."""
 
     def __init__(self, dataset: str, path: str, codecs: tuple[CodecInfo, ...]):
-        from sharflow.catalog import column_names, iter_batches
+        from sharflow.dataset.catalog import column_names, iter_batches
 
         self.dataset, self.path = dataset, path
         self.frames = {}  # codes field label -> catalog column

@@ -13,8 +13,8 @@ from typing import Protocol
 import torch
 
 BACKENDS = {
-    "nemo": "sharflow.codecs.nemo:NemoCodec",
-    "hf": "sharflow.codecs.hf:HFCodec",
+    "nemo": "sharflow.models.codecs.nemo:NemoCodec",
+    "hf": "sharflow.models.codecs.hf:HFCodec",
 }
 
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
-from sharflow.codecs import autocast
-from sharflow.errors import SharflowError
-from sharflow.random_init import calibration_batch, standardize_layers_
+from sharflow.core.errors import SharflowError
+from sharflow.models.codecs import autocast
+from sharflow.models.random_init import calibration_batch, standardize_layers_
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def build_random_encodec(config: str | Path, out: str | Path, seed: int = 0) -> 
 
     For tests: it runs the real loading and encoding path. A fresh EncodecModel has all-zero
     codebooks (training fills them by k-means), so every frame would get code 0: here the encoder is
-    standardized (sharflow.random_init) and each residual codebook is filled with residual vectors of
+    standardized (sharflow.models.random_init) and each residual codebook is filled with residual vectors of
     calibration audio, as EnCodec's own k-means initialisation starts. Its codes mean nothing but
     depend on the audio.
     """

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from sharflow.codecs import autocast, frames
-from sharflow.errors import SharflowError
-from sharflow.random_init import calibration_batch, save_random_model, standardize_layers_
+from sharflow.core.errors import SharflowError
+from sharflow.models.codecs import autocast, frames
+from sharflow.models.random_init import calibration_batch, save_random_model, standardize_layers_
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def build_random_codec(config: str | Path, out: str | Path, seed: int = 0) -> Pa
     """Build an AudioCodecModel from a config with random weights and save it as .nemo.
 
     For tests and offline demos: it runs NeMo's real loading and encoding path; its codes mean
-    nothing, but the encoder is standardized (sharflow.random_init) so that they depend on the audio
+    nothing, but the encoder is standardized (sharflow.models.random_init) so that they depend on the audio
     and use most levels of every codebook: tests that compare codes can fail.
     """
     from nemo.collections.tts.models import AudioCodecModel

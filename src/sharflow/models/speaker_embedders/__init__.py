@@ -12,8 +12,8 @@ from typing import Protocol
 import numpy as np
 
 BACKENDS = {
-    "ge2e": "sharflow.speaker_embedders.ge2e:GE2EEmbedder",
-    "nemo": "sharflow.speaker_embedders.nemo:NemoSpeakerEmbedder",
+    "ge2e": "sharflow.models.speaker_embedders.ge2e:GE2EEmbedder",
+    "nemo": "sharflow.models.speaker_embedders.nemo:NemoSpeakerEmbedder",
 }
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sharflow.errors import SharflowError
-from sharflow.random_init import calibration_batch, save_random_model, standardize_layers_
+from sharflow.core.errors import SharflowError
+from sharflow.models.random_init import calibration_batch, save_random_model, standardize_layers_
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def build_random_model(config: str | Path, out: str | Path, seed: int = 0) -> Pa
     """Build an EncDecSpeakerLabelModel from a config with random weights and save it as .nemo.
 
     For tests and offline demos: it runs the real loading and inference path; its embeddings carry
-    no speaker information, but its layers are standardized (sharflow.random_init) so that different
+    no speaker information, but its layers are standardized (sharflow.models.random_init) so that different
     audio gets clearly different embeddings and tests that compare them can fail.
     """
     from nemo.collections.asr.models import EncDecSpeakerLabelModel
