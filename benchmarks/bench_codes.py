@@ -63,19 +63,9 @@ def main() -> None:
 
     import torch
 
-    from sharflow.codes.shard import (
-        KINDS,
-        CodecSpec,
-        Item,
-        _decode,
-        _samples_at,
-        audio_members,
-        cached_codec,
-        encode_shard,
-        padding_efficiency,
-        plan_batches,
-        whole_frames,
-    )
+    from sharflow.codes.batches import padding_efficiency, plan_batches, whole_frames
+    from sharflow.codes.shard import KINDS, _decode, encode_shard, shard_items
+    from sharflow.codes.spec import CodecSpec, cached_codec
     from sharflow.core.layout import DatasetFiles
     from sharflow.models.codecs.nemo import build_random_codec
 
@@ -95,11 +85,7 @@ def main() -> None:
         prepared, mixed, sorted_eff, order_eff, n_items, audio_seconds = [], [], [], [], 0, 0.0
         for s in shards:
             tars = dict(zip(KINDS, (files.shard(s).target, files.shard(s).context), strict=True))
-            items = [
-                Item(i, k, member, _samples_at(m, sr))
-                for k in KINDS
-                for i, (_, member, m) in enumerate(audio_members(tars[k]))
-            ]
+            _, items = shard_items(s, tars["target"], tars["context"], sr)
             batches = plan_batches(items, budget, spf)
             sorted_eff.append((padding_efficiency(batches, spf), sum(i.samples for i in items)))
             order_eff.append(

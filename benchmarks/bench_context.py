@@ -81,7 +81,7 @@ def bench_stage(times: int = 8) -> None:
     import torch
 
     from sharflow.context.part import PartSettings
-    from sharflow.core.audio import load_segment, resolve_audio_path
+    from sharflow.core.audio import load_span, resample, resolve_audio_path
     from sharflow.core.layout import DatasetFiles
     from sharflow.models.speaker_embedders import load_embedder
 
@@ -101,10 +101,10 @@ def bench_stage(times: int = 8) -> None:
         for group in by_speaker.values():
             for i in range(0, len(group), settings.embed_batch):
                 waves = [
-                    load_segment(
-                        resolve_audio_path(str(root), r["audio_filepath"])[0],
-                        r["offset"],
-                        r["duration"],
+                    resample(
+                        *load_span(
+                            resolve_audio_path(str(root), r["audio_filepath"])[0], r["offset"], r["duration"]
+                        ),
                         16000,
                     )
                     for r in group[i : i + settings.embed_batch]

@@ -40,7 +40,7 @@ def floor(records: list[dict], root: str, device: str, max_windows: int, asr=Non
     batches of asr.batch_seconds), one process."""
     import torch
 
-    from sharflow.core.audio import load_segment, resample, resolve_audio_path
+    from sharflow.core.audio import load_span, resample, resolve_audio_path
     from sharflow.quality.metrics import MODEL_RATE, Meters
 
     torch.set_num_threads(1)
@@ -54,8 +54,8 @@ def floor(records: list[dict], root: str, device: str, max_windows: int, asr=Non
     t = time.perf_counter()
     for r in records:
         path, _ = resolve_audio_path(root, r["audio_filepath"])
-        audio = load_segment(path, r["offset"], r["duration"])
-        audio_16k = resample(audio, r["source_audio"]["sampling_rate"], MODEL_RATE)
+        audio, rate = load_span(path, r["offset"], r["duration"])
+        audio_16k = resample(audio, rate, MODEL_RATE)
         meters.dnsmos(audio_16k)
         with torch.inference_mode():
             meters.vad.model.audio_forward(torch.from_numpy(audio_16k)[None], MODEL_RATE)
@@ -74,7 +74,7 @@ def stage(
     prepared: str, root: str, out: Path, device: str, workers: int, max_windows: int, asr=None
 ) -> tuple[float, bytes]:
     """(seconds, metrics bytes) of one quality part over the whole prepared file."""
-    from sharflow.quality.part import run_quality_part
+    from sharflow.quality.part import MeasureSettings, run_quality_part
 
     metrics = out / "metrics.jsonl"
     t = time.perf_counter()
@@ -82,13 +82,11 @@ def stage(
         0,
         prepared=prepared,
         parts=1,
-        audio_root=root,
         out_metrics=str(metrics),
         out_stats=str(out / "stats.json"),
+        settings=MeasureSettings(root, max_windows, asr),
         device=device,
         workers=workers,
-        dnsmos_max_windows=max_windows,
-        asr=asr,
     )
     return time.perf_counter() - t, metrics.read_bytes()
 

@@ -8,13 +8,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sharflow.core.audio import load_segment
+from sharflow.core.audio import load_span, resample
 from sharflow.core.config import validate_config
 from sharflow.core.errors import SharflowError
-from sharflow.models.asr import Transcriber, build_random_asr, error_rates, normalize_text, reference_text
+from sharflow.core.jsonl import merge_by_line
+from sharflow.core.metrics import MEASURED as METRICS
+from sharflow.core.ranks import Rank
+from sharflow.models.asr import Transcriber, build_random_asr
 from sharflow.quality.filter import with_metrics
-from sharflow.quality.metrics import METRICS
-from sharflow.quality.part import AsrOptions, measure_records, merge_by_line
+from sharflow.quality.part import AsrOptions, MeasureSettings, measure_records
+from sharflow.quality.text import error_rates, normalize_text, reference_text
 from sharflow.report.quality_costs import quality_view
 from testkit import DEMO, REPO, demo_config, prepare_demo, run_quality_filter
 
@@ -78,7 +81,9 @@ def test_error_rates_equal_an_independent_edit_distance(reference, hypothesis):
 def _demo_waves(n: int):
     records = [json.loads(x) for x in (DEMO / "manifest.json").read_text().splitlines()[:n]]
     return records, [
-        load_segment(str(DEMO / "audio" / r["audio_filepath"]), r.get("offset", 0.0), r["duration"], 16000)
+        resample(
+            *load_span(str(DEMO / "audio" / r["audio_filepath"]), r.get("offset", 0.0), r["duration"]), 16000
+        )
         for r in records
     ]
 
@@ -114,10 +119,11 @@ def test_asr_fields_do_not_depend_on_batches_or_ranks(tiny_asr, tmp_path):
     offsets = [(n, prepared.read_bytes().index(raw.encode())) for n, raw in enumerate(lines, start=1)]
 
     def rank(name: str, mine: list, batch_seconds: float) -> str:
-        out = str(tmp_path / f"{name}.jsonl")
+        (tmp_path / name).mkdir()
+        rank = Rank(0, "cpu", str(tmp_path / name))
         asr = AsrOptions(str(tiny_asr), batch_seconds=batch_seconds, random=True)
-        measure_records(0, "cpu", str(prepared), mine, str(DEMO / "audio"), out, 1, asr)
-        return out
+        measure_records(rank, mine, str(prepared), MeasureSettings(str(DEMO / "audio"), 1, asr))
+        return rank.file(".jsonl")
 
     alone = (tmp_path / rank("alone", offsets, 0.1)).read_text()
     split = "".join(merge_by_line([rank("odd", offsets[0::2], 60.0), rank("even", offsets[1::2], 60.0)]))

@@ -12,10 +12,10 @@ import pytest
 
 import sharflow.dataset.catalog
 from sharflow.core.layout import DatasetFiles
+from sharflow.core.metrics import CATALOG_METRICS
 from sharflow.dataset.buckets import bucket_bins, read_catalog_lengths, sampler_bin_2d_of
 from sharflow.dataset.catalog import (
     FRAGMENT_SCHEMA,
-    QUALITY_METRICS,
     CodecFrames,
     build_catalog,
     catalog_row,
@@ -93,7 +93,7 @@ def test_merge_streams_row_groups_and_keeps_only_metrics_present(demo_shards, tm
     assert table.schema.field("speaker").type == pa.dictionary(pa.int32(), pa.string())
     assert table.schema.field("frames_c22").type == pa.int32()
     assert "cer" not in pq.read_schema(tmp_path / "plain.parquet").names
-    assert not set(QUALITY_METRICS[1:]) & set(table.schema.names)  # only cer was present
+    assert not set(CATALOG_METRICS[1:]) & set(table.schema.names)  # only cer was present
     assert not {"asr_text", "validation_status"} & set(pq.read_schema(tmp_path / "plain.parquet").names)
     df = table.to_pandas()
     assert df.asr_text.dropna().tolist() == ["said 0", "said 4", "said 8", "said 12"]

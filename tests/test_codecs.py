@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from sharflow.core.audio import load_segment
+from sharflow.core.audio import load_span, resample
 from sharflow.core.errors import SharflowError
 from sharflow.models.codecs import frames, load_codec
 from sharflow.models.codecs.hf import build_random_encodec
@@ -44,10 +44,8 @@ def speech(codec, lengths) -> list[torch.Tensor]:
     records = [json.loads(x) for x in (DEMO / "manifest.json").read_text().splitlines()[::8][:4]]
     return [
         torch.from_numpy(
-            load_segment(
-                str(DEMO / "audio" / r["audio_filepath"]),
-                r.get("offset", 0.0),
-                r["duration"],
+            resample(
+                *load_span(str(DEMO / "audio" / r["audio_filepath"]), r.get("offset", 0.0), r["duration"]),
                 codec.sample_rate,
             )[:n].copy()
         )

@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lhotse import CutSet
 
-from sharflow.codes.shard import Item, padding_efficiency, plan_batches
+from sharflow.codes.batches import Item, padding_efficiency, plan_batches
+from sharflow.core.audio import compute_num_samples
 from sharflow.core.errors import SharflowError
 from sharflow.models.codecs import load_codec
-from sharflow.shar.audio import compute_num_samples
 from testkit import assert_informative_codes, codes_in_tars, magpie_dataset, run_codes
 
 

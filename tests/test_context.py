@@ -94,7 +94,7 @@ def test_stale_plan_is_reported(demo_runs, tmp_path):
 
 
 def test_saved_embeddings_match_their_ids(demo_runs):
-    from sharflow.core.audio import load_segment
+    from sharflow.core.audio import load_span, resample
     from sharflow.models.speaker_embedders import load_embedder
 
     _, _, (plain, _), (ctx, _) = demo_runs
@@ -108,8 +108,9 @@ def test_saved_embeddings_match_their_ids(demo_runs):
         assert emb.shape == (len(ids), 256)
         assert [(i["group"], i["line"]) for i in ids] == sorted((i["group"], i["line"]) for i in ids)
         first = ids[0]
-        wave = load_segment(
-            str(DEMO / "audio" / first["audio_filepath"]), first["offset"], first["duration"], 16000
+        wave = resample(
+            *load_span(str(DEMO / "audio" / first["audio_filepath"]), first["offset"], first["duration"]),
+            16000,
         )
         np.testing.assert_allclose(embedder.embed([wave])[0], emb[0], atol=1e-4)
         total += len(ids)

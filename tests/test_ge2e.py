@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from sharflow.core.audio import load_segment
+from sharflow.core.audio import load_span, resample
 from sharflow.models.speaker_embedders import load_embedder
 from sharflow.models.speaker_embedders.ge2e import PARTIAL_FRAMES, partial_starts, pretrained_weights
 from testkit import DEMO
@@ -19,7 +19,9 @@ def demo_embeddings():
     records = [json.loads(line) for line in (DEMO / "manifest.json").read_text().splitlines()]
     embedder = load_embedder("ge2e", "cpu")
     waves = [
-        load_segment(str(DEMO / "audio" / r["audio_filepath"]), r.get("offset", 0.0), r["duration"], 16000)
+        resample(
+            *load_span(str(DEMO / "audio" / r["audio_filepath"]), r.get("offset", 0.0), r["duration"]), 16000
+        )
         for r in records
     ]
     return np.array([r["speaker"] for r in records]), embedder.embed(waves), embedder, waves

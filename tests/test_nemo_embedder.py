@@ -8,7 +8,7 @@ import torch
 
 from sharflow.context.part import PartSettings, run_context_part
 from sharflow.context.plan import plan_context
-from sharflow.core.audio import load_segment
+from sharflow.core.audio import load_span, resample
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import DatasetFiles
 from sharflow.models.speaker_embedders import load_embedder
@@ -30,7 +30,9 @@ def test_embeddings_shape_norm_and_batch_invariance(tiny_model):
     assert (embedder.sample_rate, embedder.dim) == (16000, 64)
     records = [json.loads(x) for x in (DEMO / "manifest.json").read_text().splitlines()[:6]]
     waves = [
-        load_segment(str(DEMO / "audio" / r["audio_filepath"]), r.get("offset", 0.0), r["duration"], 16000)
+        resample(
+            *load_span(str(DEMO / "audio" / r["audio_filepath"]), r.get("offset", 0.0), r["duration"]), 16000
+        )
         for r in records
     ]
     batch = embedder.embed(waves)

@@ -10,9 +10,10 @@ import yaml
 from scipy.signal import butter, sosfiltfilt
 
 from sharflow.core.errors import SharflowError
+from sharflow.core.metrics import MEASURED as METRICS
 from sharflow.quality.filter import failures, with_metrics
+from sharflow.quality.merge import merge_quality
 from sharflow.quality.metrics import (
-    METRICS,
     Dnsmos,
     Meters,
     bandwidth_hz,
@@ -21,7 +22,7 @@ from sharflow.quality.metrics import (
     speaking_rate,
     speech_measures,
 )
-from sharflow.quality.part import merge_quality, part_of, part_records, run_quality_part
+from sharflow.quality.part import MeasureSettings, part_of, part_records, run_quality_part
 from testkit import DEMO, REPO, prepare_demo, read_back, read_jsonl, run_quality_filter, write_all
 
 
@@ -249,11 +250,10 @@ def test_each_degraded_demo_utterance_fails_its_own_filter_and_the_clean_ones_pa
         0,
         prepared=str(prep / "prepared.jsonl"),
         parts=1,
-        audio_root=str(root),
         out_metrics=str(tmp_path / "metrics.jsonl"),
         out_stats=str(tmp_path / "stats.json"),
+        settings=MeasureSettings(str(root), quality["dnsmos_max_windows"]),
         device="cpu",
-        dnsmos_max_windows=quality["dnsmos_max_windows"],
     )
     records = read_jsonl(prep / "prepared.jsonl")
     metrics = read_jsonl(tmp_path / "metrics.jsonl")
@@ -313,9 +313,9 @@ def test_metrics_are_byte_identical_for_any_parts_and_ranks(tmp_path):
                 p,
                 prepared=str(prep / "prepared.jsonl"),
                 parts=parts,
-                audio_root=str(DEMO / "audio"),
                 out_metrics=str(out / f"part-{p}.jsonl"),
                 out_stats=str(out / f"part-{p}.stats.json"),
+                settings=MeasureSettings(str(DEMO / "audio")),
                 device="cpu",
                 workers=workers,
             )

@@ -1,21 +1,60 @@
-"""sharflow.core.ranks: which devices a job's ranks use, and the GPU-grant check."""
+"""sharflow.core.ranks: which devices a job's ranks use, the GPU-grant check, and the rank-job runner."""
 
 import logging
+import os
+from pathlib import Path
 
 import pytest
 
 from sharflow.core.errors import SharflowError
-from sharflow.core.ranks import job_devices, rank_devices, run_ranks
+from sharflow.core.ranks import Rank, job_devices, rank_devices, rank_job, run_ranks
 
 
-def _square(rank, device, x):
-    return rank, device, x * x
+def _square(rank, x):
+    return rank.index, rank.device, x * x
+
+
+def _squares(rank, units):
+    return rank.index, rank.device, [u * u for u in units]
+
+
+def _write_units(rank, units, suffix):
+    """A rank function as the jobs have them: its units to its own scratch file, its pid back."""
+    Path(rank.file(suffix)).write_text(" ".join(map(str, units)))
+    return os.getpid()
 
 
 def test_cpu_ranks_and_results_in_rank_order():
     devices = rank_devices("cpu", 2)
     assert devices == ["cpu", "cpu"]
-    assert run_ranks(_square, devices, [(3,), (4,)]) == [(0, "cpu", 9), (1, "cpu", 16)]
+    ranks = [Rank(i, d) for i, d in enumerate(devices)]
+    assert run_ranks(_square, ranks, [(3,), (4,)]) == [(0, "cpu", 9), (1, "cpu", 16)]
+
+
+def test_rank_job_bin_packs_units_runs_every_rank_and_cleans_its_scratch(tmp_path):
+    costs = {"a": 5.0, "b": 4.0, "c": 3.0, "d": 3.0, "e": 1.0}
+    out = tmp_path / "part" / "out.jsonl"
+    with rank_job("test job", device="cpu", workers=2, scratch_beside=str(out)) as job:
+        results = job.run(_write_units, costs, unit=str.upper, args=(".txt",))
+        written = [Path(r.rank.file(".txt")).read_text() for r in results]
+        scratch = Path(results[0].rank.scratch)
+        assert scratch.parent == out.parent and scratch.is_dir()
+    assert job.devices == ["cpu", "cpu"]
+    # LPT by cost: a(5) -> 0, b(4) -> 1, c(3) -> 1, d(3) -> 0, e(1) -> 1; each rank's units in key order
+    assert [r.units for r in results] == [["a", "d"], ["b", "c", "e"]]
+    assert [r.planned_cost for r in results] == [8.0, 8.0]
+    assert written == ["A D", "B C E"]  # `unit` mapped every key before the rank saw it
+    assert results[0].value == os.getpid() != results[1].value  # rank 0 here, rank 1 spawned
+    assert not scratch.exists()
+
+
+def test_a_rank_job_without_scratch_has_no_files(tmp_path):
+    with rank_job("test job", device="cpu", workers=1) as job:
+        (result,) = job.run(_squares, {"x": 1.0}, unit=lambda k: 7)
+        assert result.rank.scratch is None
+        with pytest.raises(ValueError, match="no scratch folder"):
+            result.rank.file(".jsonl")
+    assert result.value == (0, "cpu", [49]) and result.units == ["x"]
 
 
 def test_job_logs_devices_and_falls_back_to_cpu_outside_slurm(monkeypatch, caplog):

@@ -11,9 +11,9 @@ import pandas as pd
 import pytest
 
 from sharflow.core.layout import DatasetFiles
+from sharflow.core.metrics import MEASURED as METRICS
 from sharflow.dataset.buckets import write_buckets
 from sharflow.quality.filter import filter_quality
-from sharflow.quality.metrics import METRICS
 from sharflow.report.quality_costs import quality_view, removed_table
 from sharflow.report.report import COLUMNS, duration_histogram, load_dataset, summary_rows, write_report
 from sharflow.shar.merge import merge_shar_stats

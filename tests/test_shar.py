@@ -18,17 +18,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lhotse import CutSet
 
+from sharflow.core.audio import compute_num_samples, read_span
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import DatasetFiles
-from sharflow.shar.audio import (
-    EncodeSettings,
-    compute_num_samples,
-    copy_through,
-    encode,
-    encode_span,
-    flac_without_metadata,
-    read_span,
-)
+from sharflow.shar.audio import EncodeSettings, copy_through, encode, encode_span
+from sharflow.shar.headers import flac_without_metadata
 from sharflow.shar.merge import merge_shar_stats
 from sharflow.shar.plan import plan_shards, recording_id, segment_id
 from testkit import DEMO, magpie_dataset, read_back, read_jsonl, write_all, write_jsonl

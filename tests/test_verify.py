@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sharflow.codes.shard import merge_codes_stats
+from sharflow.codes.merge import merge_codes_stats
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import DatasetFiles
 from sharflow.dataset.catalog import build_catalog

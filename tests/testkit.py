@@ -17,7 +17,8 @@ import soundfile as sf
 import yaml
 from lhotse import CutSet
 
-from sharflow.codes.shard import CodecSpec, encode_shard
+from sharflow.codes.shard import encode_shard
+from sharflow.codes.spec import CodecSpec
 from sharflow.context.merge import merge_context
 from sharflow.context.part import PartSettings, run_context_part
 from sharflow.context.plan import plan_context

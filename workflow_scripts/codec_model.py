@@ -1,6 +1,6 @@
 """Snakemake adapter: sharflow.codes.shard.write_codec_spec."""
 
-from sharflow.codes.shard import write_codec_spec
+from sharflow.codes.spec import write_codec_spec
 from sharflow.core.logs import job_log
 
 with job_log(snakemake.log[0]):

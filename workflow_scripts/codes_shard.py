@@ -4,7 +4,8 @@ from sharflow.core.logs import job_log
 
 # Spawned rank processes re-run this file as __mp_main__: the guard keeps them out of the body.
 if __name__ == "__main__":
-    from sharflow.codes.shard import encode_shard, read_codec_spec
+    from sharflow.codes.shard import encode_shard
+    from sharflow.codes.spec import read_codec_spec
     from sharflow.core.layout import CodesFiles
 
     with job_log(snakemake.log[0]):

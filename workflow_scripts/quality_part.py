@@ -2,7 +2,7 @@
 
 from sharflow.core.layout import QualityPartFiles
 from sharflow.core.logs import job_log
-from sharflow.quality.part import AsrOptions, run_quality_part
+from sharflow.quality.part import AsrOptions, MeasureSettings, run_quality_part
 
 # The guard keeps spawned rank processes, which re-run this file as __mp_main__, out of the body.
 if __name__ == "__main__":
@@ -12,12 +12,14 @@ if __name__ == "__main__":
             int(snakemake.wildcards.part),
             prepared=snakemake.input.prepared,
             parts=snakemake.params.parts,
-            audio_root=snakemake.params.audio_root,
             out_metrics=out.metrics,
             out_stats=out.stats,
+            settings=MeasureSettings(
+                snakemake.params.audio_root,
+                snakemake.params.dnsmos_max_windows,
+                AsrOptions(**snakemake.params.asr) if snakemake.params.asr else None,
+            ),
             device=snakemake.params.device,
             workers=snakemake.threads,
             gpus=snakemake.resources.gpu,
-            dnsmos_max_windows=snakemake.params.dnsmos_max_windows,
-            asr=AsrOptions(**snakemake.params.asr) if snakemake.params.asr else None,
         )

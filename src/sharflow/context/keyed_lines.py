@@ -39,8 +39,3 @@ def merge_sorted(paths: list[str]) -> Iterator[str]:
     finally:
         for f in files:
             f.close()
-
-
-def count_lines(path: str) -> int:
-    with open(path, encoding="utf-8") as f:
-        return sum(1 for _ in f)

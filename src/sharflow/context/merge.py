@@ -6,15 +6,13 @@ speaker); the stats prove records in = out + rejected.
 
 import json
 import logging
-from collections import Counter
 
 import numpy as np
 
 from sharflow.context.keyed_lines import merge_sorted
 from sharflow.context.part import HIST_EDGES, REASONS
 from sharflow.core.atomic import atomic_dir, atomic_file, read_json, write_json
-from sharflow.core.errors import SharflowError
-from sharflow.core.ledger import RejectWriter
+from sharflow.core.ledger import Ledger, RejectWriter, reject_row
 
 log = logging.getLogger(__name__)
 
@@ -33,22 +31,16 @@ def merge_context(
     """Merge the parts into with_context.jsonl + rejected/<reason>.jsonl + stats.json, checking accounting."""
     records_in = read_json(records_stats)["records_out"]  # what quality (or prepare) kept
     parts = [read_json(p) for p in part_stats]
-    kept, seconds_out = _merge_records(part_records, with_context)
-    counts = _merge_rejects(part_rejected, rejected_dir)
-    rejected_total = sum(counts.values())
-    if kept + rejected_total != records_in:
-        raise SharflowError(
-            f"context {dataset}: {records_in} records in but {kept} kept + {rejected_total} rejected; "
-            "the parts are out of date: rerun with --forcerun context_plan"
-        )
+    with atomic_dir(rejected_dir) as rej_dir, RejectWriter(rej_dir) as rejects:
+        ledger = Ledger("context", dataset, rejects)
+        _merge_records(part_records, with_context, ledger)
+        _merge_rejects(part_rejected, ledger)
+        ledger.check(records_in, fix="the parts are out of date: rerun with --forcerun context_plan")
     hist = np.sum([r["similarity_hist"] for p in parts for r in p["ranks"]], axis=0).tolist() if parts else []
     summary = {
         "dataset": dataset,
-        "records_in": records_in,
-        "records_out": kept,
-        "rejected_total": rejected_total,
-        "rejected": dict(sorted(counts.items())),
-        "hours_out": round(seconds_out / 3600, 6),
+        **ledger.counts(),
+        "hours_out": ledger.hours()["hours_out"],
         "similarity_histogram": {"edges": HIST_EDGES.tolist(), "counts": hist},
         "parts": [_part_summary(p) for p in parts],
     }
@@ -57,45 +49,31 @@ def merge_context(
         "context %s: %d records in, %d with context (%.3f h), %d rejected %s",
         dataset,
         records_in,
-        kept,
+        ledger.records_out,
         summary["hours_out"],
-        rejected_total,
-        dict(counts),
+        ledger.rejected_total,
+        dict(ledger.rejected),
     )
-    for reason, n in sorted(counts.items()):
+    for reason, n in sorted(ledger.rejected.items()):
         log.info("  %-28s %7d  %s", reason, n, REASONS[reason])
     return summary
 
 
-def _merge_records(part_records: list[str], with_context: str) -> tuple[int, float]:
-    """The parts' records, merged by (group, line), into with_context.jsonl; (records, seconds)."""
-    kept, seconds = 0, 0.0
+def _merge_records(part_records: list[str], with_context: str, ledger: Ledger) -> None:
+    """The parts' records, merged by (group, line), into with_context.jsonl."""
     with atomic_file(with_context, "w", encoding="utf-8") as out:
         for text in merge_sorted(part_records):
             record = json.loads(text)["record"]
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
-            kept += 1
-            seconds += record["duration"]
-    return kept, seconds
+            ledger.keep(record["duration"])
 
 
-def _merge_rejects(part_rejected: list[str], rejected_dir: str) -> Counter:
-    """The parts' rejects, merged by (group, line), into rejected_dir/<reason>.jsonl; counts by reason."""
-    counts: Counter[str] = Counter()
-    with atomic_dir(rejected_dir) as rej_dir, RejectWriter(rej_dir) as rejects:
-        for text in merge_sorted(part_rejected):
-            item = json.loads(text)
-            counts[item["reason"]] += 1
-            rejects.write(
-                item["reason"],
-                {
-                    "line": item["line"],
-                    "reason": item["reason"],
-                    "detail": item["detail"],
-                    "original": json.dumps(item["record"], ensure_ascii=False),
-                },
-            )
-    return counts
+def _merge_rejects(part_rejected: list[str], ledger: Ledger) -> None:
+    """The parts' rejects, merged by (group, line), into the ledger's reject files."""
+    for text in merge_sorted(part_rejected):
+        item = json.loads(text)
+        row = reject_row(item["reason"], item["detail"], item["record"], line=item["line"])
+        ledger.reject(item["reason"], row=row)
 
 
 _RANK_KEYS = (

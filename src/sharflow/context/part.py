@@ -11,26 +11,24 @@ metadata, one batch of audio per rank, never n×n.
 
 import json
 import logging
-import tempfile
 import time
 from collections import Counter, defaultdict
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 from sharflow.context.grouping import group_key_function
-from sharflow.context.keyed_lines import count_lines, keyed_line, merge_keyed, merge_sorted
-from sharflow.context.plan import numbered_lines
+from sharflow.context.keyed_lines import keyed_line, merge_keyed, merge_sorted
 from sharflow.core.atomic import atomic_file, atomic_path, read_json, write_json
-from sharflow.core.audio import load_segment, resolve_audio_path
-from sharflow.core.balance import loads, lpt_assign
+from sharflow.core.audio import load_span, resample, resolve_audio_path
 from sharflow.core.errors import SharflowError
+from sharflow.core.jsonl import count_lines, numbered_lines
 from sharflow.core.layout import ContextPartFiles
-from sharflow.core.parallel import ahead, resolve_workers
-from sharflow.core.ranks import job_devices, run_ranks
+from sharflow.core.ledger import totals
+from sharflow.core.parallel import ahead
+from sharflow.core.ranks import Rank, rank_job
 
 log = logging.getLogger(__name__)
 
@@ -85,45 +83,26 @@ def run_context_part(
     planned = read_json(plan)
     mine = {k: g for k, g in planned["groups"].items() if g["part"] == part}
     offsets = _group_offsets(prepared, plan, mine, group_key_function(**planned["grouping"]))
-    devices = job_devices(device, resolve_workers(workers), gpus, f"context part {part}")
     costs = {k: mine[k]["cost"] for k in mine}
-    rank_groups = lpt_assign(costs, len(devices))
-    log.info(
-        "context part %d: %d groups, %d records on ranks %s",
-        part,
-        len(mine),
-        sum(g["n"] for g in mine.values()),
-        devices,
-    )
-    out_dir = Path(out.records).parent
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".ranks.", dir=out_dir) as tmp:
-        args = [
-            (
-                prepared,
-                [(k, offsets[k]) for k in groups],
-                f"{tmp}/r{r}.jsonl",
-                f"{tmp}/r{r}.rej.jsonl",
-                settings,
-                f"{tmp}/r{r}.emb" if settings.save_embeddings else None,
-            )
-            for r, groups in enumerate(rank_groups)
-        ]
-        rank_stats = run_ranks(process_groups, devices, args)
+    what = f"context part {part}"
+    with rank_job(what, device=device, workers=workers, gpus=gpus, scratch_beside=out.records) as job:
+        n = sum(g["n"] for g in mine.values())
+        log.info("context part %d: %d groups, %d records on ranks %s", part, len(mine), n, job.devices)
+        ranks = job.run(process_groups, costs, unit=lambda k: (k, offsets[k]), args=(prepared, settings))
         with atomic_file(out.records, "w", encoding="utf-8") as f:
-            f.writelines(merge_sorted([a[2] for a in args]))
+            f.writelines(merge_sorted([r.rank.file(".jsonl") for r in ranks]))
         with atomic_file(out.rejected, "w", encoding="utf-8") as f:
-            f.writelines(merge_sorted([a[3] for a in args]))
+            f.writelines(merge_sorted([r.rank.file(".rej.jsonl") for r in ranks]))
         if settings.save_embeddings:
-            dims = [s["embedding_dim"] for s in rank_stats]
-            _merge_embeddings([a[5] for a in args], dims, out_embeddings, out_embedding_ids)
-    for r, s in enumerate(rank_stats):
-        s["planned_cost"] = loads([rank_groups[r]], costs)[0]
+            dims = [r.value["embedding_dim"] for r in ranks]
+            _merge_embeddings([r.rank.file(".emb") for r in ranks], dims, out_embeddings, out_embedding_ids)
+    rank_stats = [{**r.value, "planned_cost": r.planned_cost} for r in ranks]
+    counts = totals(rank_stats, ("records_in", "records_out"))
     stats = {
         "part": part,
         "groups": len(mine),
-        "records_in": sum(s["records_in"] for s in rank_stats),
-        "records_out": sum(s["records_out"] for s in rank_stats),
+        "records_in": counts["records_in"],
+        "records_out": counts["records_out"],
         "rejected": dict(sorted(sum((Counter(s["rejected"]) for s in rank_stats), Counter()).items())),
         "planned_cost": planned["part_costs"][part],
         "seconds": max((s["seconds"] for s in rank_stats), default=0.0),
@@ -185,20 +164,15 @@ class _Tally:
 
 
 def process_groups(
-    rank: int,
-    device: str,
-    prepared: str,
-    groups: list[tuple[str, list[tuple[int, int]]]],
-    out_records: str,
-    out_rejected: str,
-    settings: PartSettings,
-    embeddings_prefix: str | None,
+    rank: Rank, groups: list[tuple[str, list[tuple[int, int]]]], prepared: str, settings: PartSettings
 ) -> dict:
-    """One rank: embed and select for its groups; write records and rejects sorted by (group, line).
+    """One rank: embed and select for its groups (key, [(line, byte offset)]); write records and
+    rejects sorted by (group, line) to its scratch files `.jsonl` and `.rej.jsonl`.
 
-    With `embeddings_prefix`, the embeddings of decodable records are appended to prefix.f32 (raw
-    float32 rows) with their ids in prefix.ids.jsonl, in the same order.
+    With settings.save_embeddings, the embeddings of decodable records are appended to `.emb.f32`
+    (raw float32 rows) with their ids in `.emb.ids.jsonl`, in the same order.
     """
+    device = rank.device
     from sharflow.context.selection import SelectionRules
     from sharflow.models.speaker_embedders import load_embedder
 
@@ -211,10 +185,12 @@ def process_groups(
     total = sum(len(o) for _, o in groups)
     with (
         open(prepared, "rb") as src,
-        open(out_records, "w", encoding="utf-8") as out,
-        open(out_rejected, "w", encoding="utf-8") as rej,
-        _EmbeddingDump(embeddings_prefix) as dump,
-        tqdm(total=total, desc=f"context rank {rank} ({device})", unit="utt", mininterval=5) as progress,
+        open(rank.file(".jsonl"), "w", encoding="utf-8") as out,
+        open(rank.file(".rej.jsonl"), "w", encoding="utf-8") as rej,
+        _EmbeddingDump(rank.file(".emb") if settings.save_embeddings else None) as dump,
+        tqdm(
+            total=total, desc=f"context rank {rank.index} ({device})", unit="utt", mininterval=5
+        ) as progress,
     ):
         for key, offsets in groups:
             records = _read_records(src, offsets)
@@ -229,7 +205,7 @@ def process_groups(
                 rej.write(keyed_line(key, ln, reason=reason, detail=detail, record=rec))
             progress.update(len(records))
     return {
-        "rank": rank,
+        "rank": rank.index,
         "device": device,
         "groups": len(groups),
         "records_in": total,
@@ -255,7 +231,7 @@ def _read_records(src, offsets: list[tuple[int, int]]) -> list[tuple[int, dict]]
 def _load(settings: PartSettings, sample_rate: int, record: dict) -> np.ndarray | Exception:
     try:
         path, _ = resolve_audio_path(settings.audio_root, record["audio_filepath"])
-        return load_segment(path, record["offset"], record["duration"], sample_rate)
+        return resample(*load_span(path, record["offset"], record["duration"]), sample_rate)
     except Exception as e:  # reported per record; the group goes on without it
         return e
 

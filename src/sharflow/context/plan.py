@@ -8,22 +8,13 @@ every group with its part, size and cost. Imports neither torch nor the audio st
 import json
 import logging
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 
 from sharflow.context.grouping import group_key_function
 from sharflow.core.atomic import write_json
 from sharflow.core.balance import imbalance, loads, lpt_assign
+from sharflow.core.jsonl import numbered_lines
 
 log = logging.getLogger(__name__)
-
-
-def numbered_lines(path: str) -> Iterator[tuple[int, int, bytes]]:
-    """(1-based line number, byte offset, raw line) of a JSON-lines file."""
-    with open(path, "rb") as f:
-        offset = 0
-        for line_no, raw in enumerate(f, start=1):
-            yield line_no, offset, raw
-            offset += len(raw)
 
 
 def group_cost(n: int, seconds: float, cost_per_audio_second: float) -> float:

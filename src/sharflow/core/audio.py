@@ -1,12 +1,16 @@
-"""Audio files of a dataset: resolving manifest paths inside the audio root, probing headers."""
+"""Audio files of a dataset: paths inside the audio root, headers, and the one reading of a span."""
 
 import os
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
 
 import numpy as np
 import soundfile as sf
 import soxr
+
+OPUS_RATES = (8000, 12000, 16000, 24000, 48000)  # the sample rates an opus stream may have
+_EXACT_INT16 = {"PCM_16", "PCM_S8", "PCM_U8"}  # subtypes whose samples int16 holds exactly
 
 
 class PathEscapeError(ValueError):
@@ -53,20 +57,43 @@ def probe_audio(path: str) -> AudioInfo:
     return AudioInfo(int(info.samplerate), int(info.frames), int(info.channels))
 
 
-def load_segment(path: str, offset: float, duration: float, sampling_rate: int | None = None) -> np.ndarray:
-    """Decode only the span [offset, offset + duration) of a file as mono float32.
+def compute_num_samples(duration: float, sampling_rate: int) -> int:
+    """Samples in `duration` seconds, rounded half up exactly as lhotse counts them."""
+    return int(Decimal(round(duration * sampling_rate, ndigits=8)).quantize(0, rounding=ROUND_HALF_UP))
 
-    Channels are averaged; with `sampling_rate`, the span is resampled to it (soxr, HQ). Raises
-    ValueError if the span holds no samples.
+
+def read_span(
+    path: str, offset: float, duration: float, sample_rate: int | None = None, *, floats: bool = False
+) -> tuple[np.ndarray, int, int]:
+    """Channel 0 of [offset, offset + duration), decoding only that span, as lhotse counts samples.
+
+    The one reading of a record's audio: the shard stores these samples, and quality and context
+    measure them (load_span). Returns (samples, rate, samples padded with zeros past the end of the
+    file). Samples are int16 when the source is at most 16-bit and kept at its rate (an exact copy),
+    else (or with `floats`) float32 in [-1, 1]. With `sample_rate`, the span is resampled (soxr HQ)
+    and trimmed/padded to lhotse's count. Raises ValueError for a span of no samples.
     """
     with sf.SoundFile(path) as f:
         rate = f.samplerate
-        f.seek(min(int(round(offset * rate)), f.frames))
-        data = f.read(int(round(duration * rate)), dtype="float32", always_2d=True)
-    if data.shape[0] == 0:
-        raise ValueError(f"{path}: no samples at offset {offset} s")
-    mono = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
-    return resample(mono, rate, sampling_rate) if sampling_rate is not None else np.ascontiguousarray(mono)
+        exact = not floats and f.subtype in _EXACT_INT16 and (not sample_rate or sample_rate == rate)
+        start, n = compute_num_samples(offset, rate), compute_num_samples(duration, rate)
+        f.seek(min(start, f.frames))
+        data = f.read(n, dtype="int16" if exact else "float32", always_2d=True)[:, 0]
+    padded = n - len(data)
+    if not exact and sample_rate and sample_rate != rate:
+        data = soxr.resample(data, rate, sample_rate, quality="HQ").astype(np.float32, copy=False)
+        rate, n = sample_rate, compute_num_samples(duration, sample_rate)
+    if len(data) != n:
+        data = np.pad(data[:n], (0, max(0, n - len(data))))
+    if len(data) == 0:
+        raise ValueError(f"no samples at offset {offset} s")
+    return np.ascontiguousarray(data), rate, padded
+
+
+def load_span(path: str, offset: float, duration: float) -> tuple[np.ndarray, int]:
+    """(float32 samples, rate) of the span as read_span reads it for the shard: what the models measure."""
+    samples, rate, _ = read_span(path, offset, duration, floats=True)
+    return samples, rate
 
 
 def resample(audio: np.ndarray, rate: int, target: int) -> np.ndarray:

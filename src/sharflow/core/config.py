@@ -6,8 +6,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from sharflow.core.audio import OPUS_RATES
 from sharflow.core.errors import SharflowError
-from sharflow.shar.audio import OPUS_RATES
 
 
 def _with_defaults(validator_class):

@@ -1,18 +1,27 @@
 """Ranks inside one job: one process per visible GPU, or N CPU processes with one torch thread each.
 
-Units of work are bin-packed onto ranks beforehand (sharflow.core.balance); each rank runs the same
-function over its own units and returns a result. With one torch thread per CPU rank and work
-split along fixed unit boundaries, outputs do not depend on the number of ranks.
+The one way a model job (quality part, context part, codes shard) runs its work: `rank_job`
+resolves and logs the devices, bin-packs the job's units onto the ranks by cost
+(sharflow.core.balance), runs the same function on every rank and gives back each rank's result
+with its units and planned cost. With one torch thread per CPU rank and work split along fixed unit
+boundaries, outputs do not depend on the number of ranks.
 """
 
 import glob
 import logging
 import multiprocessing
 import os
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+from sharflow.core.balance import loads, lpt_assign
 from sharflow.core.errors import SharflowError
+from sharflow.core.parallel import resolve_workers
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +90,31 @@ def _visible() -> str:
     return os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>")
 
 
+@dataclass(frozen=True)
+class Rank:
+    """One rank of a job: its number, its device, and the job's scratch folder (None: no scratch)."""
+
+    index: int
+    device: str
+    scratch: str | None = None
+
+    def file(self, suffix: str) -> str:
+        """This rank's scratch file `r<index><suffix>`, removed with the folder when the job ends."""
+        if self.scratch is None:
+            raise ValueError("this rank job has no scratch folder (rank_job(..., scratch_beside=...))")
+        return f"{self.scratch}/r{self.index}{suffix}"
+
+
+@dataclass(frozen=True)
+class RankResult:
+    """What one rank did: its units (the keys bin-packed onto it, sorted), their cost, its return value."""
+
+    rank: Rank
+    units: list
+    planned_cost: float
+    value: Any
+
+
 def _init_rank(device: str) -> None:
     import torch
 
@@ -89,22 +123,75 @@ def _init_rank(device: str) -> None:
         torch.cuda.set_device(device)
 
 
-def _call(fn: Callable, rank: int, device: str, args: tuple):
-    _init_rank(device)
-    return fn(rank, device, *args)
+def _call(fn: Callable, rank: Rank, args: tuple):
+    _init_rank(rank.device)
+    return fn(rank, *args)
 
 
-def run_ranks(fn: Callable, devices: list[str], args_per_rank: list[tuple]) -> list:
-    """Run fn(rank, device, *args) for each rank and return the results in rank order.
+def run_ranks(fn: Callable, ranks: list[Rank], args_per_rank: list[tuple]) -> list:
+    """Run fn(rank, *args) for each rank and return the results in rank order.
 
-    Rank 0 runs in this process (already started, its imports warm); ranks 1.. run in spawned
-    processes at the same time. `fn` must be importable (a module-level function). An exception
-    in any rank is re-raised here.
+    Rank 0 runs in this process (already started, its imports and loaded models warm); ranks 1..
+    run in spawned processes at the same time. `fn` must be importable (a module-level function).
+    An exception in any rank is re-raised here.
     """
-    if len(devices) == 1:
-        return [_call(fn, 0, devices[0], args_per_rank[0])]
+    if len(ranks) == 1:
+        return [_call(fn, ranks[0], args_per_rank[0])]
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(len(devices) - 1, mp_context=ctx) as pool:
-        futures = [pool.submit(_call, fn, r, devices[r], args_per_rank[r]) for r in range(1, len(devices))]
-        first = _call(fn, 0, devices[0], args_per_rank[0])
+    with ProcessPoolExecutor(len(ranks) - 1, mp_context=ctx) as pool:
+        futures = [pool.submit(_call, fn, ranks[r], args_per_rank[r]) for r in range(1, len(ranks))]
+        first = _call(fn, ranks[0], args_per_rank[0])
         return [first] + [f.result() for f in futures]
+
+
+@dataclass(frozen=True)
+class RankJob:
+    """The ranks of one job (see rank_job)."""
+
+    what: str
+    devices: list[str]
+    scratch: str | None
+
+    def run(
+        self,
+        fn: Callable,
+        costs: Mapping[Hashable, float],
+        unit: Callable[[Hashable], Any] | None = None,
+        args: tuple = (),
+    ) -> list[RankResult]:
+        """Bin-pack the units (the keys of `costs`) onto the ranks and run fn(rank, units, *args) on each.
+
+        A rank gets its keys in sorted order, each mapped through `unit` when given (e.g. a key to
+        what the rank reads); results come back in rank order.
+        """
+        assignment = lpt_assign(costs, len(self.devices))
+        ranks = [Rank(i, device, self.scratch) for i, device in enumerate(self.devices)]
+        work = [([unit(k) for k in keys] if unit else list(keys), *args) for keys in assignment]
+        values = run_ranks(fn, ranks, work)
+        return [
+            RankResult(rank, keys, loads([keys], costs)[0], value)
+            for rank, keys, value in zip(ranks, assignment, values, strict=True)
+        ]
+
+
+@contextmanager
+def rank_job(
+    what: str, *, device: str, workers: int, gpus: int = 0, scratch_beside: str | None = None
+) -> Iterator[RankJob]:
+    """The ranks of a model job: job_devices (logged, checked against the `gpu` grant), and a scratch
+    folder beside the file `scratch_beside` (removed when the block ends) for the ranks' own files.
+
+    Example::
+
+        with rank_job("quality part 3", device="auto", workers=2, scratch_beside=out_metrics) as job:
+            results = job.run(measure_records, {line: seconds}, unit=lambda line: (line, offsets[line]))
+            merged = merge_by_line([r.rank.file(".jsonl") for r in results])
+    """
+    devices = job_devices(device, resolve_workers(workers), gpus, what)
+    if scratch_beside is None:
+        yield RankJob(what, devices, None)
+        return
+    folder = Path(scratch_beside).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".ranks.", dir=folder) as tmp:
+        yield RankJob(what, devices, tmp)

@@ -23,13 +23,11 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from sharflow.core.atomic import atomic_path
-from sharflow.quality.metrics import METRICS
+from sharflow.core.metrics import CATALOG_METRICS
 
 log = logging.getLogger(__name__)
 
 STRING = pa.dictionary(pa.int32(), pa.string())
-# Per-utterance quality measures a manifest (or the quality stage) may carry, as float32 columns.
-QUALITY_METRICS = ("cer", "wer", *METRICS)
 BASE_COLUMNS = (
     ("cut_id", pa.string()),
     ("shard", pa.int32()),
@@ -54,12 +52,12 @@ BASE_COLUMNS = (
 FRAGMENT_SCHEMA = pa.schema(
     [
         *BASE_COLUMNS,
-        *((m, pa.float32()) for m in QUALITY_METRICS),
+        *((m, pa.float32()) for m in CATALOG_METRICS),
         ("validation_status", STRING),
         ("asr_text", pa.string()),
     ]
 )
-OPTIONAL_COLUMNS = (*QUALITY_METRICS, "validation_status", "asr_text")  # dropped when null in every row
+OPTIONAL_COLUMNS = (*CATALOG_METRICS, "validation_status", "asr_text")  # dropped when null in every row
 ROW_GROUP_ROWS = 65536
 
 
@@ -102,7 +100,7 @@ def catalog_row(
         "context_num_samples": context[1],
         "context_similarity": _number(record.get("context_speaker_similarity")),
     }
-    for metric in QUALITY_METRICS:
+    for metric in CATALOG_METRICS:
         row[metric] = _number(record.get(metric))
     status = record.get("validation_status")
     row["validation_status"] = status if isinstance(status, str) else None
@@ -171,7 +169,7 @@ def catalog_schema(optional: list[str], codecs: list[CodecFrames], tokens: bool)
 
 def frames_column(num_samples: np.ndarray, sample_rate: np.ndarray, codec: CodecFrames) -> np.ndarray:
     """Codes frames of each audio: sharflow.codes.shard.code_frames, row by row."""
-    from sharflow.codes.shard import code_frames
+    from sharflow.codes.batches import code_frames
 
     return np.asarray(
         [

@@ -8,8 +8,9 @@ each), as the bucket bins themselves do.
 import numpy as np
 import pandas as pd
 
+from sharflow.core.metrics import CATALOG_METRICS
 from sharflow.dataset.buckets import read_catalog_lengths, sampler_bin_2d_of, sampler_bucket_of
-from sharflow.dataset.catalog import QUALITY_METRICS, column_names, iter_batches, read_columns
+from sharflow.dataset.catalog import column_names, iter_batches, read_columns
 
 PERCENTILES = (0, 1, 5, 25, 50, 75, 95, 99, 100)
 
@@ -17,7 +18,7 @@ PERCENTILES = (0, 1, 5, 25, 50, 75, 95, 99, 100)
 def speaker_table(catalog: str) -> pd.DataFrame:
     """One row per speaker: utterances, hours, mean and min context similarity, and the mean of every
     quality metric the catalog has; most hours first (ties by speaker)."""
-    metrics = [m for m in QUALITY_METRICS if m in column_names(catalog)]
+    metrics = [m for m in CATALOG_METRICS if m in column_names(catalog)]
     columns = ["speaker", "duration", "context_similarity", *metrics]
     partials = []
     for batch in iter_batches(catalog, columns):

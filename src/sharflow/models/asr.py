@@ -1,21 +1,11 @@
-"""The quality stage's optional ASR check: transcribe with a NeMo ASR model, score against the text.
+"""NeMo ASR models for the quality stage's optional ASR check (quality.asr).
 
 `quality.asr.model` is a NeMo ASR model name (downloaded by NeMo where there is internet) or a local
 `.nemo`; any NeMo ASR model class (CTC, RNNT, hybrid, AED) loads through ASRModel and transcribes
-through its own `transcribe()`. Each rank transcribes its records in batches of about
-`batch_seconds` of audio, in line order.
-
-One text normalization, applied to the reference and to the transcript before scoring (and to
-the text that `speaking_rate` counts): Unicode NFKC, case folded, every character that is not a
-letter, a combining mark, a digit or an apostrophe becomes a space, apostrophes at the edges of
-words are dropped, runs of spaces become one. `cer` and `wer` are jiwer's character and word error
-rates of the normalized transcript against the normalized reference (normalized_text where the
-manifest has one, the spoken form an ASR model writes, else text); both are null when the
-reference normalizes to nothing. They can exceed 1 (insertions).
+through its own `transcribe()`. The transcripts are scored by sharflow.quality.text.
 """
 
 import logging
-import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -23,41 +13,6 @@ import numpy as np
 from sharflow.core.errors import SharflowError
 
 log = logging.getLogger(__name__)
-
-ASR_METRICS = ("cer", "wer")
-ASR_FIELDS = ("asr_text", *ASR_METRICS)
-_KEPT_CATEGORIES = ("L", "M", "N")  # letters, combining marks, digits
-
-
-def normalize_text(text: str) -> str:
-    """The text as scored: NFKC, case folded, punctuation to spaces, inner apostrophes kept."""
-    chars = [
-        c if c == "'" or unicodedata.category(c)[0] in _KEPT_CATEGORIES else " "
-        for c in unicodedata.normalize("NFKC", text).casefold()
-    ]
-    words = (w.strip("'") for w in "".join(chars).split())
-    return " ".join(w for w in words if w)
-
-
-def reference_text(record: dict) -> str:
-    """What a record's audio says: its normalized_text (spoken form) if it has one, else its text."""
-    return record.get("normalized_text") or record.get("text") or ""
-
-
-def error_rates(reference: str, hypothesis: str) -> dict[str, float | None]:
-    """{cer, wer} of a transcript against a reference, both normalized first (None: empty reference)."""
-    import jiwer
-
-    ref, hyp = normalize_text(reference), normalize_text(hypothesis)
-    if not ref:
-        return {"cer": None, "wer": None}
-    return {"cer": float(jiwer.cer(ref, hyp)), "wer": float(jiwer.wer(ref, hyp))}
-
-
-def asr_fields(record: dict, transcript: str, digits: int = 6) -> dict:
-    """{asr_text, cer, wer} of a record's transcript, the rates rounded to `digits` decimals."""
-    rates = error_rates(reference_text(record), transcript)
-    return {"asr_text": transcript, **{k: None if v is None else round(v, digits) for k, v in rates.items()}}
 
 
 class Transcriber:

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from sharflow.core.atomic import atomic_dir, atomic_file, write_json
 from sharflow.core.errors import SharflowError
-from sharflow.core.ledger import RejectWriter
+from sharflow.core.ledger import Ledger, RejectWriter, reject_row
 from sharflow.core.parallel import ordered_map, resolve_workers
 from sharflow.core.speakers import parse_speaker
 from sharflow.prepare.manifest import REASONS, Accepted, CheckSettings, Rejected, check_line
@@ -64,16 +64,7 @@ def prepare_dataset(
     records_in == records_out + sum(rejected). Raises SharflowError if the audio root is missing
     or more than `max_rejected_fraction` of the lines are rejected. Returns the stats.
     """
-    if not Path(audio_root).is_dir():
-        raise SharflowError(
-            f"dataset {dataset!r}: audio_root {audio_root!r} is not a folder; "
-            f"fix datasets.{dataset}.audio_root in the config"
-        )
-    if not Path(manifest).is_file():
-        raise SharflowError(
-            f"dataset {dataset!r}: manifest {manifest!r} is not a file; "
-            f"fix datasets.{dataset}.manifest in the config"
-        )
+    _check_inputs(dataset, manifest, audio_root)
     settings = CheckSettings(dataset, audio_root, language, require_text, duration_tolerance)
     workers = resolve_workers(workers)
     source = ManifestFile(manifest)
@@ -85,7 +76,6 @@ def prepare_dataset(
         audio_root,
         workers,
     )
-    tally = _Tally(dataset, source.unit)
     total, unit = source.size()
     with (
         atomic_file(prepared, "w", encoding="utf-8") as out,
@@ -93,21 +83,12 @@ def prepare_dataset(
         RejectWriter(rej_dir) as rejects,
         tqdm(total=total, unit=unit, unit_scale=True, desc="prepare", mininterval=5) as progress,
     ):
+        tally = _Tally(dataset, source.unit, rejects)
         lines = _checked_lines(source.chunks(progress), settings, workers)
         for position, (raw, checked) in enumerate(lines, start=source.first):
-            result = tally.add(position, checked)
-            if isinstance(result, Accepted):
-                out.write(result.line + "\n")
-            else:
-                rejects.write(
-                    result.reason,
-                    {
-                        source.unit: position,
-                        "reason": result.reason,
-                        "detail": result.detail,
-                        "original": raw.decode("utf-8", errors="replace"),
-                    },
-                )
+            accepted = tally.add(position, raw, checked)
+            if accepted is not None:
+                out.write(accepted.line + "\n")
         summary = tally.summary(manifest)
         _log_summary(summary, tally.examples)
         tally.warn_about_other_datasets()
@@ -116,58 +97,66 @@ def prepare_dataset(
     return summary
 
 
-class _Tally:
-    """Counts over the checked lines, and the duplicate check (one 8-byte key per accepted record)."""
+def _check_inputs(dataset: str, manifest: str, audio_root: str) -> None:
+    if not Path(audio_root).is_dir():
+        raise SharflowError(
+            f"dataset {dataset!r}: audio_root {audio_root!r} is not a folder; "
+            f"fix datasets.{dataset}.audio_root in the config"
+        )
+    if not Path(manifest).is_file():
+        raise SharflowError(
+            f"dataset {dataset!r}: manifest {manifest!r} is not a file; "
+            f"fix datasets.{dataset}.manifest in the config"
+        )
 
-    def __init__(self, dataset: str, unit: str = "line"):
+
+class _Tally:
+    """The stage's ledger over the checked lines, the duplicate check (one 8-byte key per accepted
+    record), and what the log reports: an example per reason, speakers naming other datasets."""
+
+    def __init__(self, dataset: str, unit: str, rejects: RejectWriter):
         self.dataset = dataset
         self.unit = unit  # what a record is called in messages: "line" (JSON lines) or "row" (Parquet)
-        self.counts: Counter[str] = Counter()
+        self.ledger = Ledger("prepare", dataset, rejects)
         self.examples: dict[str, str] = {}
-        self.seconds_in = self.seconds_out = 0.0
-        self.records_in = self.records_out = 0
         self.seen: dict[int, int] = {}  # hash of duplicate key -> first line (row) number
         self.other_datasets: Counter[str] = Counter()  # speakers' Dataset: names that are not `dataset`
         self.other_example = ""
 
-    def add(self, position: int, result: Accepted | Rejected) -> Accepted | Rejected:
-        """Count a checked record; an accepted record seen before comes back as a duplicate reject."""
-        self.records_in += 1
+    @property
+    def counts(self) -> Counter:
+        return self.ledger.rejected
+
+    def add(self, position: int, raw: bytes, result: Accepted | Rejected) -> Accepted | None:
+        """Count a checked record (an accepted record seen before becomes a duplicate reject) and write
+        a reject's row; the accepted record, or None."""
         if isinstance(result, Accepted):
             first = self.seen.setdefault(_stable_hash(result.key), position)
             if first != position:
                 detail = f"same audio_filepath, offset and duration as {self.unit} {first}"
                 result = Rejected("duplicate", detail, result.duration)
-        if result.duration is not None:
-            self.seconds_in += result.duration
-        if isinstance(result, Accepted):
-            self.records_out += 1
-            self.seconds_out += result.duration
-            named = parse_speaker(result.speaker).dataset
-            if named != self.dataset:
-                self.other_datasets[named] += 1
-                self.other_example = (
-                    self.other_example or f"{self.unit} {position}: speaker {result.speaker!r}"
-                )
-        else:
-            self.counts[result.reason] += 1
+        if isinstance(result, Rejected):
+            original = raw.decode("utf-8", errors="replace")
+            row = reject_row(result.reason, result.detail, original, **{self.unit: position})
+            self.ledger.reject(result.reason, result.duration or 0.0, row)
             self.examples.setdefault(result.reason, f"{self.unit} {position}: {result.detail}")
+            return None
+        self.ledger.keep(result.duration)
+        named = parse_speaker(result.speaker).dataset
+        if named != self.dataset:
+            self.other_datasets[named] += 1
+            self.other_example = self.other_example or f"{self.unit} {position}: speaker {result.speaker!r}"
         return result
 
     def summary(self, manifest: str) -> dict:
-        summary = {
+        self.ledger.check(fix="this is a bug in sharflow's prepare stage")
+        return {
             "dataset": self.dataset,
             "manifest": manifest,
-            "records_in": self.records_in,
-            "records_out": self.records_out,
-            "rejected_total": sum(self.counts.values()),
-            "rejected": dict(sorted(self.counts.items())),
-            "hours_in": round(self.seconds_in / 3600, 6),
-            "hours_out": round(self.seconds_out / 3600, 6),
+            **self.ledger.counts(),
+            **self.ledger.hours(),
             "speakers_naming_other_datasets": dict(sorted(self.other_datasets.items())),
         }
-        assert summary["records_in"] == summary["records_out"] + summary["rejected_total"]
-        return summary
 
     def warn_about_other_datasets(self) -> None:
         if not self.other_datasets:

@@ -18,9 +18,9 @@ from itertools import zip_longest
 
 from sharflow.core.atomic import atomic_dir, atomic_file, read_json, write_json
 from sharflow.core.errors import SharflowError
-from sharflow.core.ledger import RejectWriter
-from sharflow.models.asr import ASR_FIELDS
-from sharflow.quality.metrics import FILTERABLE, METRICS
+from sharflow.core.ledger import Ledger, RejectWriter, reject_row
+from sharflow.core.metrics import FILTERABLE, MEASURED
+from sharflow.quality.text import ASR_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def with_metrics(record: dict, metrics: dict) -> dict:
     check ran: without it a manifest's `cer` stays where NeMo's max_cer reads it.
     """
     out = dict(record)
-    for name in (*METRICS, *(f for f in ASR_FIELDS if f in metrics)):
+    for name in (*MEASURED, *(f for f in ASR_FIELDS if f in metrics)):
         if name in record:
             out[f"manifest_{name}"] = record[name]
         out[name] = metrics[name]
@@ -113,67 +113,56 @@ def filter_quality(
     if action not in ACTIONS:
         raise SharflowError(f"quality.action must be one of {ACTIONS}, got {action!r}")
     records_in = read_json(prepare_stats)["records_out"]
-    counts, failing, marked = Counter(), Counter(), 0
-    seconds_in = seconds_out = 0.0
-    n_in = n_out = 0
+    failing: Counter = Counter()
+    marked = 0
     with (
         atomic_file(kept, "w", encoding="utf-8") as out,
         atomic_dir(rejected_dir) as rej_dir,
         RejectWriter(rej_dir) as rejects,
     ):
+        ledger = Ledger("quality", dataset, rejects)
         for line, raw, m in in_step(prepared, metrics):
-            record = json.loads(raw)
-            n_in += 1
-            seconds_in += record["duration"]
-            if "error" in m:
-                reason, detail, fails = "unreadable_audio", m["error"], []
-            else:
-                _check_measured(filters, m, metrics)
-                record = with_metrics(record, m)
-                fails = failures(m, filters)
-                failing.update(metric for metric, _ in fails)
-                reason = f"quality_{fails[0][0]}" if fails and action == "drop" else None
-                detail = "; ".join(d for _, d in fails)
+            record, fails, reason, detail = _judge(json.loads(raw), m, filters, action, metrics)
+            failing.update(metric for metric, _ in fails)
             if reason:
-                counts[reason] += 1
-                rejects.write(
-                    reason, {"line": line, "reason": reason, "detail": detail, "original": raw.rstrip("\n")}
+                ledger.reject(
+                    reason, record["duration"], reject_row(reason, detail, raw.rstrip("\n"), line=line)
                 )
                 continue
             if action == "mark":
                 record["validation_status"] = "fail" if fails else "pass"
                 marked += bool(fails)
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
-            n_out += 1
-            seconds_out += record["duration"]
-    rejected_total = sum(counts.values())
-    if n_in != records_in or n_out + rejected_total != n_in:
-        raise SharflowError(
-            f"quality {dataset}: {records_in} prepared records, {n_in} read, {n_out} kept + "
-            f"{rejected_total} rejected; rerun with --forcerun quality_part"
-        )
+            ledger.keep(record["duration"])
+    ledger.check(records_in, fix="rerun with --forcerun quality_part")
     summary = {
         "dataset": dataset,
         "action": action,
         "filters": filters,
-        "records_in": n_in,
-        "records_out": n_out,
-        "rejected_total": rejected_total,
-        "rejected": dict(sorted(counts.items())),
+        **ledger.counts(),
         "marked_fail": marked,
         "failing_by_metric": dict(sorted(failing.items())),
-        "hours_in": round(seconds_in / 3600, 6),
-        "hours_out": round(seconds_out / 3600, 6),
+        **ledger.hours(),
     }
     write_json(stats, summary)
     log.info(
         "quality %s (%s): %d records in, %d kept (%d marked fail), %d rejected %s",
         dataset,
         action,
-        n_in,
-        n_out,
+        ledger.records_in,
+        ledger.records_out,
         marked,
-        rejected_total,
-        dict(counts),
+        ledger.rejected_total,
+        dict(ledger.rejected),
     )
     return summary
+
+
+def _judge(record: dict, m: dict, filters: dict, action: str, metrics: str):
+    """(record with its metrics, failed filters, reject reason or None, detail) of one record."""
+    if "error" in m:
+        return record, [], "unreadable_audio", m["error"]
+    _check_measured(filters, m, metrics)
+    fails = failures(m, filters)
+    reason = f"quality_{fails[0][0]}" if fails and action == "drop" else None
+    return with_metrics(record, m), fails, reason, "; ".join(d for _, d in fails)

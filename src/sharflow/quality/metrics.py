@@ -21,7 +21,7 @@ thread per rank, so a record's values do not depend on which rank or part measur
 - clipping_fraction: the fraction of samples at digital full scale (|x| >= 32767/32768).
 - loudness_lufs: ITU-R BS.1770 integrated loudness (`pyloudnorm`); null when the clip is shorter
   than one 400 ms gating block or lies entirely below the -70 LUFS absolute gate.
-- speaking_rate: characters of normalized_text (else text), after sharflow.models.asr's text
+- speaking_rate: characters of normalized_text (else text), after sharflow.quality.text's text
   normalization (case folded, punctuation dropped, single spaces), per second of detected speech;
   null when no speech is detected.
 """
@@ -32,22 +32,10 @@ from importlib.resources import files
 
 import numpy as np
 
-from sharflow.models.asr import ASR_METRICS, normalize_text, reference_text
+from sharflow.core.metrics import MEASURED
+from sharflow.quality.text import normalize_text, reference_text
 
 MODEL_RATE = 16000
-METRICS = (
-    "dnsmos_sig",
-    "dnsmos_bak",
-    "dnsmos_ovrl",
-    "speech_ratio",
-    "leading_silence",
-    "trailing_silence",
-    "bandwidth_hz",
-    "clipping_fraction",
-    "loudness_lufs",
-    "speaking_rate",
-)
-FILTERABLE = (*METRICS, *ASR_METRICS)  # every metric quality.filters may name (cer, wer: the ASR check)
 FULL_SCALE = 32767 / 32768  # the largest positive PCM16 value as a float sample
 DIGITS = 6  # metrics are written rounded to this many decimals
 
@@ -210,7 +198,8 @@ class Meters:
 
 
 def measure(meters: Meters, record: dict, audio: np.ndarray, rate: int, audio_16k: np.ndarray) -> dict:
-    """Every metric of METRICS for one record, from its audio at the source rate and at 16 kHz."""
+    """Every metric of MEASURED (sharflow.core.metrics) for one record, from its audio at the source
+    rate and at 16 kHz."""
     vad = meters.vad(audio_16k)
     values = {
         **meters.dnsmos(audio_16k),
@@ -222,4 +211,4 @@ def measure(meters: Meters, record: dict, audio: np.ndarray, rate: int, audio_16
         "loudness_lufs": loudness_lufs(audio, rate),
         "speaking_rate": speaking_rate(record, vad["speech_seconds"]),
     }
-    return {k: None if values[k] is None else round(float(values[k]), DIGITS) for k in METRICS}
+    return {k: None if values[k] is None else round(float(values[k]), DIGITS) for k in MEASURED}

@@ -2,31 +2,28 @@
 
 Each part takes a contiguous run of prepared lines holding an equal share of the audio seconds
 (decided from the prepared file alone, so no plan job is needed); inside a part, records are
-bin-packed onto ranks by seconds (sharflow.core.balance, sharflow.core.ranks). Each rank decodes a record
-one ahead of measuring it (sharflow.quality.metrics) and writes one line per record, in line order;
-a record whose audio cannot be decoded gets an `error` instead of metrics (the filter rejects it).
-With the ASR check (quality.asr), a rank also transcribes its records in batches of about
-`batch_seconds` of audio (sharflow.models.asr) and adds asr_text, cer and wer. Metrics depend only on the
-record, so any number of parts and ranks gives the same bytes.
+bin-packed onto the job's ranks by seconds (sharflow.core.ranks.rank_job). Each rank reads a record
+one ahead of measuring it (sharflow.core.audio.load_span: the samples the shard stores), measures it
+(sharflow.quality.metrics) and writes one line per record, in line order; a record whose audio
+cannot be decoded gets an `error` instead of metrics (the filter rejects it). With the ASR check
+(quality.asr), a rank also transcribes its records in batches of about `batch_seconds` of audio
+(sharflow.models.asr) and adds asr_text, cer and wer. Metrics depend only on the record, so any
+number of parts and ranks gives the same bytes.
 """
 
-import heapq
 import json
 import logging
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from functools import partial
 
 from tqdm import tqdm
 
-from sharflow.context.plan import numbered_lines
-from sharflow.core.atomic import atomic_file, read_json, write_json
-from sharflow.core.audio import load_segment, resample, resolve_audio_path
-from sharflow.core.balance import loads, lpt_assign
-from sharflow.core.errors import SharflowError
-from sharflow.core.parallel import ahead, resolve_workers
-from sharflow.core.ranks import job_devices, run_ranks
+from sharflow.core.atomic import atomic_file, write_json
+from sharflow.core.audio import load_span, resample, resolve_audio_path
+from sharflow.core.jsonl import merge_by_line, numbered_lines
+from sharflow.core.parallel import ahead
+from sharflow.core.ranks import Rank, rank_job
 from sharflow.quality.metrics import MODEL_RATE
 
 log = logging.getLogger(__name__)
@@ -39,6 +36,15 @@ class AsrOptions:
     model: str
     batch_seconds: float = 60.0
     random: bool = False  # built by the workflow from random_from_config: say so loudly
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """What a rank needs besides its records (picklable, sent to spawned ranks)."""
+
+    audio_root: str
+    dnsmos_max_windows: int = 0
+    asr: AsrOptions | None = None
 
 
 def part_of(start_seconds: float, total_seconds: float, parts: int) -> int:
@@ -65,41 +71,26 @@ def run_quality_part(
     *,
     prepared: str,
     parts: int,
-    audio_root: str,
     out_metrics: str,
     out_stats: str,
+    settings: MeasureSettings,
     device: str = "auto",
     workers: int = 1,
     gpus: int = 0,
-    dnsmos_max_windows: int = 0,
-    asr: AsrOptions | None = None,
 ) -> dict:
     """Measure the records of one part on as many ranks as devices/workers allow."""
     records = part_records(prepared, part, parts)
-    devices = job_devices(device, resolve_workers(workers), gpus, f"quality part {part}")
     costs = {line: duration for line, _, duration in records}
     offsets = {line: offset for line, offset, _ in records}
-    rank_lines = lpt_assign(costs, len(devices))
-    log.info("quality part %d of %d: %d records on ranks %s", part, parts, len(records), devices)
-    out_dir = Path(out_metrics).parent
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".ranks.", dir=out_dir) as tmp:
-        args = [
-            (
-                prepared,
-                [(ln, offsets[ln]) for ln in lines],
-                audio_root,
-                f"{tmp}/r{r}.jsonl",
-                dnsmos_max_windows,
-                asr,
-            )
-            for r, lines in enumerate(rank_lines)
-        ]
-        rank_stats = run_ranks(measure_records, devices, args)
+    what = f"quality part {part}"
+    with rank_job(what, device=device, workers=workers, gpus=gpus, scratch_beside=out_metrics) as job:
+        log.info("quality part %d of %d: %d records on ranks %s", part, parts, len(records), job.devices)
+        ranks = job.run(
+            measure_records, costs, unit=lambda line: (line, offsets[line]), args=(prepared, settings)
+        )
         with atomic_file(out_metrics, "w", encoding="utf-8") as out:
-            out.writelines(merge_by_line([a[3] for a in args]))
-    for r, s in enumerate(rank_stats):
-        s["planned_seconds"] = round(loads([rank_lines[r]], costs)[0], 3)
+            out.writelines(merge_by_line([r.rank.file(".jsonl") for r in ranks]))
+    rank_stats = [{**r.value, "planned_seconds": round(r.planned_cost, 3)} for r in ranks]
     stats = {
         "part": part,
         "parts": parts,
@@ -107,107 +98,92 @@ def run_quality_part(
         "unreadable": sum(s["unreadable"] for s in rank_stats),
         "audio_seconds": round(sum(s["audio_seconds"] for s in rank_stats), 3),
         "seconds": max((s["seconds"] for s in rank_stats), default=0.0),
-        "asr_model": asr.model if asr else None,
+        "asr_model": settings.asr.model if settings.asr else None,
         "ranks": rank_stats,
     }
     write_json(out_stats, stats)
     return stats
 
 
-def merge_by_line(paths: list[str]):
-    """The lines of files each sorted by their "line" field, merged in that order."""
-    files = [open(p, encoding="utf-8") for p in paths]  # noqa: SIM115 (closed below)
-    try:
-        yield from heapq.merge(*files, key=lambda text: json.loads(text)["line"])
-    finally:
-        for f in files:
-            f.close()
-
-
 # ---- one rank -----------------------------------------------------------------------------------
 
 
-def _load(audio_root: str, record: dict):
-    """(audio at the source rate, its rate, audio at 16 kHz), or the exception that stopped decoding."""
+def _read(src, audio_root: str, item: tuple[int, int]):
+    """(record, (audio at its rate, the rate, audio at 16 kHz) or the exception that stopped decoding)."""
+    src.seek(item[1])
+    record = json.loads(src.readline())
     try:
         path, _ = resolve_audio_path(audio_root, record["audio_filepath"])
-        rate = record["source_audio"]["sampling_rate"]
-        audio = load_segment(path, record["offset"], record["duration"])
-        return audio, rate, resample(audio, rate, MODEL_RATE)
+        audio, rate = load_span(path, record["offset"], record["duration"])
+        return record, (audio, rate, resample(audio, rate, MODEL_RATE))
     except Exception as e:  # reported per record; the part goes on without it
-        return e
+        return record, e
+
+
+class _Pending:
+    """Measured entries waiting, in line order, for their ASR batch; written at once without ASR."""
+
+    def __init__(self, out, progress, transcriber, batch_seconds: float):
+        self.out, self.progress = out, progress
+        self.transcriber, self.batch_seconds = transcriber, batch_seconds
+        self.items: list[tuple[dict, dict, object]] = []  # (entry, record, audio for ASR or None)
+        self.seconds = 0.0
+
+    def add(self, entry: dict, record: dict, wave, seconds: float) -> None:
+        self.items.append((entry, record, wave))
+        self.seconds += seconds
+        if not self.transcriber or self.seconds >= self.batch_seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.transcriber:
+            _transcribe(self.transcriber, self.items)
+        for entry, _, _ in self.items:
+            self.out.write(json.dumps(entry) + "\n")
+        self.progress.update(len(self.items))
+        self.items.clear()
+        self.seconds = 0.0
 
 
 def measure_records(
-    rank: int,
-    device: str,
-    prepared: str,
-    lines: list[tuple[int, int]],
-    audio_root: str,
-    out_path: str,
-    dnsmos_max_windows: int = 0,
-    asr: AsrOptions | None = None,
+    rank: Rank, lines: list[tuple[int, int]], prepared: str, settings: MeasureSettings
 ) -> dict:
-    """One rank: measure its records (line, byte offset); write {"line", metrics... | error} in line order.
+    """One rank: measure its records (line, byte offset); write {"line", metrics... | error} in line
+    order to its scratch file `.jsonl`.
 
-    With `asr`, records wait in line order until about `asr.batch_seconds` of audio is pending, then
-    are transcribed as one batch and written with asr_text, cer and wer.
+    With the ASR check, records wait in line order until about `batch_seconds` of audio is pending,
+    then are transcribed as one batch and written with asr_text, cer and wer.
     """
     from sharflow.quality.metrics import Meters, measure
 
     start = time.perf_counter()
-    meters = Meters.load(device, dnsmos_max_windows) if lines else None
-    transcriber = None
-    if asr and lines:
-        from sharflow.models.asr import Transcriber
-
-        transcriber = Transcriber(asr.model, device, random=asr.random)
+    meters = Meters.load(rank.device, settings.dnsmos_max_windows) if lines else None
+    transcriber = _transcriber(settings.asr, rank.device) if lines else None
     unreadable, seconds = 0, 0.0
-    pending: list[tuple[dict, dict, object]] = []  # (entry, record, audio for ASR or None), line order
     with (
         open(prepared, "rb") as src,
-        open(out_path, "w", encoding="utf-8") as out,
-        tqdm(total=len(lines), desc=f"quality rank {rank} ({device})", unit="utt", mininterval=5) as progress,
+        open(rank.file(".jsonl"), "w", encoding="utf-8") as out,
+        tqdm(
+            total=len(lines), desc=f"quality rank {rank.index} ({rank.device})", unit="utt", mininterval=5
+        ) as bar,
     ):
-
-        def read(item):
-            src.seek(item[1])
-            record = json.loads(src.readline())
-            return record, _load(audio_root, record)
-
-        def flush():
-            if transcriber:
-                _transcribe(transcriber, pending)
-            for entry, _, _ in pending:
-                out.write(json.dumps(entry) + "\n")
-            progress.update(len(pending))
-            pending.clear()
-
-        # reading the file by offset happens in the loader thread only, one record at a time
-        pending_seconds = 0.0
-        for (line, _), (record, loaded) in ahead(read, lines):
+        pending = _Pending(out, bar, transcriber, settings.asr.batch_seconds if settings.asr else 0.0)
+        # the file is read by offset in the loader thread only, one record at a time
+        for (line, _), (record, loaded) in ahead(partial(_read, src, settings.audio_root), lines):
             if isinstance(loaded, Exception):
                 unreadable += 1
-                pending.append(
-                    ({"line": line, "error": f"{record['audio_filepath']}: {loaded}"}, record, None)
+                pending.add(
+                    {"line": line, "error": f"{record['audio_filepath']}: {loaded}"}, record, None, 0.0
                 )
-            else:
-                audio, rate, audio_16k = loaded
-                seconds += len(audio) / rate
-                pending_seconds += len(audio) / rate
-                entry = {"line": line, **measure(meters, record, audio, rate, audio_16k)}
-                wave = None
-                if transcriber:
-                    rate_asr = transcriber.sample_rate
-                    wave = audio_16k if rate_asr == MODEL_RATE else resample(audio, rate, rate_asr)
-                pending.append((entry, record, wave))
-            if not transcriber or pending_seconds >= asr.batch_seconds:
-                flush()
-                pending_seconds = 0.0
-        flush()
+                continue
+            audio, rate, audio_16k = loaded
+            seconds += len(audio) / rate
+            entry = {"line": line, **measure(meters, record, audio, rate, audio_16k)}
+            pending.add(entry, record, _asr_wave(transcriber, audio, rate, audio_16k), len(audio) / rate)
+        pending.flush()
     return {
-        "rank": rank,
-        "device": device,
+        "rank": rank.index,
+        "device": rank.device,
         "records": len(lines),
         "unreadable": unreadable,
         "audio_seconds": round(seconds, 3),
@@ -216,56 +192,30 @@ def measure_records(
     }
 
 
+def _transcriber(asr: AsrOptions | None, device: str):
+    if asr is None:
+        return None
+    from sharflow.models.asr import Transcriber
+
+    return Transcriber(asr.model, device, random=asr.random)
+
+
+def _asr_wave(transcriber, audio, rate: int, audio_16k):
+    """The record's audio at the ASR model's rate (None without the ASR check)."""
+    if transcriber is None:
+        return None
+    return (
+        audio_16k if transcriber.sample_rate == MODEL_RATE else resample(audio, rate, transcriber.sample_rate)
+    )
+
+
 def _transcribe(transcriber, pending: list[tuple[dict, dict, object]]) -> None:
     """Add asr_text, cer and wer to the pending entries that have audio, transcribed as one batch."""
-    from sharflow.models.asr import asr_fields
     from sharflow.quality.metrics import DIGITS
+    from sharflow.quality.text import asr_fields
 
     batch = [i for i, (_, _, wave) in enumerate(pending) if wave is not None]
     texts = transcriber.transcribe([pending[i][2] for i in batch])
     for i, text in zip(batch, texts, strict=True):
         entry, record, _ = pending[i]
         entry.update(asr_fields(record, text, DIGITS))
-
-
-# ---- merge --------------------------------------------------------------------------------------
-
-
-def merge_quality(
-    *, part_metrics: list[str], part_stats: list[str], prepare_stats: str, metrics: str, stats: str
-):
-    """The parts' metrics, in prepared line order, into one file; checks every record is measured once."""
-    expected = read_json(prepare_stats)["records_out"]
-    line = 0
-    with atomic_file(metrics, "w", encoding="utf-8") as out:
-        for path in part_metrics:
-            with open(path, encoding="utf-8") as f:
-                for text in f:
-                    line += 1
-                    if json.loads(text)["line"] != line:
-                        raise SharflowError(
-                            f"{path}: expected prepared line {line}, found {text[:60]!r}; the quality parts "
-                            "are out of date: rerun with --forcerun quality_part"
-                        )
-                    out.write(text)
-    if line != expected:
-        raise SharflowError(
-            f"the quality parts hold {line} records but prepare kept {expected}: "
-            "rerun with --forcerun quality_part"
-        )
-    parts = [read_json(p) for p in part_stats]
-    summary = {
-        "records": line,
-        "unreadable": sum(p["unreadable"] for p in parts),
-        "audio_seconds": round(sum(p["audio_seconds"] for p in parts), 3),
-        "asr_model": parts[0].get("asr_model") if parts else None,
-        "parts": [{k: p[k] for k in ("part", "records", "audio_seconds", "seconds", "ranks")} for p in parts],
-    }
-    write_json(stats, summary)
-    log.info(
-        "quality: %d records measured (%d unreadable), %.1f s of audio",
-        line,
-        summary["unreadable"],
-        summary["audio_seconds"],
-    )
-    return summary

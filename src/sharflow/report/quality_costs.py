@@ -14,26 +14,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from sharflow.core.metrics import FILTERABLE, MEASURED
 from sharflow.quality.filter import failures, in_step
-from sharflow.quality.metrics import FILTERABLE, METRICS
 
 BINS = 60
-# The side a threshold usually goes on when a metric has no filter: higher is better (min),
-# lower is better (max), or either way (both curves drawn).
-SIDES: dict[str, tuple[str, ...]] = {
-    "dnsmos_sig": ("min",),
-    "dnsmos_bak": ("min",),
-    "dnsmos_ovrl": ("min",),
-    "speech_ratio": ("min",),
-    "leading_silence": ("max",),
-    "trailing_silence": ("max",),
-    "bandwidth_hz": ("min",),
-    "clipping_fraction": ("max",),
-    "loudness_lufs": ("min", "max"),
-    "speaking_rate": ("min", "max"),
-    "cer": ("max",),
-    "wer": ("max",),
-}
 
 
 @dataclass
@@ -81,7 +65,7 @@ def quality_view(dataset: str, prepared: str, metrics: str, stats: dict, bins: i
                 lo[name] = min(lo.get(name, m[name]), m[name])
                 hi[name] = max(hi.get(name, m[name]), m[name])
     hists = {}
-    for name in FILTERABLE if asr else METRICS:
+    for name in FILTERABLE if asr else MEASURED:
         a, b = lo.get(name, 0.0), hi.get(name, 1.0)
         edges = np.linspace(a, b if b > a else a + 1.0, bins + 1)
         hists[name] = MetricHistogram(edges, np.zeros(bins))

@@ -17,10 +17,10 @@ import pandas as pd
 import yaml
 
 from sharflow.core.atomic import atomic_file, read_json
+from sharflow.core.metrics import FILTERABLE, SIDES
 from sharflow.dataset.catalog import iter_batches
 from sharflow.dataset.tables import bucket_occupancy, speaker_table
-from sharflow.quality.metrics import FILTERABLE
-from sharflow.report.quality_costs import SIDES, QualityView, quality_view, removed_table
+from sharflow.report.quality_costs import QualityView, quality_view, removed_table
 
 log = logging.getLogger(__name__)
 

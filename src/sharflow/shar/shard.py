@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -36,6 +36,7 @@ from tqdm import tqdm
 from sharflow.core.atomic import atomic_file, read_json, write_json
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import ShardFiles, shard_key
+from sharflow.core.ledger import Ledger, reject_row
 from sharflow.core.parallel import ordered_map
 from sharflow.dataset.catalog import catalog_row, write_fragment
 from sharflow.shar.audio import EncodedAudio, EncodeSettings, encode_record
@@ -80,11 +81,11 @@ def write_shard(
     start = time.perf_counter()
     tmp = _fresh_work_dir(Path(out.stats).parent, shard)
     try:
-        stats, rejected, rows = _write_fields(records, tmp, shard, settings, workers)
-        write_fragment(rows, str(tmp / "catalog.parquet"))
-        summary = _shard_summary(shard, len(records), stats, tmp, time.perf_counter() - start)
-        assert summary["records_in"] == summary["cuts"] + len(rejected)
-        _publish(tmp, out, summary, rejected)
+        written = _write_fields(records, tmp, shard, settings, workers)
+        written.ledger.check(len(records), fix="this is a bug in sharflow's shard job")
+        write_fragment(written.rows, str(tmp / "catalog.parquet"))
+        summary = _shard_summary(shard, written, tmp, time.perf_counter() - start)
+        _publish(tmp, out, summary, written.rejected)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     _log_shard(summary)
@@ -114,20 +115,39 @@ def _fresh_work_dir(jobs_dir: Path, shard: int) -> Path:
     return Path(tempfile.mkdtemp(prefix=f".shard-{shard_key(shard)}.", dir=jobs_dir))
 
 
+@dataclass
+class _Written:
+    """What a shard job wrote: its ledger, its figures, the reject rows and the catalog rows."""
+
+    ledger: Ledger
+    figures: Counter = field(default_factory=Counter)
+    rejected: list[dict] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)
+
+    def add(self, record: dict, result, shard: int) -> str | None:
+        """Account for one record's result; the cut's cuts.jsonl line, or None if it was rejected."""
+        if not isinstance(result, WrittenCut):
+            reason, detail = result
+            self.rejected.append(reject_row(reason, detail, record, cut_id=cut_id(record)))
+            self.ledger.reject(reason)
+            return None
+        self.rows.append(_catalog_row(record, result, shard, len(self.rows)))
+        self.ledger.keep(record["duration"])
+        _count_cut(self.figures, record, result.target, result.context)
+        return result.line
+
+
 def _write_fields(
     records: list[dict], tmp: Path, shard: int, settings: EncodeSettings, workers: int
-) -> tuple[Counter, list[dict], list[dict]]:
+) -> _Written:
     """Write the three field files of `records` in `tmp`, the audio work done in `workers` processes.
 
     Each worker task (sharflow.shar.shard.write_batch) encodes or copies a batch's spans and writes the
     tar members of its complete cuts to two segment files of its own; here the segments are
     appended to the field files in batch order, so the audio bytes never cross a pipe and the
-    files are the same for any worker count. Returns the counts, the rejected records and the
-    catalog rows of the written cuts. A cut goes to every field (and the catalog) or to none.
+    files are the same for any worker count. A cut goes to every field (and the catalog) or to none.
     """
-    stats: Counter = Counter()
-    rejected: list[dict] = []
-    rows: list[dict] = []
+    written = _Written(Ledger("shar", f"shard {shard}"))
     segments = workers > 1  # else one process: members straight into the field files
     if segments:
         (tmp / "segments").mkdir()
@@ -152,15 +172,11 @@ def _write_fields(
                 context_w.append_segment(segment + ".context")
             for record, result in zip(batch, results, strict=True):
                 progress.update()
-                if not isinstance(result, WrittenCut):
-                    rejected.append(_rejected_entry(record, *result))
-                    stats[f"rejected.{result[0]}"] += 1
-                    continue
-                cuts_w.write(result.line)
-                rows.append(_catalog_row(record, result, shard, len(rows)))
-                _count_cut(stats, record, result.target, result.context)
+                line = written.add(record, result, shard)
+                if line is not None:
+                    cuts_w.write(line)
     _finish_gzip(tmp / "cuts.jsonl", tmp / "cuts.jsonl.gz")
-    return stats, rejected, rows
+    return written
 
 
 @contextmanager
@@ -231,17 +247,7 @@ def _catalog_row(record: dict, cut: WrittenCut, shard: int, position: int) -> di
     )
 
 
-def _rejected_entry(record: dict, reason: str, detail: str) -> dict:
-    return {
-        "cut_id": cut_id(record),
-        "reason": reason,
-        "detail": detail,
-        "original": json.dumps(record, ensure_ascii=False),
-    }
-
-
 def _count_cut(stats: Counter, record: dict, target: EncodedAudio, context: EncodedAudio) -> None:
-    stats["cuts"] += 1
     stats["target_seconds"] += record["duration"]
     stats["context_seconds"] += record["context_audio_duration"]
     stats["clipped_samples"] += target.clipped + context.clipped
@@ -251,12 +257,13 @@ def _count_cut(stats: Counter, record: dict, target: EncodedAudio, context: Enco
     stats["encoded_spans"] += (not target.copied) + (not context.copied)
 
 
-def _shard_summary(shard: int, records_in: int, stats: Counter, tmp: Path, seconds: float) -> dict:
+def _shard_summary(shard: int, written: _Written, tmp: Path, seconds: float) -> dict:
+    stats = written.figures
     return {
         "shard": shard,
-        "records_in": records_in,
-        "cuts": stats["cuts"],
-        "rejected": {k.split(".", 1)[1]: v for k, v in sorted(stats.items()) if k.startswith("rejected.")},
+        "records_in": written.ledger.records_in,
+        "cuts": written.ledger.records_out,
+        "rejected": dict(sorted(written.ledger.rejected.items())),
         "target_seconds": round(stats["target_seconds"], 3),
         "context_seconds": round(stats["context_seconds"], 3),
         "clipped_samples": stats["clipped_samples"],

@@ -27,12 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from sharflow.codes.shard import code_frames
+from sharflow.codes.batches import code_frames
 from sharflow.core.atomic import read_json, write_json
+from sharflow.core.audio import compute_num_samples
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import AUDIO_FIELDS, Field, codes_fields, fields, planned_shards
 from sharflow.core.parallel import ordered_map, resolve_workers
-from sharflow.shar.audio import compute_num_samples
 
 log = logging.getLogger(__name__)
 
