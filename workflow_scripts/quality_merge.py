@@ -1,7 +1,7 @@
 """Snakemake adapter: sharflow.quality.part.merge_quality."""
 
 from sharflow.core.logs import job_log
-from sharflow.quality.part import merge_quality
+from sharflow.quality.merge import merge_quality
 
 with job_log(snakemake.log[0]):
     merge_quality(

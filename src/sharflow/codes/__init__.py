@@ -9,5 +9,5 @@ from sharflow.core.exports import lazy_exports
 
 __all__ = ["encode_shard", "merge_codes_stats", "write_codec_spec"]
 __getattr__ = lazy_exports(
-    __name__, {"encode_shard": "shard", "merge_codes_stats": "shard", "write_codec_spec": "shard"}
+    __name__, {"encode_shard": "shard", "merge_codes_stats": "merge", "write_codec_spec": "spec"}
 )

@@ -9,5 +9,5 @@ from sharflow.core.exports import lazy_exports
 
 __all__ = ["filter_quality", "merge_quality", "run_quality_part"]
 __getattr__ = lazy_exports(
-    __name__, {"run_quality_part": "part", "merge_quality": "part", "filter_quality": "filter"}
+    __name__, {"run_quality_part": "part", "merge_quality": "merge", "filter_quality": "filter"}
 )

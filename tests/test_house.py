@@ -1,0 +1,81 @@
+"""How the code base is laid out: stage packages over a small core, short functions, thin adapters,
+package entry points that resolve and import nothing heavy."""
+
+import ast
+import importlib
+import json
+import pkgutil
+import subprocess
+import sys
+
+import pytest
+
+import sharflow
+from testkit import REPO
+
+SRC = REPO / "src" / "sharflow"
+PACKAGES = ("core", "prepare", "quality", "context", "shar", "codes", "models", "dataset", "verify", "report")
+HEAVY = ("torch", "lhotse", "nemo", "pandas", "pyarrow", "matplotlib", "onnxruntime")
+MAX_FUNCTION_LINES = 60
+MAX_ADAPTER_LINES = 25
+
+
+def test_the_package_holds_only_stage_packages_over_the_core():
+    top = sorted(p.name for p in SRC.iterdir() if p.name != "__pycache__")
+    assert top == sorted(["__init__.py", *PACKAGES])
+    for name in PACKAGES:
+        init = SRC / name / "__init__.py"
+        assert init.is_file(), f"{name} is not a package"
+        assert ast.get_docstring(ast.parse(init.read_text())), f"{init} does not say what the stage does"
+
+
+def long_functions(root) -> list[str]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    out.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({lines} lines)")
+    return out
+
+
+def test_no_function_is_longer_than_60_lines(tmp_path):
+    assert long_functions(SRC) == []
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "long.py").write_text(f"def long():\n{body}\n")  # the check sees one that is
+    assert [r.split(" ", 1)[1] for r in long_functions(tmp_path)] == [f"long ({MAX_FUNCTION_LINES + 1} lines)"]
+
+
+def test_every_entry_point_a_package_names_resolves():
+    named = 0
+    for module in pkgutil.walk_packages(sharflow.__path__, "sharflow."):
+        package = importlib.import_module(module.name)
+        for name in getattr(package, "__all__", []):
+            assert callable(getattr(package, name)), f"{module.name}.{name}"
+            named += 1
+    assert named >= 15
+    with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+        importlib.import_module("sharflow.shar").nothing  # noqa: B018
+
+
+def test_importing_a_stage_package_imports_nothing_heavy():
+    """Job start-up: a package's __init__ names its entry points without importing them."""
+    code = (
+        "import json, sys\n"
+        f"import {', '.join(f'sharflow.{p}' for p in PACKAGES)}\n"
+        f"print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == []
+
+
+def test_workflow_scripts_are_thin_adapters_over_names_that_exist():
+    for path in sorted((REPO / "workflow_scripts").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        assert len(path.read_text().splitlines()) <= MAX_ADAPTER_LINES, f"{path.name} is more than an adapter"
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sharflow"):
+                module = importlib.import_module(node.module)
+                for alias in node.names:
+                    assert hasattr(module, alias.name), f"{path.name}: {node.module}.{alias.name}"
