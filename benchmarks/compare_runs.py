@@ -60,9 +60,8 @@ def compare_tree(a: Path, b: Path, label: str) -> list[str]:
     problems += [f"only in B  {label}/{n}" for n in sorted(names_b - names_a)]
     both = sorted(names_a & names_b)
     problems += [f"DIFFERENT  {label}/{n}" for n in both if not same(a / n, b / n)]
-    print(
-        f"{label}: {len(both)} files in both runs, {len(both) - sum('DIFFERENT' in p for p in problems)} equal"
-    )
+    different = sum("DIFFERENT" in p for p in problems)
+    print(f"{label}: {len(both)} files in both runs, {len(both) - different} equal")
     return problems
 
 
@@ -113,7 +112,8 @@ def closeness(a: Path, b: Path) -> None:
                     equal_arrays += bool(np.array_equal(codes, y[cid]))
         share = equal / frames if frames else 1.0
         print(
-            f"  {codec_dir.name}: {share:.5f} of {frames} codes equal; {equal_arrays} of {arrays} utterances identical"
+            f"  {codec_dir.name}: {share:.5f} of {frames} codes equal; "
+            f"{equal_arrays} of {arrays} utterances identical"
         )
 
 
