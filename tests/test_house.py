@@ -36,7 +36,7 @@ def long_functions(root) -> list[str]:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 lines = node.end_lineno - node.lineno + 1
                 if lines > MAX_FUNCTION_LINES:
-                    out.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name} ({lines} lines)")
+                    out.append(f"{path.relative_to(root)}:{node.lineno} {node.name} ({lines} lines)")
     return out
 
 

@@ -15,7 +15,8 @@ from sharflow.core.metrics import MEASURED as METRICS
 from sharflow.dataset.buckets import write_buckets
 from sharflow.quality.filter import filter_quality
 from sharflow.report.quality_costs import quality_view, removed_table
-from sharflow.report.report import COLUMNS, duration_histogram, load_dataset, summary_rows, write_report
+from sharflow.report.report import write_report
+from sharflow.report.stats import COLUMNS, duration_histogram, load_dataset, summary_rows
 from sharflow.shar.merge import merge_shar_stats
 from testkit import prepare_demo
 

@@ -1,0 +1,97 @@
+"""The report's tables: summary.html/.tsv, tables.html with speakers.tsv and buckets.tsv, and
+quality.html/.tsv (what each threshold costs), made with pandas."""
+
+import html
+from pathlib import Path
+
+import pandas as pd
+
+from sharflow.core.atomic import atomic_file
+from sharflow.dataset.tables import bucket_occupancy, speaker_table
+from sharflow.report.quality_costs import QualityView, removed_table
+from sharflow.report.stats import COLUMNS, DatasetStats
+
+SHOWN_SPEAKERS = 50  # speakers in tables.html; speakers.tsv has all
+
+
+PAGE_STYLE = """
+body { font-family: sans-serif; margin: 1em; }
+table { border-collapse: collapse; margin-bottom: 1.5em; }
+th, td { border: 1px solid #bbb; padding: 4px 10px; text-align: right; }
+th { background: #eee; }
+"""
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f"<style>{PAGE_STYLE}</style></head><body>\n{body}\n</body></html>\n"
+    )
+
+
+def _html_table(frame: pd.DataFrame, floats: str = "{:.4f}") -> str:
+    return frame.to_html(index=False, border=0, float_format=floats.format, na_rep="")
+
+
+def write_summary(rows: list[dict], verify: dict[str, dict], html_path: str, tsv_path: str) -> None:
+    frame = pd.DataFrame(rows, columns=list(COLUMNS))
+    with atomic_file(tsv_path, "w", encoding="utf-8") as f:
+        frame.to_csv(f, sep="\t", index=False, lineterminator="\n")
+    checks = "".join(
+        f"<li>{html.escape(ds)}: {v['shards']} shards × {len(v['fields'])} fields verified, "
+        f"{v['cuts']} cuts</li>"
+        for ds, v in sorted(verify.items())
+    )
+    shown = frame.rename(columns=lambda c: c.replace("_", " "))
+    body = (
+        "<h2>Records and hours through every stage</h2>\n"
+        + _html_table(shown)
+        + f"\n<h3>Verify</h3><ul>{checks}</ul>"
+    )
+    with atomic_file(html_path, "w", encoding="utf-8") as f:
+        f.write(_page("sharflow summary", body))
+
+
+def write_tables(datasets: list[DatasetStats], out: Path, shown_speakers: int = SHOWN_SPEAKERS) -> None:
+    """tables.html (per-speaker and per-bucket tables of every dataset), speakers.tsv, buckets.tsv."""
+    parts, speaker_frames, bucket_frames = [], [], []
+    for ds in datasets:
+        speakers = speaker_table(ds.catalog)
+        one, two = bucket_occupancy(ds.catalog, ds.buckets)
+        speaker_frames.append(speakers.assign(dataset=ds.name))
+        bucket_frames.append(one.assign(dataset=ds.name))
+        more = len(speakers) - shown_speakers
+        parts.append(f"<h2>{html.escape(ds.name)}</h2>")
+        parts.append(
+            f"<h3>Speakers ({len(speakers)}; most hours first"
+            + (f", {more} more in speakers.tsv" if more > 0 else "")
+            + ")</h3>"
+        )
+        parts.append(_html_table(speakers.head(shown_speakers)))
+        parts.append("<h3>Duration buckets (as lhotse's sampler fills them)</h3>")
+        parts.append(_html_table(one))
+        if two is not None:
+            parts.append("<h3>2D bins (as NeMo's strict 2D bucketing fills them)</h3>")
+            parts.append(_html_table(two))
+    with atomic_file(out / "tables.html", "w", encoding="utf-8") as f:
+        f.write(_page("sharflow tables", "\n".join(parts)))
+    for name, frames in (("speakers.tsv", speaker_frames), ("buckets.tsv", bucket_frames)):
+        frame = pd.concat(frames, ignore_index=True)
+        frame = frame[["dataset", *(c for c in frame.columns if c != "dataset")]]
+        with atomic_file(out / name, "w", encoding="utf-8") as f:
+            frame.to_csv(f, sep="\t", index=False, lineterminator="\n", float_format="%.6f")
+
+
+def write_quality_table(views: list[QualityView], html_path: str, tsv_path: str) -> None:
+    """Hours each filter removes (drop) or marks failing (mark) alone, and all filters together."""
+    frame = removed_table(views)
+    with atomic_file(tsv_path, "w", encoding="utf-8") as f:
+        frame.to_csv(f, sep="\t", index=False, lineterminator="\n", float_format="%.6f")
+    parts = [
+        f"<h2>{html.escape(v.dataset)} (action: {html.escape(v.action)}, "
+        f"{v.hours_measured:.4f} h measured)</h2>\n" + _html_table(frame[frame.dataset == v.dataset])
+        for v in views
+    ]
+    body = "\n".join(parts) or "<p>The quality stage is off (quality.enabled: false).</p>"
+    with atomic_file(html_path, "w", encoding="utf-8") as f:
+        f.write(_page("sharflow quality filters", "<h1>Hours each quality filter removes</h1>\n" + body))
