@@ -1,14 +1,14 @@
 rule catalog:
     input:
-        fragments=get_shar_job_catalogs,
+        fragments=get_shard_files("catalog"),
         codes_stats=lambda wildcards: list(get_codes_stats(wildcards).values()),
         plan=DS.shard_plan,
     output:
         catalog=DS.catalog,
     log:
-        "logs/catalog/{dataset}.log",
+        layout.log("catalog", "{dataset}"),
     benchmark:
-        "logs/catalog/{dataset}.benchmark.tsv"
+        layout.benchmark("catalog", "{dataset}")
     params:
         codes_stats=get_codes_stats,
         tokenizer=config["training"]["tokenizer"],
@@ -26,7 +26,7 @@ rule dataset_card:
     output:
         card=report(DS.dataset_card, caption="report/dataset_card.rst", category="Datasets"),
     log:
-        "logs/dataset_card/{dataset}.log",
+        layout.log("dataset_card", "{dataset}"),
     resources:
         mem_mb=2000,
     script:

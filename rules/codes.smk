@@ -4,7 +4,7 @@ rule build_random_codec:
     output:
         model=layout.codec_model("{codec}"),
     log:
-        "logs/build_random_codec/{codec}.log",
+        layout.log("build_random_codec", "{codec}"),
     resources:
         mem_mb=4000,
     script:
@@ -17,7 +17,7 @@ rule codec_model:
     output:
         spec=layout.codec_spec("{codec}"),
     log:
-        "logs/codec_model/{codec}.log",
+        layout.log("codec_model", "{codec}"),
     params:
         codec=get_codec_spec,
     resources:
@@ -34,9 +34,9 @@ rule codes_shard:
     output:
         **DS.codes("{codec}", "{shard}").named(),
     log:
-        "logs/codes_shard/{dataset}/{codec}/{shard}.log",
+        layout.log("codes_shard", "{dataset}", "{codec}", "{shard}"),
     benchmark:
-        "logs/codes_shard/{dataset}/{codec}/{shard}.benchmark.tsv"
+        layout.benchmark("codes_shard", "{dataset}", "{codec}", "{shard}")
     params:
         batch_seconds=config["codes"]["batch_seconds"],
         device=config["codes"]["device"],
@@ -50,11 +50,11 @@ rule codes_shard:
 
 rule codes_merge:
     input:
-        stats=get_codes_job_stats,
+        stats=get_shard_files("stats", codec=True),
     output:
         stats=DS.codes_stats("{codec}"),
     log:
-        "logs/codes_merge/{dataset}/{codec}.log",
+        layout.log("codes_merge", "{dataset}", "{codec}"),
     resources:
         mem_mb=1000,
     script:

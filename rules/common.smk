@@ -14,10 +14,15 @@ try:
 except SharflowError as e:
     raise WorkflowError(str(e)) from None
 
+
+# ---- Constants of the run (the schema has filled every default) --------------------------------
 DATASETS = sorted(config["datasets"])
 CODECS = sorted(config["codecs"])
+QUALITY = config["quality"]["enabled"]
+ASR = config["quality"]["asr"]
 # Every path comes from sharflow.core.layout; DS gives a dataset's files as patterns of {dataset}.
 DS = layout.dataset_files("{dataset}")
+HOST_SHOWS_GPU = host_shows_gpu()
 
 
 wildcard_constraints:
@@ -39,69 +44,70 @@ def get_final_outputs():
     )
 
 
+# ---- Threads and GPUs -------------------------------------------------------------------------
+def threads_of(section):
+    """A rule's threads: config[section].workers (0: every core this process may use), capped at --cores."""
+    return lambda wildcards: min(resolve_workers(config[section]["workers"]), workflow.cores)
+
+
+def gpu_request(section, gpus=1):
+    """A GPU rule's `gpu` resource: `gpus`, or 0 for device: cpu or a local run on a machine without a GPU.
+
+    Locally, `gpu` only caps how many GPU jobs run at once (profiles/local); with no GPU the jobs
+    run CPU ranks on their threads, and the cap would leave the other cores idle. A cluster
+    executor keeps the request whatever the submitting host has: the job's node has the GPUs.
+    """
+    asked = 0 if config[section]["device"] == "cpu" else gpus
+
+    def resource(wildcards):
+        return asked if workflow.non_local_exec or HOST_SHOWS_GPU else 0
+
+    return resource
+
+
+# Per-shard rules take static values where they can: a callable costs Snakemake ~0.5 ms per job,
+# which adds up with tens of thousands of shard jobs (benchmarks/bench_dag.py). Snakemake caps a
+# job's threads at --cores; the Slurm profile sets them per rule. The `gpu` resource is the one
+# callable: whether a job holds the local GPU cap depends on the executor, known once the run starts.
+SHAR_THREADS = resolve_workers(config["shar"]["workers"])
+CODES_THREADS = resolve_workers(config["codes"]["workers"])
+CODES_GPUS = gpu_request("codes", config["codes"]["gpus_per_job"])
+CONTEXT_GPUS = gpu_request("context")
+QUALITY_GPUS = gpu_request("quality")
+
+
+# ---- prepare ----------------------------------------------------------------------------------
 def get_manifest(wildcards):
     return config["datasets"][wildcards.dataset]["manifest"]
-
-
-def get_prepare_settings(wildcards):
-    """Keyword arguments of sharflow.prepare.job.prepare_dataset, from the dataset's config."""
-    ds = config["datasets"][wildcards.dataset]
-    return {
-        "dataset": wildcards.dataset,
-        "audio_root": ds["audio_root"],
-        "language": ds["language"],
-        "require_text": ds["require_text"],
-        "duration_tolerance": config["prepare"]["duration_tolerance"],
-        "max_rejected_fraction": config["prepare"]["max_rejected_fraction"],
-    }
-
-
-def get_prepare_threads(wildcards):
-    return min(resolve_workers(config["prepare"]["workers"]), workflow.cores)
-
-
-def get_grouping(wildcards):
-    """Arguments of sharflow.context.grouping.group_key_function for the dataset."""
-    ds = config["datasets"][wildcards.dataset]
-    return {
-        "preset": ds["speaker_preset"],
-        "regex": ds["speaker_regex"],
-        "field": ds["speaker_regex_field"],
-    }
 
 
 def get_audio_root(wildcards):
     return config["datasets"][wildcards.dataset]["audio_root"]
 
 
-QUALITY = config["quality"]["enabled"]
+def get_prepare_settings(wildcards):
+    """Keyword arguments of sharflow.prepare.prepare_dataset, from the dataset's config."""
+    ds = config["datasets"][wildcards.dataset]
+    return {
+        "dataset": wildcards.dataset,
+        **{k: ds[k] for k in ("audio_root", "language", "require_text")},
+        **{k: config["prepare"][k] for k in ("duration_tolerance", "max_rejected_fraction")},
+    }
 
 
-def get_context_records(wildcards):
-    """The records the context stage reads: quality's kept.jsonl, or prepared.jsonl without quality."""
-    files = layout.dataset_files(wildcards.dataset)
-    return files.quality_kept if QUALITY else files.prepared
-
-
-def get_context_records_stats(wildcards):
-    """The stats (records_out) of the stage before context."""
-    files = layout.dataset_files(wildcards.dataset)
-    return files.quality_stats if QUALITY else files.prepare_stats
-
-
-def get_quality_parts(kind):
-    """Input function: file `kind` (metrics, stats) of every quality part of a dataset."""
+# ---- parts of the quality and context stages -------------------------------------------------
+def get_part_files(stage, kind):
+    """Input function: file `kind` (records, rejected, metrics, stats) of every part of `stage`."""
 
     def parts(wildcards):
         files = layout.dataset_files(wildcards.dataset)
-        return [getattr(files.quality_part(p), kind) for p in range(config["quality"]["parts"])]
+        part_files = {"quality": files.quality_part, "context": files.context_part}[stage]
+        return [getattr(part_files(p), kind) for p in range(config[stage]["parts"])]
 
     return parts
 
 
-ASR = config["quality"]["asr"]
-
-
+# ---- quality ----------------------------------------------------------------------------------
 def get_random_asr_config(wildcards):
     if ASR["random_from_config"] is None:
         raise WorkflowError("quality.asr has no random_from_config; nothing to build")
@@ -129,46 +135,42 @@ def get_asr_options(wildcards):
     return {"model": path, "batch_seconds": ASR["batch_seconds"], "random": built}
 
 
-def get_quality_threads(wildcards):
-    return min(resolve_workers(config["quality"]["workers"]), workflow.cores)
+# ---- context ----------------------------------------------------------------------------------
+def get_context_records(wildcards):
+    """The records the context stage reads: quality's kept.jsonl, or prepared.jsonl without quality."""
+    files = layout.dataset_files(wildcards.dataset)
+    return files.quality_kept if QUALITY else files.prepared
+
+
+def get_context_records_stats(wildcards):
+    """The stats (records_out) of the stage before context."""
+    files = layout.dataset_files(wildcards.dataset)
+    return files.quality_stats if QUALITY else files.prepare_stats
+
+
+def get_grouping(wildcards):
+    """Arguments of sharflow.context.grouping.group_key_function for the dataset."""
+    ds = config["datasets"][wildcards.dataset]
+    return {"preset": ds["speaker_preset"], "regex": ds["speaker_regex"], "field": ds["speaker_regex_field"]}
+
+
+PART_SETTINGS = (
+    "embedder",
+    "embedder_options",
+    "min_similarity",
+    "min_context_duration",
+    "max_context_duration",
+    "top_k",
+    "block_rows",
+    "embed_batch",
+    "save_embeddings",
+)
 
 
 def get_context_part_settings(wildcards):
     """Fields of sharflow.context.part.PartSettings for the dataset."""
-    ctx = config["context"]
-    keys = [
-        "embedder",
-        "embedder_options",
-        "min_similarity",
-        "min_context_duration",
-        "max_context_duration",
-        "top_k",
-        "block_rows",
-        "embed_batch",
-        "save_embeddings",
-    ]
-    return {"audio_root": config["datasets"][wildcards.dataset]["audio_root"], **{k: ctx[k] for k in keys}}
-
-
-def get_context_threads(wildcards):
-    return min(resolve_workers(config["context"]["workers"]), workflow.cores)
-
-
-HOST_SHOWS_GPU = host_shows_gpu()
-
-
-def gpu_request(gpus):
-    """A GPU rule's `gpu` resource: `gpus`, or 0 for a local run on a machine that shows no GPU.
-
-    Locally, `gpu` only caps how many GPU jobs run at once (profiles/local); with no GPU the jobs
-    run CPU ranks on their threads, and the cap would leave the other cores idle. A cluster
-    executor keeps the request whatever the submitting host has: the job's node has the GPUs.
-    """
-
-    def resource(wildcards):
-        return gpus if workflow.non_local_exec or HOST_SHOWS_GPU else 0
-
-    return resource
+    audio_root = config["datasets"][wildcards.dataset]["audio_root"]
+    return {"audio_root": audio_root, **{k: config["context"][k] for k in PART_SETTINGS}}
 
 
 def get_embedding_outputs():
@@ -176,39 +178,14 @@ def get_embedding_outputs():
     return DS.context_embeddings("{part}") if config["context"]["save_embeddings"] else {}
 
 
-def get_context_parts(kind):
-    """Input function: file `kind` (records, rejected, stats) of every context part of a dataset."""
-
-    def parts(wildcards):
-        files = layout.dataset_files(wildcards.dataset)
-        return [getattr(files.context_part(p), kind) for p in range(config["context"]["parts"])]
-
-    return parts
-
-
+# ---- shar -------------------------------------------------------------------------------------
 def get_encode_settings(wildcards):
     """Fields of sharflow.shar.audio.EncodeSettings for the dataset."""
+    audio_root = config["datasets"][wildcards.dataset]["audio_root"]
     return {
-        "audio_root": config["datasets"][wildcards.dataset]["audio_root"],
-        "audio_format": config["shar"]["audio_format"],
-        "sample_rate": config["shar"]["sample_rate"],
-        "copy_through": config["shar"]["copy_through"],
+        "audio_root": audio_root,
+        **{k: config["shar"][k] for k in ("audio_format", "sample_rate", "copy_through")},
     }
-
-
-# Per-shard rules take static values where they can: a callable costs Snakemake ~0.5 ms per job,
-# which adds up with tens of thousands of shard jobs (benchmarks/bench_dag.py). Snakemake caps a
-# job's threads at --cores; the Slurm profile sets them per rule. The `gpu` resource is the one
-# callable: whether a job holds the local GPU cap depends on the executor, known once the run starts.
-SHAR_THREADS = resolve_workers(config["shar"]["workers"])
-CODES_THREADS = resolve_workers(config["codes"]["workers"])
-CODES_GPUS = gpu_request(0 if config["codes"]["device"] == "cpu" else config["codes"]["gpus_per_job"])
-CONTEXT_GPUS = gpu_request(0 if config["context"]["device"] == "cpu" else 1)
-QUALITY_GPUS = gpu_request(0 if config["quality"]["device"] == "cpu" else 1)
-
-
-def get_verify_threads(wildcards):
-    return min(resolve_workers(config["verify"]["workers"]), workflow.cores)
 
 
 @functools.lru_cache(maxsize=None)
@@ -222,24 +199,19 @@ def num_shards(dataset):
     return _num_shards(plan, os.path.getmtime(plan))
 
 
-def get_shar_job_stats(wildcards):
-    """Input function: the stats file of every shar_shard job of the dataset."""
-    files = layout.dataset_files(wildcards.dataset)
-    return [files.shard(s).stats for s in range(num_shards(wildcards.dataset))]
+def get_shard_files(kind, codec=None):
+    """Input function: file `kind` of every shar_shard job (or, with `codec`, codes_shard job) of the
+    dataset, in shard order."""
+
+    def per_shard(wildcards):
+        files = layout.dataset_files(wildcards.dataset)
+        job = (lambda s: files.codes(wildcards.codec, s)) if codec else files.shard
+        return [getattr(job(s), kind) for s in range(num_shards(wildcards.dataset))]
+
+    return per_shard
 
 
-def get_shar_job_catalogs(wildcards):
-    """Input function: the catalog fragment of every shar_shard job of the dataset, in shard order."""
-    files = layout.dataset_files(wildcards.dataset)
-    return [files.shard(s).catalog for s in range(num_shards(wildcards.dataset))]
-
-
-def get_codes_job_stats(wildcards):
-    """Input function: the stats file of every codes_shard job of the dataset and codec."""
-    files = layout.dataset_files(wildcards.dataset)
-    return [files.codes(wildcards.codec, s).stats for s in range(num_shards(wildcards.dataset))]
-
-
+# ---- codes ------------------------------------------------------------------------------------
 def get_random_codec_config(wildcards):
     path = config["codecs"][wildcards.codec]["random_from_config"]
     if path is None:
@@ -262,7 +234,7 @@ def get_codec_model_file(wildcards):
 
 
 def get_codec_spec(wildcards):
-    """Fields of sharflow.codes.shard.CodecSpec."""
+    """Fields of sharflow.codes.spec.CodecSpec."""
     spec = config["codecs"][wildcards.codec]
     path, _ = _codec_model_path(wildcards.codec)
     return {
@@ -273,6 +245,12 @@ def get_codec_spec(wildcards):
     }
 
 
+def get_codes_stats(wildcards):
+    """{codec: codes stats file} of the dataset."""
+    return {codec: layout.dataset_files(wildcards.dataset).codes_stats(codec) for codec in CODECS}
+
+
+# ---- training hand-off and report -------------------------------------------------------------
 def get_training_codec():
     """The codec input_cfg points at: training.codec, else the first codec as listed, else none."""
     return config["training"]["codec"] or next(iter(config["codecs"]), None)
@@ -283,9 +261,14 @@ def get_training_codes_stats(wildcards):
     return [layout.dataset_files(ds).codes_stats(codec) for ds in DATASETS] if codec else []
 
 
-def get_codes_stats(wildcards):
-    """{codec: codes stats file} of the dataset."""
-    return {codec: layout.dataset_files(wildcards.dataset).codes_stats(codec) for codec in CODECS}
+def get_training_datasets(wildcards):
+    """Arguments of sharflow.dataset.training.write_input_cfg for every dataset."""
+    out = {}
+    for ds in DATASETS:
+        files = layout.dataset_files(ds)
+        out[ds] = {"shar_dir": files.shar_dir, "plan": files.shard_plan, "catalog": files.catalog}
+        out[ds].update({k: config["datasets"][ds][k] for k in ("weight", "tags")})
+    return out
 
 
 def get_report_datasets(wildcards):
@@ -316,17 +299,3 @@ def get_report_inputs(wildcards):
         inputs += [path for key, path in files.items() if key != "codes"]
         inputs += files["codes"].values()
     return inputs
-
-
-def get_training_datasets(wildcards):
-    """Arguments of sharflow.dataset.training.write_input_cfg for every dataset."""
-    return {
-        ds: {
-            "shar_dir": layout.dataset_files(ds).shar_dir,
-            "plan": layout.dataset_files(ds).shard_plan,
-            "catalog": layout.dataset_files(ds).catalog,
-            "weight": config["datasets"][ds]["weight"],
-            "tags": config["datasets"][ds]["tags"],
-        }
-        for ds in DATASETS
-    }

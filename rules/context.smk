@@ -4,9 +4,9 @@ rule context_plan:
     output:
         plan=DS.context_plan,
     log:
-        "logs/context_plan/{dataset}.log",
+        layout.log("context_plan", "{dataset}"),
     benchmark:
-        "logs/context_plan/{dataset}.benchmark.tsv"
+        layout.benchmark("context_plan", "{dataset}")
     params:
         grouping=get_grouping,
         parts=config["context"]["parts"],
@@ -25,13 +25,13 @@ rule context_part:
         **DS.context_part("{part}").named(),
         **get_embedding_outputs(),
     log:
-        "logs/context_part/{dataset}/part-{part}.log",
+        layout.log("context_part", "{dataset}", "part-{part}"),
     benchmark:
-        "logs/context_part/{dataset}/part-{part}.benchmark.tsv"
+        layout.benchmark("context_part", "{dataset}", "part-{part}")
     params:
         settings=get_context_part_settings,
         device=config["context"]["device"],
-    threads: get_context_threads
+    threads: threads_of("context")
     resources:
         gpu=CONTEXT_GPUS,
         mem_mb=8000,
@@ -41,18 +41,18 @@ rule context_part:
 
 rule context_merge:
     input:
-        records=get_context_parts("records"),
-        rejected=get_context_parts("rejected"),
-        stats=get_context_parts("stats"),
+        records=get_part_files("context", "records"),
+        rejected=get_part_files("context", "rejected"),
+        stats=get_part_files("context", "stats"),
         records_stats=get_context_records_stats,
     output:
         with_context=DS.with_context,
         rejected=directory(DS.context_rejected),
         stats=DS.context_stats,
     log:
-        "logs/context_merge/{dataset}.log",
+        layout.log("context_merge", "{dataset}"),
     benchmark:
-        "logs/context_merge/{dataset}.benchmark.tsv"
+        layout.benchmark("context_merge", "{dataset}")
     resources:
         mem_mb=2000,
     script:

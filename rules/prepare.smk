@@ -6,12 +6,12 @@ rule prepare:
         rejected=directory(DS.prepare_rejected),
         stats=DS.prepare_stats,
     log:
-        "logs/prepare/{dataset}.log",
+        layout.log("prepare", "{dataset}"),
     benchmark:
-        "logs/prepare/{dataset}.benchmark.tsv"
+        layout.benchmark("prepare", "{dataset}")
     params:
         settings=get_prepare_settings,
-    threads: get_prepare_threads
+    threads: threads_of("prepare")
     resources:
         mem_mb=2000,
     script:

@@ -4,7 +4,7 @@ rule build_random_asr:
     output:
         model=layout.ASR_MODEL,
     log:
-        "logs/build_random_asr.log",
+        layout.log("build_random_asr"),
     resources:
         mem_mb=4000,
     script:
@@ -18,16 +18,16 @@ rule quality_part:
     output:
         **DS.quality_part("{part}").named(),
     log:
-        "logs/quality_part/{dataset}/part-{part}.log",
+        layout.log("quality_part", "{dataset}", "part-{part}"),
     benchmark:
-        "logs/quality_part/{dataset}/part-{part}.benchmark.tsv"
+        layout.benchmark("quality_part", "{dataset}", "part-{part}")
     params:
         parts=config["quality"]["parts"],
         audio_root=get_audio_root,
         device=config["quality"]["device"],
         dnsmos_max_windows=config["quality"]["dnsmos_max_windows"],
         asr=get_asr_options,
-    threads: get_quality_threads
+    threads: threads_of("quality")
     resources:
         gpu=QUALITY_GPUS,
         mem_mb=4000,
@@ -37,16 +37,16 @@ rule quality_part:
 
 rule quality_merge:
     input:
-        metrics=get_quality_parts("metrics"),
-        stats=get_quality_parts("stats"),
+        metrics=get_part_files("quality", "metrics"),
+        stats=get_part_files("quality", "stats"),
         prepare_stats=DS.prepare_stats,
     output:
         metrics=DS.quality_metrics,
         stats=DS.quality_metrics_stats,
     log:
-        "logs/quality_merge/{dataset}.log",
+        layout.log("quality_merge", "{dataset}"),
     benchmark:
-        "logs/quality_merge/{dataset}.benchmark.tsv"
+        layout.benchmark("quality_merge", "{dataset}")
     resources:
         mem_mb=1000,
     script:
@@ -63,9 +63,9 @@ rule quality_filter:
         rejected=directory(DS.quality_rejected),
         stats=DS.quality_stats,
     log:
-        "logs/quality_filter/{dataset}.log",
+        layout.log("quality_filter", "{dataset}"),
     benchmark:
-        "logs/quality_filter/{dataset}.benchmark.tsv"
+        layout.benchmark("quality_filter", "{dataset}")
     params:
         filters=config["quality"]["filters"],
         action=config["quality"]["action"],

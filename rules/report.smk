@@ -25,7 +25,7 @@ rule report:
         speakers_tsv=f"{layout.REPORT_DIR}/speakers.tsv",
         buckets_tsv=f"{layout.REPORT_DIR}/buckets.tsv",
     log:
-        "logs/report/report.log",
+        layout.log("report"),
     params:
         datasets=get_report_datasets,
         min_similarity=config["context"]["min_similarity"],

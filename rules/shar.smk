@@ -5,9 +5,9 @@ checkpoint shar_plan:
         plan=DS.shard_plan,
         index=DS.shar_index,
     log:
-        "logs/shar_plan/{dataset}.log",
+        layout.log("shar_plan", "{dataset}"),
     benchmark:
-        "logs/shar_plan/{dataset}.benchmark.tsv"
+        layout.benchmark("shar_plan", "{dataset}")
     params:
         shard_size=config["shar"]["shard_size"],
         seed=config["shar"]["seed"],
@@ -25,9 +25,9 @@ rule shar_shard:
     output:
         **DS.shard("{shard}").named(),
     log:
-        "logs/shar_shard/{dataset}/{shard}.log",
+        layout.log("shar_shard", "{dataset}", "{shard}"),
     benchmark:
-        "logs/shar_shard/{dataset}/{shard}.benchmark.tsv"
+        layout.benchmark("shar_shard", "{dataset}", "{shard}")
     params:
         settings=get_encode_settings,
     threads: SHAR_THREADS
@@ -39,15 +39,15 @@ rule shar_shard:
 
 rule shar_merge:
     input:
-        stats=get_shar_job_stats,
+        stats=get_shard_files("stats"),
         context_stats=DS.context_stats,
     output:
         stats=DS.shar_stats,
         rejected=directory(DS.shar_rejected),
     log:
-        "logs/shar_merge/{dataset}.log",
+        layout.log("shar_merge", "{dataset}"),
     benchmark:
-        "logs/shar_merge/{dataset}.benchmark.tsv"
+        layout.benchmark("shar_merge", "{dataset}")
     resources:
         mem_mb=2000,
     script:

@@ -4,7 +4,7 @@ rule buckets:
     output:
         buckets=DS.buckets,
     log:
-        "logs/buckets/{dataset}.log",
+        layout.log("buckets", "{dataset}"),
     params:
         num_buckets=config["buckets"]["num_buckets"],
         sub_buckets=config["buckets"]["sub_buckets"],
@@ -24,7 +24,7 @@ rule input_cfg:
     output:
         input_cfg=layout.INPUT_CFG,
     log:
-        "logs/input_cfg/input_cfg.log",
+        layout.log("input_cfg"),
     params:
         datasets=get_training_datasets,
         codec=get_training_codec(),

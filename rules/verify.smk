@@ -7,10 +7,10 @@ rule verify:
     output:
         verify=DS.verify,
     log:
-        "logs/verify/{dataset}.log",
+        layout.log("verify", "{dataset}"),
     params:
         codes_stats=get_codes_stats,
-    threads: get_verify_threads
+    threads: threads_of("verify")
     resources:
         mem_mb=2000,
     script:

@@ -66,8 +66,8 @@ EXPECTED = {
 }
 
 
-def declared_outputs(config: dict, tmp: Path) -> dict[str, dict[str, str]]:
-    """{rule: {output name: pattern}} as Snakemake parses the workflow, wildcard constraints dropped."""
+def parsed_rules(config: dict, tmp: Path):
+    """The workflow's rules as Snakemake parses them."""
     configfile = tmp / "config.yaml"
     configfile.write_text(yaml.safe_dump(config))
     with SnakemakeApi(OutputSettings()) as api:
@@ -80,14 +80,33 @@ def declared_outputs(config: dict, tmp: Path) -> dict[str, dict[str, str]]:
             snakefile=REPO / "Snakefile",
             workdir=tmp,
         )
-        rules = workflow._workflow.rules  # the parsed rules; no public accessor
-        return {
-            rule.name: {
-                name: re.sub(r"\{(\w+),[^{}]*(\{[^{}]*\}[^{}]*)*\}", r"{\1}", str(rule.output[index]))
-                for name, (index, _) in rule.output._names.items()
-            }
-            for rule in rules
+        return list(workflow._workflow.rules)  # the parsed rules; no public accessor
+
+
+def unconstrained(pattern) -> str:
+    return re.sub(r"\{(\w+),[^{}]*(\{[^{}]*\}[^{}]*)*\}", r"{\1}", str(pattern))
+
+
+def declared_outputs(config: dict, tmp: Path) -> dict[str, dict[str, str]]:
+    """{rule: {output name: pattern}} as Snakemake parses the workflow, wildcard constraints dropped."""
+    return {
+        rule.name: {
+            name: unconstrained(rule.output[index]) for name, (index, _) in rule.output._names.items()
         }
+        for rule in parsed_rules(config, tmp)
+    }
+
+
+def test_every_job_logs_where_layout_says(tmp_path):
+    for rule in parsed_rules(demo_config(), tmp_path):
+        if rule.name == "all":
+            continue
+        (log,) = map(unconstrained, rule.log)
+        inside = log.removeprefix(f"{layout.LOGS}/{rule.name}").removesuffix(".log")
+        keys = inside.removeprefix("/").split("/") if inside else []
+        assert log == layout.log(rule.name, *keys), rule.name
+        if rule.benchmark:
+            assert unconstrained(rule.benchmark) == layout.benchmark(rule.name, *keys), rule.name
 
 
 def test_every_rule_declares_the_outputs_layout_names(tmp_path):

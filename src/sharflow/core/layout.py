@@ -297,3 +297,19 @@ def codec_spec(codec: str) -> str:
 
 INPUT_CFG = f"{RESULTS}/input_cfg.yaml"
 REPORT_DIR = f"{RESULTS}/report"
+LOGS = "logs"
+
+
+def log(rule: str, *keys: str) -> str:
+    """A job's log: logs/<rule>/<key>/.../<last key>.log, or logs/<rule>.log for a rule that runs once.
+
+    Example::
+
+        log("codes_shard", "{dataset}", "{shard}")  # logs/codes_shard/{dataset}/{shard}.log
+    """
+    return "/".join((LOGS, rule, *keys)) + ".log" if keys else f"{LOGS}/{rule}.log"
+
+
+def benchmark(rule: str, *keys: str) -> str:
+    """A job's Snakemake benchmark file, beside its log (log() with .benchmark.tsv)."""
+    return log(rule, *keys)[: -len(".log")] + ".benchmark.tsv"
