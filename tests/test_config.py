@@ -1,8 +1,18 @@
+"""sharflow.core.config: the schema, its defaults, and the errors a bad config gives."""
+
+import dataclasses
+
 import pytest
 import yaml
 
-from sharflow.core.config import load_yaml, validate_config
+from sharflow.codes.spec import CodecSpec
+from sharflow.context.part import PartSettings
+from sharflow.core.config import load_schema, load_yaml, validate_config
 from sharflow.core.errors import SharflowError
+from sharflow.core.metrics import FILTERABLE
+from sharflow.prepare.manifest import CheckSettings
+from sharflow.quality.part import AsrOptions, MeasureSettings
+from sharflow.shar.audio import EncodeSettings
 from testkit import REPO
 
 SCHEMA = REPO / "config" / "schema.yaml"
@@ -72,3 +82,47 @@ def test_yaml_is_loaded_safely(tmp_path):
     evil.write_text("x: !!python/object/apply:os.system ['echo pwned']\n")
     with pytest.raises(SharflowError):
         load_yaml(evil)
+
+
+def schema_defaults(path: str) -> dict:
+    """{key: default} of the schema's keys at a dotted path (`*`: a user-named entry), sections left out."""
+    node = load_schema(SCHEMA)
+    for key in path.split("."):
+        node = node["additionalProperties"] if key == "*" else node["properties"][key]
+    return {
+        k: v["default"] for k, v in node["properties"].items() if "default" in v and "properties" not in v
+    }
+
+
+@pytest.mark.parametrize(
+    ("settings", "path"),
+    [
+        (PartSettings, "context"),
+        (EncodeSettings, "shar"),
+        (AsrOptions, "quality.asr"),
+        (MeasureSettings, "quality"),
+        (CheckSettings, "datasets.*"),
+        (CodecSpec, "codecs.*"),
+    ],
+)
+def test_the_stages_settings_default_to_what_the_schema_says(settings, path):
+    """A settings class used outside the workflow (tests, benchmarks, notebooks) defaults a key the
+    schema has to the schema's default (or has none: the caller must give it): one default per key."""
+    defaults = schema_defaults(path)
+    compared = 0
+    for f in dataclasses.fields(settings):
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if f.name in defaults and default is not dataclasses.MISSING:
+            assert default == defaults[f.name], f"{settings.__name__}.{f.name}"
+            compared += 1
+    assert compared, f"{settings.__name__} has no default of a key of {path}"
+
+
+def test_the_metric_names_a_filter_accepts_come_from_the_registry():
+    schema = load_schema(SCHEMA)
+    assert schema["$defs"]["metric"]["enum"] == list(FILTERABLE)
+    assert "enum" not in yaml.safe_load(SCHEMA.read_text())["$defs"]["metric"]  # not written twice
+    config = minimal()
+    config["quality"] = {"filters": {"dnsmos_bogus": {"min": 1}}}
+    with pytest.raises(SharflowError, match=r"quality\.filters: 'dnsmos_bogus' is not one of"):
+        validate_config(config, SCHEMA)

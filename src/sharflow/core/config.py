@@ -8,6 +8,7 @@ import yaml
 
 from sharflow.core.audio import OPUS_RATES
 from sharflow.core.errors import SharflowError
+from sharflow.core.metrics import FILTERABLE
 
 
 def _with_defaults(validator_class):
@@ -36,13 +37,21 @@ def load_yaml(path: str | Path) -> Any:
         raise SharflowError(f"{path}: not valid YAML: {e}") from None
 
 
+def load_schema(schema_path: str | Path) -> dict:
+    """The config schema, with the metric names quality.filters accepts filled in from the registry
+    (sharflow.core.metrics), so that they are written in one place."""
+    schema = load_yaml(schema_path)
+    schema["$defs"]["metric"]["enum"] = list(FILTERABLE)
+    return schema
+
+
 def validate_config(config: dict, schema_path: str | Path) -> dict:
     """Validate `config` in place against the schema and fill defaults; return it.
 
     Raises SharflowError naming the offending key (dotted path), the problem, and the key's
     description from the schema, so the user knows what to change.
     """
-    schema = load_yaml(schema_path)
+    schema = load_schema(schema_path)
     errors = sorted(_Validator(schema).iter_errors(config), key=lambda e: list(e.absolute_path))
     messages = [_describe(e, schema) for e in errors] or _cross_checks(config)
     if messages:

@@ -1,0 +1,51 @@
+"""The metric registry (sharflow.core.metrics) and everything derived from it agree: what the quality
+stage measures, what a filter may name, the catalog's columns, the report's panels, the reject reasons.
+(The schema's list: test_config; the docs' table: test_docs.)"""
+
+import numpy as np
+import pyarrow as pa
+
+from sharflow.core.metrics import ASR_METRICS, CATALOG_METRICS, FILTERABLE, MEASURED, METRICS, SIDES
+from sharflow.dataset.catalog import FRAGMENT_SCHEMA
+from sharflow.quality.filter import REASONS, check_filters
+from sharflow.quality.metrics import MODEL_RATE, Meters, measure
+from sharflow.quality.text import ASR_FIELDS, asr_fields
+from sharflow.report.plots import _quality_panels
+from sharflow.report.quality_costs import MetricHistogram, QualityView
+
+
+def test_every_metric_is_named_once_and_documented():
+    names = [m.name for m in METRICS]
+    assert len(names) == len(set(names)) == len(FILTERABLE) == 12
+    assert set(MEASURED) | set(ASR_METRICS) == set(FILTERABLE) == set(CATALOG_METRICS) == set(SIDES)
+    assert all(m.what for m in METRICS)
+    assert all(set(m.sides) <= {"min", "max"} and m.sides for m in METRICS)
+
+
+def test_the_quality_stage_measures_exactly_the_registered_metrics():
+    rate = 16000
+    t = np.arange(rate * 2) / rate
+    audio = (0.3 * np.sin(2 * np.pi * 220 * t) * (t > 0.5)).astype(np.float32)
+    values = measure(Meters.load("cpu", 1), {"text": "a short test"}, audio, rate, audio)
+    assert rate == MODEL_RATE and list(values) == list(MEASURED)
+    assert len(set(values.values())) > 5  # real measures, not one constant
+    asr = asr_fields({"text": "a short test"}, "a short test")
+    assert tuple(asr) == ASR_FIELDS and set(ASR_METRICS) < set(asr)
+
+
+def test_a_filter_may_name_every_metric_and_each_has_a_reject_reason():
+    check_filters({m: {"min": 0} for m in FILTERABLE})
+    assert {f"quality_{m}" for m in FILTERABLE} < set(REASONS)
+
+
+def test_the_catalog_has_a_float32_column_for_every_metric():
+    for name in CATALOG_METRICS:
+        assert FRAGMENT_SCHEMA.field(name).type == pa.float32()
+
+
+def test_the_report_draws_a_panel_per_metric_in_registry_order():
+    edges = np.linspace(0, 1, 4)
+    view = QualityView("d", {}, "drop", 1.0, {m: MetricHistogram(edges, np.ones(3)) for m in FILTERABLE})
+    fig, panels = _quality_panels([view])
+    assert [metric for _, _, metric in panels] == list(FILTERABLE)
+    fig.clf()
