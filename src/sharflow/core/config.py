@@ -1,5 +1,6 @@
 """Workflow config: loaded safely, checked against the JSON schema, defaults filled in."""
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +101,22 @@ def _describe(error: jsonschema.ValidationError, schema: dict) -> str:
     description = error.schema.get("description")
     hint = f" ({description})" if description else ""
     return f"  {key}: {error.message}{hint}"
+
+
+def schema_keys(schema: dict, prefix: str = "") -> Iterator[tuple[str, dict]]:
+    """(dotted path, schema node) of every key of the config, in the schema's order.
+
+    Sections are walked into, not listed; a user-named entry's keys have `<name>` in their path
+    (`datasets.<name>.manifest`). A key that is a section too (training.tokenizer) is listed and
+    walked into.
+    """
+    for name, node in schema.get("properties", {}).items():
+        path = f"{prefix}.{name}" if prefix else name
+        entries = node.get("additionalProperties")
+        named = isinstance(entries, dict) and "properties" in entries
+        section = "properties" in node or named
+        if not section or ("default" in node and not isinstance(node["default"], dict)):
+            yield path, node
+        yield from schema_keys(node, path)
+        if named:
+            yield from schema_keys(entries, f"{path}.<name>")

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from sharflow.core.atomic import atomic_path
-from sharflow.core.metrics import CATALOG_METRICS
+from sharflow.core.metrics import CATALOG_METRICS, METRICS
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,34 @@ FRAGMENT_SCHEMA = pa.schema(
 )
 OPTIONAL_COLUMNS = (*CATALOG_METRICS, "validation_status", "asr_text")  # dropped when null in every row
 ROW_GROUP_ROWS = 65536
+# What each column holds (the docs' catalog table is generated from this; <codec>: each codec's name).
+COLUMN_DOCS: dict[str, str] = {
+    "cut_id": "the cut's id, as in the Shar (recording id, offset and duration in units of 10 µs)",
+    "shard": "the shard that holds the cut",
+    "position": "the cut's position in its shard, from 0",
+    "speaker": "the standardized speaker, in NeMo's form (Language, Dataset and Speaker between bars)",
+    "language": "the supervision's language",
+    "source_file": "the source audio, relative to the dataset's audio root",
+    "offset": "where the utterance starts in the source file (s)",
+    "duration": "the utterance's duration (s)",
+    "source_sample_rate": "the source file's sample rate (Hz)",
+    "sample_rate": "the target audio's sample rate in the Shar (Hz)",
+    "num_samples": "the target audio's samples in the Shar",
+    "text_chars": "characters of `text`",
+    "normalized_text_chars": "characters of `normalized_text` (null without one)",
+    "context_file": "the context audio's source file",
+    "context_offset": "where the context starts in its file (s)",
+    "context_duration": "the context's duration (s)",
+    "context_sample_rate": "the context audio's sample rate in the Shar (Hz)",
+    "context_num_samples": "the context audio's samples in the Shar",
+    "context_similarity": "cosine similarity of the target's and the context's speaker embeddings",
+    **{m.name: f"{m.what} (when measured, or carried by the manifest)" for m in METRICS},
+    "validation_status": "`pass` or `fail` (quality.action: mark; NeMo's dataloader filters on it)",
+    "asr_text": "the ASR check's transcript",
+    "tokens": "text tokens as MagpieTTS counts them (with training.tokenizer)",
+    "frames_<codec>": "code frames of the target audio for that codec",
+    "context_frames_<codec>": "code frames of the context audio for that codec",
+}
 
 
 def _number(value) -> float | None:

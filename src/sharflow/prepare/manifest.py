@@ -23,12 +23,13 @@ REASONS: dict[str, str] = {
     "bad_duration": "duration is not a positive finite number, or offset is negative",
     "empty_text": "text is empty or only whitespace (datasets with require_text: true)",
     "bad_speaker": "speaker is neither a plain id nor '| Language:x Dataset:y Speaker:z |'",
-    "path_escapes_root": "audio_filepath points outside the dataset's audio_root",
+    "path_escapes_root": "audio_filepath leaves the dataset's audio_root (../, absolute paths elsewhere)",
     "missing_audio": "the audio file does not exist",
     "unreadable_audio": "the audio file's header cannot be read (corrupt or unknown format)",
     "zero_length_audio": "the audio file holds no samples",
-    "duration_mismatch": "manifest offset/duration disagree with the file beyond the tolerance",
-    "duplicate": "same audio file, offset and duration as an earlier line",
+    "duration_mismatch": "a whole-file record (no offset) whose duration differs from the file's, or a "
+    "segment ending past the file, by more than prepare.duration_tolerance",
+    "duplicate": "same audio file, offset and duration as an earlier line (the detail names it)",
 }
 
 # Keys the prepared record sets itself; every other manifest field is carried over unchanged.
