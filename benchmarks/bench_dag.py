@@ -30,8 +30,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def config(work: Path) -> dict:
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    for key in ("manifest", "audio_root"):
-        cfg["datasets"]["demo"][key] = str(REPO / cfg["datasets"]["demo"][key])
+    for dataset in cfg["datasets"].values():  # every dataset the shipped config has, paths made absolute
+        for key in ("manifest", "audio_root"):
+            dataset[key] = str(REPO / dataset[key])
     tiny = {"backend": "nemo", "random_from_config": str(REPO / "config" / "models" / "tiny_codec.yaml")}
     cfg["codecs"] = {"codec_a": tiny, "codec_b": dict(tiny)}
     cfg["context"]["parts"] = 1

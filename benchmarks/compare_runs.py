@@ -90,11 +90,12 @@ def context_choices(path: Path) -> dict[tuple, tuple]:
 
 def closeness(a: Path, b: Path) -> None:
     """How close the context choices and codes of one dataset are (for runs on different devices)."""
-    ca, cb = (context_choices(x / "context" / "with_context.jsonl") for x in (a, b))
-    shared = ca.keys() & cb.keys()
-    agree = sum(ca[k][:2] == cb[k][:2] for k in shared)
-    gap = max((abs(ca[k][2] - cb[k][2]) for k in shared), default=0.0)
-    print(f"  context choices equal: {agree} of {len(shared)}; largest similarity difference {gap:.2e}")
+    if all((x / "context" / "with_context.jsonl").exists() for x in (a, b)):
+        ca, cb = (context_choices(x / "context" / "with_context.jsonl") for x in (a, b))
+        shared = ca.keys() & cb.keys()
+        agree = sum(ca[k][:2] == cb[k][:2] for k in shared)
+        gap = max((abs(ca[k][2] - cb[k][2]) for k in shared), default=0.0)
+        print(f"  context choices equal: {agree} of {len(shared)}; largest similarity difference {gap:.2e}")
     for codec_dir in sorted((a / "shar").glob("codes_*")):
         frames = equal = arrays = equal_arrays = 0
         for kind in ("target_codes", "context_codes"):

@@ -2,6 +2,7 @@
 
 import faulthandler
 import os
+import signal
 
 import pytest
 from test_prepare import dirty_manifest
@@ -15,6 +16,7 @@ from testkit import (
     run_codes,
     run_snakemake,
     run_stage,
+    stop_process_groups,
     system_tool,
     write_all,
 )
@@ -28,6 +30,16 @@ def hang_guard():
     faulthandler.dump_traceback_later(int(os.environ.get("SHARFLOW_TEST_TIMEOUT", "1200")), exit=True)
     yield
     faulthandler.cancel_dump_traceback_later()
+
+
+def pytest_configure(config):
+    """SIGTERM (`timeout`, a CI runner giving up) ends the session as Ctrl-C does, so that its teardown
+    still runs: the Slurm daemons this session started are stopped (early_runs)."""
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -91,7 +103,8 @@ def early_runs(request, tmp_path_factory):
 
     The two-dataset run overlaps the unit tests; the crash test's killed runs (one core) start when
     it is done and overlap the tests after it; the Slurm run (which mostly waits on Slurm's queue)
-    overlaps everything: the suite takes minutes less than running them in turn.
+    overlaps everything: the suite takes minutes less than running them in turn. When the session
+    ends (passed, failed or interrupted) a Slurm cluster the session started is stopped again.
     """
     wanted = {name for item in request.session.items for name in getattr(item, "fixturenames", ())}
     runs = {}
@@ -110,7 +123,15 @@ def early_runs(request, tmp_path_factory):
         from test_slurm import run_on_slurm
 
         runs["slurm"] = Background(run_on_slurm, tmp_path_factory.mktemp("slurm"))
-    return runs
+    try:
+        yield runs
+    finally:
+        stop_process_groups()  # runs still going when the session ends early (failed, interrupted)
+        if "slurm" in runs:
+            from test_slurm import stop_the_cluster_this_session_started
+
+            runs["slurm"].join(timeout=5)
+            stop_the_cluster_this_session_started()
 
 
 @pytest.fixture(scope="session")

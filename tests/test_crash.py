@@ -24,7 +24,14 @@ from pathlib import Path
 
 import yaml
 
-from testkit import assert_informative_codes, assert_same_outputs, codes_in_tars, run_snakemake, snakemake_cmd
+from testkit import (
+    assert_informative_codes,
+    assert_same_outputs,
+    codes_in_tars,
+    process_group,
+    run_snakemake,
+    snakemake_cmd,
+)
 
 
 class Watcher(threading.Thread):
@@ -50,13 +57,8 @@ def run_and_kill(work: Path, config: dict, when, what: str, timeout: float = 600
     """Start the workflow (1 core) and SIGKILL its whole process group once when(work) is true."""
     work.mkdir(parents=True, exist_ok=True)
     log = work / f"killed-{what}.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            snakemake_cmd(work, config, "--cores", "1"),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    cmd = snakemake_cmd(work, config, "--cores", "1")
+    with open(log, "w") as out, process_group(cmd, stdout=out, stderr=subprocess.STDOUT) as proc:
         deadline = time.monotonic() + timeout
         try:
             while not when(work):
@@ -67,7 +69,6 @@ def run_and_kill(work: Path, config: dict, when, what: str, timeout: float = 600
                 time.sleep(0.002)
         finally:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
     return log.read_text()
 
 

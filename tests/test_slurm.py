@@ -10,6 +10,7 @@ import json
 import os
 import re
 import subprocess
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -26,6 +27,20 @@ from testkit import (
 )
 
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
+STARTED = threading.Event()  # set once this session has run `cluster.sh up` on a machine without a cluster
+
+
+def cluster_running() -> bool:
+    return subprocess.run(["bash", str(CLUSTER), "running"], capture_output=True, timeout=60).returncode == 0
+
+
+def stop_the_cluster_this_session_started() -> None:
+    """`cluster.sh down` if this session brought the cluster up: its daemons stop, and the Slurm config
+    it wrote goes (a config that was there before comes back). A cluster that was up before stays up.
+    Called when the session ends, passed or failed or interrupted (conftest.early_runs)."""
+    if STARTED.is_set():
+        subprocess.run(["bash", str(CLUSTER), "down"], capture_output=True, timeout=300)
+        STARTED.clear()
 
 
 def run_on_slurm(tmp: Path):
@@ -35,6 +50,8 @@ def run_on_slurm(tmp: Path):
     """
     if os.geteuid() != 0:
         pytest.skip("Slurm's daemons need root (tests/slurm/cluster.sh up)")
+    if not cluster_running():
+        STARTED.set()  # before `up`: what a half-finished `up` started is stopped too
     done = subprocess.run(["bash", str(CLUSTER), "up"], capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
         pytest.skip(f"Slurm could not start: {done.stderr[-1500:]}")

@@ -1,10 +1,12 @@
 """Helpers shared by the tests: test audio, JSON lines, and real snakemake runs."""
 
+import contextlib
 import glob
 import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
@@ -116,12 +118,44 @@ def snakemake_cmd(workdir: Path, config: dict, *args: str, profile: str = "local
     ]
 
 
+_GROUPS: set[int] = set()  # process groups of the runs still going (stop_process_groups)
+
+
+@contextlib.contextmanager
+def process_group(cmd: list[str], **popen_kwargs):
+    """A subprocess in a session of its own: killed, with every process it started, if the block fails,
+    or when the test session ends while it still runs (conftest.early_runs: stop_process_groups)."""
+    proc = subprocess.Popen(cmd, start_new_session=True, **popen_kwargs)
+    _GROUPS.add(proc.pid)
+    try:
+        yield proc
+    except BaseException:
+        _kill_group(proc.pid)
+        raise
+    finally:
+        proc.wait()
+        _GROUPS.discard(proc.pid)
+
+
+def _kill_group(pgid: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def stop_process_groups() -> None:
+    """Kill every workflow run (and its jobs) still going: a session that ends early leaves none behind."""
+    for pgid in list(_GROUPS):
+        _kill_group(pgid)
+
+
 def run_snakemake(
     workdir: Path, config: dict, *args: str, check: bool = True, profile: str = "local", timeout: int = 900
 ) -> subprocess.CompletedProcess:
     """Run snakemake (snakemake_cmd) to the end; SIGKILL after `timeout` s: a hung run cannot hold CI."""
     cmd = ["timeout", "-s", "KILL", str(timeout), *snakemake_cmd(workdir, config, *args, profile=profile)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout + 60)
+    with process_group(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as popen:
+        out, err = popen.communicate(timeout=timeout + 60)
+    proc = subprocess.CompletedProcess(cmd, popen.returncode, out, err)
     if check and proc.returncode != 0:
         pytest.fail(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
     return proc
