@@ -41,7 +41,7 @@ def edit_distance(a: list, b: list) -> int:
 
 def test_text_normalization():
     assert normalize_text("Hello, World!") == "hello world"
-    assert normalize_text("Don't—stop, NOW.") == "don't stop now"  # the README's example
+    assert normalize_text("Don't—stop, NOW.") == "don't stop now"  # the docs' example (quality page)
     assert normalize_text("  Don't\tstop—now. ") == "don't stop now"
     assert normalize_text("'Quoted' rock'n'roll's") == "quoted rock'n'roll's"  # edge apostrophes go
     assert normalize_text("Ｆｕｌｌ ｗｉｄｔｈ") == "full width"  # NFKC

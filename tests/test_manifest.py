@@ -176,8 +176,8 @@ ABSENT = object()
 
 
 def expected_reason(record: dict, tolerance: float = 0.1) -> str:
-    """The reason a record is rejected, from the README's list of checks in order, written plainly
-    (the file a.wav is 2.000 s; nope.wav does not exist; ../x.wav leaves the root)."""
+    """The reason a record is rejected, from the documented checks in order (docs: reject reasons),
+    written plainly (the file a.wav is 2.000 s; nope.wav does not exist; ../x.wav leaves the root)."""
     import math
 
     if any(k not in record for k in ("audio_filepath", "duration", "text", "speaker")):

@@ -253,7 +253,9 @@ def test_damaged_shard_fails_verify_then_a_targeted_rerun_repairs_it(two_dataset
     codes = copy / "results" / "demo" / "shar" / "codes_tiny_nemo" / "context_codes" / "codes.000002.tar"
     good = codes.read_bytes()
     codes.write_bytes(good[: len(good) // 3])  # as a crashed copy or a full disk leaves it
-    proc = run_snakemake(copy, config, "--forcerun", "verify", check=False)  # README: re-check the files
+    proc = run_snakemake(
+        copy, config, "--forcerun", "verify", check=False
+    )  # docs (verify): re-check the files
     assert proc.returncode != 0
     log = (copy / "logs" / "verify" / "demo.log").read_text()
     assert (
@@ -264,7 +266,7 @@ def test_damaged_shard_fails_verify_then_a_targeted_rerun_repairs_it(two_dataset
     assert_informative_codes(
         codes_in_tars([codes.with_name("codes.000001.tar")]), distinct_arrays=False, min_distinct=32
     )
-    codes.unlink()  # README: delete the named file and ask for it
+    codes.unlink()  # docs (verify): delete the named file and ask for it
     proc = run_snakemake(copy, config, str(codes.relative_to(copy)))
     assert job_counts(proc.stdout + proc.stderr) == {"codes_shard": 1}
     assert codes.read_bytes() == good

@@ -48,13 +48,15 @@ def _allowed(node: dict) -> str:
     return ", ".join([text, *bounds]) if text else ", ".join(bounds)
 
 
+def _key_row(path: str, node: dict) -> tuple:
+    default = f"`{json.dumps(node['default'])}`" if "default" in node else "required"
+    return (f"`{path}`", default, _allowed(node), node.get("description", ""))
+
+
 def config_page(schema_path: str | Path = SCHEMA) -> str:
-    """Every key of the config by its dotted path, with its default, what it takes and what it does."""
+    """Every key of the config by its dotted path, with its default, what it takes and what it does,
+    under a heading per top-level section (with the section's own description)."""
     schema = load_schema(schema_path)
-    rows = []
-    for path, node in schema_keys(schema):
-        default = f"`{json.dumps(node['default'])}`" if "default" in node else "required"
-        rows.append((f"`{path}`", default, _allowed(node), node.get("description", "")))
     lines = [
         GENERATED,
         "# Configuration reference",
@@ -64,9 +66,18 @@ def config_page(schema_path: str | Path = SCHEMA) -> str:
         "a codec under `codecs`, a tokenizer under `training.tokenizer`. Defaults are filled in for every "
         "key you leave out.",
         "",
-        *_table(("key", "default", "takes", "what it does"), rows),
-        "",
     ]
+    keys = list(schema_keys(schema))
+    for section, node in schema["properties"].items():
+        rows = []
+        for name, sub in node.get("properties", {}).items():  # a section inside it: its own row
+            if "properties" in sub:
+                rows.append(
+                    (f"`{section}.{name}`", "(section)", "the keys below", sub.get("description", ""))
+                )
+        rows += [_key_row(path, sub) for path, sub in keys if path.split(".")[0] == section]
+        lines += [f"## {section}", "", " ".join(node.get("description", "").split()), ""]
+        lines += [*_table(("key", "default", "takes", "what it does"), rows), ""]
     return "\n".join(lines)
 
 
