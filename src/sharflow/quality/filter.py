@@ -134,7 +134,7 @@ def filter_quality(
                 marked += bool(fails)
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
             ledger.keep(record["duration"])
-    ledger.check(records_in, fix="rerun with --forcerun quality_part")
+        ledger.check(records_in, fix="rerun with --forcerun quality_part")  # else nothing is written
     summary = {
         "dataset": dataset,
         "action": action,
