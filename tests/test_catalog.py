@@ -15,6 +15,7 @@ from sharflow.core.layout import DatasetFiles
 from sharflow.core.metrics import CATALOG_METRICS
 from sharflow.dataset.buckets import bucket_bins, read_catalog_lengths, sampler_bin_2d_of
 from sharflow.dataset.catalog import (
+    BASE_COLUMNS,
     FRAGMENT_SCHEMA,
     CodecFrames,
     build_catalog,
@@ -232,3 +233,112 @@ def test_a_row_takes_the_quality_fields_of_its_record():
         context=(22050, 66150),
     )
     assert (odd["asr_text"], odd["validation_status"], odd["cer"], odd["wer"]) == (None, None, None, None)
+
+
+def test_the_tokenizer_target_sets_the_counts():
+    """training.tokenizer.<name>._target_: another tokenizer class counts the same text differently."""
+    from sharflow.dataset.tokens import TokenCounter
+
+    text = "¿Qué año? Ñandú, señor."
+    english = TokenCounter({"english_phoneme": {"_target_": CHARS}}).count(text)
+    spanish = TokenCounter({"spanish": {"_target_": SPANISH}}).count(text)
+    assert english != spanish
+
+
+def synthetic_rows(shard: int, n: int, **extra) -> list[dict]:
+    """Catalog rows as a shard job builds them (catalog_row), with varied values; `extra` per row i:
+    {column: function of i}."""
+    rows = []
+    for i in range(n):
+        record = {
+            "audio_filepath": f"spk{i % 3}/u{shard}_{i}.flac",
+            "offset": 0.25 * i,
+            "duration": 1.0 + 0.37 * i + shard,
+            "text": "x" * (5 + i),
+            "speaker": f"| Language:en Dataset:d Speaker:{i % 3} |",
+            "source_audio": {"sampling_rate": 16000 if i % 2 else 22050},
+            "context_audio_filepath": f"spk{i % 3}/c{i}.flac",
+            "context_audio_offset": 0.0,
+            "context_audio_duration": 3.0 + 0.1 * i,
+            "context_speaker_similarity": 0.6 + 0.01 * i,
+            **{k: f(i) for k, f in extra.items()},
+        }
+        samples = round(record["duration"] * 22050)
+        rows.append(
+            catalog_row(
+                record,
+                cut_id=f"c{shard}-{i}",
+                shard=shard,
+                position=i,
+                language="en",
+                target=(22050, samples),
+                context=(16000, round(record["context_audio_duration"] * 16000)),
+            )
+        )
+    return rows
+
+
+def nulls_as_none(column: pd.Series) -> list:
+    return [None if pd.isna(v) else v for v in column]
+
+
+def test_merge_of_synthetic_fragments_keeps_metrics_present_adds_frames_and_tokens(tmp_path, monkeypatch):
+    """The streaming merge on fragments built in the test (fast: also the mutation run's check)."""
+    plain = [synthetic_rows(0, 5), synthetic_rows(1, 4)]
+    marked = [
+        synthetic_rows(0, 5),
+        synthetic_rows(
+            1,
+            4,
+            cer=lambda i: 0.1 * i if i % 2 else None,
+            validation_status=lambda i: "fail" if i == 3 else "pass",
+            asr_text=lambda i: "hi" if i == 0 else None,
+        ),
+    ]
+    paths = {}
+    for name, fragments in (("plain", plain), ("marked", marked)):
+        paths[name] = [str(tmp_path / f"{name}{s}.parquet") for s in range(2)]
+        for rows, path in zip(fragments, paths[name], strict=True):
+            write_fragment(rows, path)
+    monkeypatch.setattr(sharflow.dataset.catalog, "ROW_GROUP_ROWS", 5)  # a row group per shard
+    codecs = [CodecFrames("c", 16000, 640)]
+    summary = merge_catalog(
+        paths["marked"],
+        str(tmp_path / "m.parquet"),
+        codecs=codecs,
+        token_counts=lambda shard: [10 * shard + i for i in range((5, 4)[shard])],
+    )
+    merge_catalog(paths["plain"], str(tmp_path / "p.parquet"), codecs=[])
+    assert summary["rows"] == 9 and pq.read_metadata(tmp_path / "m.parquet").num_row_groups == 2
+    m, p = pd.read_parquet(tmp_path / "m.parquet"), pd.read_parquet(tmp_path / "p.parquet")
+    assert list(p.columns) == [name for name, _ in BASE_COLUMNS]  # nothing optional: no metric, no frames
+    extra = [c for c in m.columns if c not in p.columns]
+    assert extra == ["cer", "validation_status", "asr_text", "tokens", "frames_c", "context_frames_c"]
+    assert m.cer.isna().tolist() == [True] * 5 + [True, False, True, False]
+    assert m.cer.dropna().astype(float).round(6).tolist() == [0.1, 0.3]  # float32 column
+    assert nulls_as_none(m.validation_status) == [None] * 5 + ["pass", "pass", "pass", "fail"]
+    assert nulls_as_none(m.asr_text) == [None] * 5 + ["hi", None, None, None]
+    assert m.tokens.tolist() == [0, 1, 2, 3, 4, 10, 11, 12, 13]
+    expected = np.ceil(np.round(m.num_samples / 22050 * 16000) / 640).astype(int)
+    assert m.frames_c.tolist() == expected.tolist() and m.frames_c.nunique() > 5
+    assert m.context_frames_c.tolist() == np.ceil(m.context_num_samples / 640).astype(int).tolist()
+    assert m.speaker.nunique() == 3 and m.shard.tolist() == [0] * 5 + [1] * 4
+    with pytest.raises(ValueError, match="shard 1: 3 token counts for 4 rows"):
+        merge_catalog(
+            paths["plain"],
+            str(tmp_path / "x.parquet"),
+            codecs=[],
+            token_counts=lambda shard: [0] * (5 if shard == 0 else 3),
+        )
+
+
+def test_columns_with_values_read_the_column_when_a_fragment_has_no_statistics(tmp_path):
+    rows = synthetic_rows(0, 3, cer=lambda i: 0.5 if i == 2 else None)
+    table = pa.Table.from_pylist(rows, schema=FRAGMENT_SCHEMA)
+    pq.write_table(table, tmp_path / "no_stats.parquet", write_statistics=False)
+    pq.write_table(table, tmp_path / "stats.parquet")
+    for name in ("no_stats", "stats"):
+        found = sharflow.dataset.catalog._columns_with_values(
+            str(tmp_path / f"{name}.parquet"), ("cer", "wer")
+        )
+        assert found == {"cer"}, name

@@ -112,3 +112,31 @@ def test_unloadable_models_are_explained(tmp_path):
         load_codec("hf", str(tmp_path))
     with pytest.raises(ValueError, match="unknown codec backend"):
         load_codec("espnet", "x")
+
+
+def test_the_backend_key_chooses_the_codec(tiny_nemo_codec, tiny_encodec):
+    """codecs.<name>.backend: nemo and hf load different model classes, with their own frame rates and
+    codebooks, and encode the same speech to different codes."""
+    nemo, hf = load_codec("nemo", str(tiny_nemo_codec)), load_codec("hf", str(tiny_encodec))
+    assert (type(nemo).__name__, type(hf).__name__) == ("NemoCodec", "HFCodec")
+    assert (nemo.sample_rate, nemo.samples_per_frame, nemo.num_codebooks) != (
+        hf.sample_rate,
+        hf.samples_per_frame,
+        hf.num_codebooks,
+    )
+    with pytest.raises(ValueError, match="unknown codec backend 'nemos'"):
+        load_codec("nemos", str(tiny_nemo_codec))
+
+
+def test_another_model_gives_other_codes(tiny_nemo_codec, tmp_path):
+    """codecs.<name>.model: the same config with other random weights encodes the same audio differently."""
+    from sharflow.models.codecs.nemo import build_random_codec
+
+    other_path = build_random_codec(
+        REPO / "config" / "models" / "tiny_codec.yaml", tmp_path / "b.nemo", seed=1
+    )
+    first, other = load_codec("nemo", str(tiny_nemo_codec)), load_codec("nemo", str(other_path))
+    waves = speech(first, [first.samples_per_frame * 40] * 4)
+    a, b = encode_each(first, waves), encode_each(other, waves)
+    assert_informative_codes(a + b)
+    assert all(x.shape == y.shape and not np.array_equal(x, y) for x, y in zip(a, b, strict=True))

@@ -69,3 +69,18 @@ def test_partial_windows_cover_the_utterance():
     assert starts[0] == 0 and all(b - a == 77 for a, b in itertools.pairwise(starts))
     last_end = (starts[-1] + PARTIAL_FRAMES) * 160
     assert last_end >= 16000 * 5 * 0.9
+
+
+def test_embedder_options_choose_the_weights(demo_embeddings, tmp_path):
+    """context.embedder_options reach the backend: other weights, other embeddings (batch_partials, a
+    speed option, leaves them as they are)."""
+    _, emb, _, waves = demo_embeddings
+    state = torch.load(pretrained_weights(), map_location="cpu", weights_only=True)
+    state["model_state"] = {
+        k: v * 1.5 if k.startswith("lstm") else v for k, v in state["model_state"].items()
+    }
+    torch.save(state, tmp_path / "other.pt")
+    other = load_embedder("ge2e", "cpu", weights=str(tmp_path / "other.pt")).embed(waves[:3])
+    assert not np.allclose(other, emb[:3], atol=1e-3)
+    small = load_embedder("ge2e", "cpu", batch_partials=3).embed(waves[:3])
+    np.testing.assert_allclose(small, emb[:3], atol=1e-5)

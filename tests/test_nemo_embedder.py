@@ -73,3 +73,13 @@ def test_context_part_runs_with_the_nemo_backend(tiny_model, tmp_path):
 def test_unloadable_model_is_explained():
     with pytest.raises(SharflowError, match=r"local \.nemo file"):
         load_embedder("nemo", "cpu", model="/nonexistent/speaker.nemo")
+
+
+def test_the_embedder_key_chooses_the_backend(tiny_model):
+    """context.embedder: ge2e (256-dim GE2E) or nemo (the model in embedder_options), other embeddings."""
+    wave = resample(*load_span(str(DEMO / "audio" / "slt" / "slt_000.flac"), 0.0, 2.0), 16000)
+    ge2e = load_embedder("ge2e", "cpu")
+    nemo = load_embedder("nemo", "cpu", model=str(tiny_model))
+    assert (type(ge2e).__name__, ge2e.dim) == ("GE2EEmbedder", 256)
+    assert (type(nemo).__name__, nemo.dim) == ("NemoSpeakerEmbedder", 64)
+    assert ge2e.embed([wave]).shape == (1, 256) and nemo.embed([wave]).shape == (1, 64)

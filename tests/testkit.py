@@ -196,7 +196,9 @@ def run_quality_filter(tmp, prepared, metrics, stats, action, filters):
     return summary, kept, out / "rejected"
 
 
-def run_stage(tmp, prep, root=DEMO / "audio", parts=1, workers=1, save_embeddings=False, **rules):
+def run_stage(
+    tmp, prep, root=DEMO / "audio", parts=1, workers=1, save_embeddings=False, device="cpu", **rules
+):
     """The context stage (plan, every part, merge) over `prep`'s records; (context folder, stats)."""
     source = DatasetFiles(str(prep.parent))
     files = DatasetFiles(str(tmp / f"run-{parts}-{workers}"))
@@ -218,7 +220,7 @@ def run_stage(tmp, prep, root=DEMO / "audio", parts=1, workers=1, save_embedding
             plan=files.context_plan,
             out=files.context_part(p),
             settings=settings,
-            device="cpu",
+            device=device,
             workers=workers,
             out_embeddings=embeddings["embeddings"],
             out_embedding_ids=embeddings["embedding_ids"],
