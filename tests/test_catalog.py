@@ -20,7 +20,10 @@ from sharflow.dataset.catalog import (
     CodecFrames,
     build_catalog,
     catalog_row,
+    column_names,
+    iter_batches,
     merge_catalog,
+    read_columns,
     write_fragment,
 )
 from sharflow.dataset.tables import bucket_occupancy, dataset_card, speaker_table
@@ -342,3 +345,88 @@ def test_columns_with_values_read_the_column_when_a_fragment_has_no_statistics(t
             str(tmp_path / f"{name}.parquet"), ("cer", "wer")
         )
         assert found == {"cer"}, name
+
+
+def test_a_row_holds_every_field_of_its_cut():
+    record = {
+        "audio_filepath": "spk/a.wav",
+        "offset": 0.5,
+        "duration": 2.0,
+        "text": "Hi, you.",
+        "speaker": "| Language:de Dataset:d Speaker:s |",
+        "source_audio": {"sampling_rate": 44100},
+        "context_audio_filepath": "spk/b.wav",
+        "context_audio_offset": 1.25,
+        "context_audio_duration": 3.0,
+        "context_speaker_similarity": 0.75,
+    }
+    row = catalog_row(
+        record, cut_id="c", shard=1, position=2, language="de", target=(22050, 44100), context=(16000, 48000)
+    )
+    assert row == {
+        "cut_id": "c",
+        "shard": 1,
+        "position": 2,
+        "speaker": "| Language:de Dataset:d Speaker:s |",
+        "language": "de",
+        "source_file": "spk/a.wav",
+        "offset": 0.5,
+        "duration": 2.0,
+        "source_sample_rate": 44100,
+        "sample_rate": 22050,
+        "num_samples": 44100,
+        "text_chars": 8,
+        "normalized_text_chars": None,
+        "context_file": "spk/b.wav",
+        "context_offset": 1.25,
+        "context_duration": 3.0,
+        "context_sample_rate": 16000,
+        "context_num_samples": 48000,
+        "context_similarity": 0.75,
+        **dict.fromkeys(CATALOG_METRICS),
+        "validation_status": None,
+        "asr_text": None,
+    }
+    assert list(row) == FRAGMENT_SCHEMA.names  # the fragment's column order
+
+
+def test_build_catalog_takes_each_codecs_frames_from_its_codes_stats(tmp_path):
+    files = DatasetFiles(str(tmp_path / "ds"))
+    for shard, n in ((0, 3), (1, 2)):
+        write_fragment(synthetic_rows(shard, n), files.shard(shard).catalog)
+    stats = {}
+    for name, rate, spf in (("zeta", 24000, 960), ("alpha", 22050, 1024)):
+        stats[name] = str(tmp_path / f"{name}.json")
+        (tmp_path / f"{name}.json").write_text(json.dumps({"sample_rate": rate, "samples_per_frame": spf}))
+    summary = build_catalog(
+        "ds",
+        fragments=[files.shard(0).catalog, files.shard(1).catalog],
+        plan="unused",
+        codes_stats=stats,
+        out=files.catalog,
+    )
+    assert summary["rows"] == 5
+    assert summary["columns"][-4:] == [
+        "frames_alpha",
+        "context_frames_alpha",
+        "frames_zeta",
+        "context_frames_zeta",
+    ]
+    table = pd.read_parquet(files.catalog)
+    seconds = table.num_samples / table.sample_rate
+    assert table.frames_zeta.tolist() == np.ceil(np.round(seconds * 24000) / 960).astype(int).tolist()
+    assert table.frames_alpha.tolist() == np.ceil(np.round(seconds * 22050) / 1024).astype(int).tolist()
+    assert table.frames_zeta.tolist() != table.frames_alpha.tolist()
+
+
+def test_catalog_readers_give_columns_batches_and_names(tmp_path):
+    path = tmp_path / "c.parquet"
+    write_fragment(synthetic_rows(0, 7), str(path))
+    assert column_names(str(path)) == FRAGMENT_SCHEMA.names
+    columns = read_columns(str(path), ["duration", "shard"])
+    assert list(columns) == ["duration", "shard"] and columns["duration"].tolist() == [
+        1.0 + 0.37 * i for i in range(7)
+    ]
+    batches = list(iter_batches(str(path), ["cut_id", "position"], batch_rows=3))
+    assert [b.num_rows for b in batches] == [3, 3, 1] and batches[0].schema.names == ["cut_id", "position"]
+    assert [p for b in batches for p in b.column(1).to_pylist()] == list(range(7))

@@ -199,6 +199,37 @@ def test_filter_refuses_metrics_out_of_step_and_unknown_metrics(tmp_path):
     assert with_metrics({"a": 1}, dict.fromkeys(METRICS)) == {"a": 1, **dict.fromkeys(METRICS)}
 
 
+def test_filter_refuses_a_count_that_does_not_add_up_an_unknown_action_and_files_out_of_step(tmp_path):
+    prepared, metrics, stats = _measured(4, tmp_path)
+    stats.write_text(json.dumps({"records_out": 5}))  # prepare says 5, the files hold 4
+    with pytest.raises(SharflowError, match=r"^quality t: 5 records in but 4 kept \+ 0 rejected; rerun with"):
+        run_quality_filter(tmp_path, prepared, metrics, stats, "drop", {})
+    assert not (tmp_path / "drop" / "kept.jsonl").exists()  # nothing renamed into place
+    stats.write_text(json.dumps({"records_out": 4}))
+    with pytest.raises(
+        SharflowError, match=r"^quality.action must be one of \('drop', 'mark'\), got 'keep'$"
+    ):
+        run_quality_filter(tmp_path, prepared, metrics, stats, "keep", {})
+    lines = metrics.read_text().splitlines()
+    for bad, line in (([*lines, '{"line": 5}'], 5), ([lines[0], lines[2], lines[1], lines[3]], 2)):
+        metrics.write_text("\n".join(bad) + "\n")
+        with pytest.raises(
+            SharflowError, match=rf"metrics.jsonl does not match .*prepared.jsonl at line {line}:"
+        ):
+            run_quality_filter(tmp_path, prepared, metrics, stats, "drop", {})
+
+
+def test_kept_records_keep_their_text_as_written(tmp_path):
+    prepared, metrics, stats = _measured(2, tmp_path)
+    records = [json.loads(x) for x in prepared.read_text().splitlines()]
+    records[0]["text"] = "Größe — ça va?"
+    prepared.write_text("".join(json.dumps(r) + "\n" for r in records))
+    run_quality_filter(tmp_path, prepared, metrics, stats, "drop", {})
+    assert "Größe — ça va?" in (tmp_path / "drop" / "kept.jsonl").read_text(
+        encoding="utf-8"
+    )  # not \u-escaped
+
+
 def test_filter_costs_are_exact_and_the_kept_curves_read_the_histograms(tmp_path):
     from sharflow.report.quality_costs import quality_view
 

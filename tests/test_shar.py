@@ -21,11 +21,11 @@ from lhotse import CutSet
 from sharflow.core.audio import compute_num_samples, read_span
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import DatasetFiles
-from sharflow.shar.audio import EncodeSettings, copy_through, encode, encode_span
+from sharflow.shar.audio import EncodeSettings, copy_through, encode, encode_record, encode_span
 from sharflow.shar.headers import flac_without_metadata
 from sharflow.shar.merge import merge_shar_stats
 from sharflow.shar.plan import plan_shards, recording_id, segment_id
-from testkit import DEMO, magpie_dataset, read_back, read_jsonl, write_all, write_jsonl
+from testkit import DEMO, magpie_dataset, read_back, read_jsonl, write_all, write_jsonl, write_tone
 
 
 def test_ids():
@@ -112,6 +112,58 @@ def test_16_bit_audio_is_copied_exactly_and_clipping_is_counted():
         assert clipped == 0 and (sf.read(io.BytesIO(data), dtype="int16")[0] == pcm).all()
     _, clipped = encode(np.array([1.5, -2.0, 0.5], dtype=np.float32), 16000, "wav")
     assert clipped == 2
+
+
+@pytest.mark.parametrize("audio_format", ["flac", "wav", "opus"])
+def test_encode_writes_the_format_rounds_and_clips(audio_format):
+    """Float samples to 16-bit PCM: rounded to the nearest 1/32768, clipped beyond [-1, 1] and counted
+    (exactly 1.0 is not clipped); int16 samples written as they are; opus gets floats."""
+    steps = np.array([-1.0, -0.5, -1 / 32768, 0.0, 0.4 / 32768, 0.6 / 32768, 1.0 - 1 / 32768, 1.0])
+    rate = 48000 if audio_format == "opus" else 16000
+    data, clipped = encode(np.concatenate([steps, [1.25, -3.0]]).astype(np.float32), rate, audio_format)
+    info = sf.info(io.BytesIO(data))
+    expected_format = {"flac": "FLAC", "wav": "WAV", "opus": "OGG"}[audio_format]
+    assert (info.format, info.samplerate, info.channels, clipped) == (expected_format, rate, 1, 2)
+    decoded, _ = sf.read(io.BytesIO(data), dtype="int16")
+    if audio_format == "opus":
+        assert info.subtype == "OPUS" and len(decoded) == 10
+        return
+    assert info.subtype == "PCM_16"
+    assert decoded.tolist() == [-32768, -16384, -1, 0, 0, 1, 32767, 32767, 32767, -32768]
+    pcm = np.array([5, -7, 32767], dtype=np.int16)
+    written, none_clipped = encode(pcm, rate, audio_format)
+    assert none_clipped == 0 and sf.read(io.BytesIO(written), dtype="int16")[0].tolist() == [5, -7, 32767]
+
+
+def test_encode_record_gives_both_audios_or_the_reason_of_the_span_that_failed(tmp_path):
+    write_tone(tmp_path / "t.flac", 1.0, 16000)
+    write_tone(tmp_path / "c.wav", 2.0, 22050)
+    record = {
+        "audio_filepath": "t.flac",
+        "offset": 0.25,
+        "duration": 0.5,
+        "context_audio_filepath": "c.wav",
+        "context_audio_offset": 0.0,
+        "context_audio_duration": 2.0,
+    }
+    settings = EncodeSettings(str(tmp_path))
+    target, context = encode_record(settings, record)
+    assert (target.sampling_rate, target.num_samples, target.copied) == (16000, 8000, False)
+    assert (context.sampling_rate, context.num_samples) == (22050, 44100)
+    assert sf.info(io.BytesIO(context.data)).format == "FLAC"  # the output's format, not the source's
+    missing = encode_record(settings, {**record, "audio_filepath": "nope.flac"})
+    assert missing[0] == "unreadable_audio" and missing[1].startswith("nope.flac: ")
+    outside = encode_record(settings, {**record, "context_audio_filepath": "../c.wav"})
+    assert outside[0] == "unreadable_context_audio" and "outside the audio root" in outside[1]
+
+
+def test_encode_span_counts_padding_past_the_end_and_resamples(tmp_path):
+    path = str(write_tone(tmp_path / "a.wav", 1.0, 16000))
+    tail = encode_span(path, 0.9, 0.2, EncodeSettings(str(tmp_path), audio_format="wav"))
+    assert (tail.num_samples, tail.padded, tail.clipped, tail.copied) == (3200, 1600, 0, False)
+    assert sf.read(io.BytesIO(tail.data), dtype="int16")[0][1600:].tolist() == [0] * 1600
+    resampled = encode_span(path, 0.0, 0.5, EncodeSettings(str(tmp_path), sample_rate=8000))
+    assert (resampled.sampling_rate, resampled.num_samples) == (8000, 4000)
 
 
 def test_round_trip_through_from_shar(demo_shards, with_context):

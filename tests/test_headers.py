@@ -1,0 +1,307 @@
+"""sharflow.shar.headers: FLAC and WAV files read from their bytes, checked against an independent
+reading of the formats (FLAC's frame header and CRCs written out bit by bit here, crafted files)."""
+
+import pytest
+
+from sharflow.shar.headers import (
+    _crc8,
+    _crc16,
+    _flac_ends_whole,
+    _flac_frame_header,
+    flac_without_metadata,
+    wav_without_metadata,
+)
+
+
+def crc_bitwise(data: bytes, poly: int, bits: int) -> int:
+    """A non-reflected CRC with initial value 0, one bit at a time (no table)."""
+    crc, top, mask = 0, 1 << (bits - 1), (1 << bits) - 1
+    for byte in data:
+        crc ^= byte << (bits - 8)
+        for _ in range(8):
+            crc = ((crc << 1) ^ poly) & mask if crc & top else (crc << 1) & mask
+    return crc
+
+
+def test_crcs_are_flacs():
+    assert _crc8(b"123456789") == 0xF4  # CRC-8 (x^8 + x^2 + x + 1), the catalogued check value
+    assert _crc16(b"123456789") == 0xFEE8  # CRC-16/UMTS (x^16 + x^15 + x^2 + 1)
+    for data in (b"", b"\x00", b"\xff\xf8\x69\x08\x00", bytes(range(256))):
+        assert _crc8(data) == crc_bitwise(data, 0x07, 8)
+        assert _crc16(data) == crc_bitwise(data, 0x8005, 16)
+    frame = b"\xff\xf8 some frame"
+    assert _crc16(frame + crc_bitwise(frame, 0x8005, 16).to_bytes(2, "big")) == 0
+
+
+def coded_number(n: int) -> bytes:
+    """FLAC's UTF-8-like coding of a frame or sample number (1 to 7 bytes)."""
+    if n < 0x80:
+        return bytes([n])
+    extra = next(k for k in range(1, 7) if n < 1 << (5 * k + 6 + (k == 6)))
+    lead = ((0xFF00 >> (extra + 1)) & 0xFF) | (n >> (6 * extra))
+    return bytes([lead, *(0x80 | ((n >> (6 * k)) & 0x3F) for k in range(extra - 1, -1, -1))])
+
+
+def frame_header(
+    variable: bool,
+    number: int,
+    block_code: int,
+    rate_code: int = 9,
+    tail: bytes = b"",
+    reserved: int = 0,
+    number_bytes: bytes | None = None,
+) -> bytes:
+    """A frame header with its CRC-8: sync, block/rate codes, channels 0001 (stereo) and 16 bits."""
+    head = bytes([0xFF, 0xF8 | variable, (block_code << 4) | rate_code, 0x18 | reserved])
+    head += (coded_number(number) if number_bytes is None else number_bytes) + tail
+    return head + bytes([crc_bitwise(head, 0x07, 8)])
+
+
+@pytest.mark.parametrize(
+    ("block_code", "tail", "block"),
+    [
+        (1, b"", 192),
+        (2, b"", 576),
+        (3, b"", 1152),
+        (4, b"", 2304),
+        (5, b"", 4608),
+        (6, b"\x0f", 16),
+        (7, b"\x0f\xff", 4096),
+        (8, b"", 256),
+        (12, b"", 4096),
+        (15, b"", 32768),
+    ],
+)
+def test_block_sizes_of_every_code(block_code, tail, block):
+    assert _flac_frame_header(frame_header(False, 3, block_code, tail=tail), 0) == (False, 3, block)
+
+
+@pytest.mark.parametrize(
+    "number",
+    [
+        0,
+        1,
+        0x7F,
+        0x80,
+        0x7FF,
+        0x800,
+        0xFFFF,
+        0x10000,
+        0x1FFFFF,
+        0x200000,
+        0x3FFFFFF,
+        0x4000000,
+        0x7FFFFFFF,
+        0x80000000,
+        2**36 - 1,
+    ],
+)
+def test_frame_and_sample_numbers_of_every_length(number):
+    coded = coded_number(number)
+    assert len(coded) == 1 + sum(
+        number >= limit for limit in (0x80, 0x800, 0x10000, 0x200000, 0x4000000, 0x80000000)
+    )
+    assert _flac_frame_header(frame_header(True, number, 12), 0) == (True, number, 4096)
+    # a header at an offset in a longer buffer, followed by anything
+    data = b"junk" + frame_header(False, number, 8) + b"\x00\x01"
+    assert _flac_frame_header(data, 4) == (False, number, 256)
+
+
+@pytest.mark.parametrize(
+    ("rate_code", "tail"),
+    [(0, b""), (9, b""), (11, b""), (12, b"\x30"), (13, b"\xac\x44"), (14, b"\x11\x94")],
+)
+def test_sample_rate_codes_that_carry_bytes(rate_code, tail):
+    header = frame_header(False, 5, 7, rate_code, tail=b"\x01\x00" + tail)
+    assert _flac_frame_header(header, 0) == (False, 5, 257)
+    if tail:  # the rate's bytes are part of what the CRC-8 covers: one short, and the header fails
+        assert (
+            _flac_frame_header(frame_header(False, 5, 7, rate_code, tail=b"\x01\x00" + tail[:-1]), 0) is None
+        )
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "reserved bit",
+        "block code 0",
+        "rate code 15",
+        "continuation lead",
+        "lead 0xff",
+        "bad continuation",
+        "wrong crc",
+        "truncated",
+        "short",
+    ],
+)
+def test_headers_that_are_not_frames_are_refused(damage):
+    good = frame_header(False, 0x800, 12)
+    assert _flac_frame_header(good, 0) == (False, 0x800, 4096)
+    bad = {
+        "reserved bit": frame_header(False, 0x800, 12, reserved=1),
+        "block code 0": frame_header(False, 0x800, 0),
+        "rate code 15": frame_header(False, 0x800, 12, rate_code=15),
+        "continuation lead": frame_header(False, 0, 12, number_bytes=b"\x80"),
+        "lead 0xff": frame_header(False, 0, 12, number_bytes=b"\xff\x80\x80\x80\x80\x80\x80\x80"),
+        "bad continuation": frame_header(False, 0, 12, number_bytes=b"\xe0\x80\x00"),
+        "wrong crc": good[:-1] + bytes([good[-1] ^ 1]),
+        "truncated": good[:-1],
+        "short": good[:5],
+    }[damage]
+    assert _flac_frame_header(bad, 0) is None
+
+
+def streaminfo(min_block: int, max_block: int, rate: int, channels: int, bits: int, frames: int) -> bytes:
+    packed = (rate << 44) | ((channels - 1) << 41) | ((bits - 1) << 36) | frames
+    return (
+        min_block.to_bytes(2, "big")
+        + max_block.to_bytes(2, "big")
+        + bytes(6)
+        + packed.to_bytes(8, "big")
+        + bytes(16)
+    )
+
+
+def block(kind: int, body: bytes, last: bool = False) -> bytes:
+    return bytes([kind | (0x80 if last else 0)]) + len(body).to_bytes(3, "big") + body
+
+
+def frame(header: bytes, payload: bytes) -> bytes:
+    body = header + payload
+    return body + crc_bitwise(body, 0x8005, 16).to_bytes(2, "big")
+
+
+def flac_file(info: bytes, frames: list[bytes], extra_blocks=()) -> bytes:
+    blocks = [block(0, info, last=not extra_blocks)]
+    blocks += [
+        block(kind, body, last=i == len(extra_blocks) - 1) for i, (kind, body) in enumerate(extra_blocks)
+    ]
+    return b"fLaC" + b"".join(blocks) + b"".join(frames)
+
+
+TAGS = ((4, b"\x05\x00\x00\x00title" + bytes(30)), (6, bytes(500)), (1, bytes(1000)))
+
+
+def test_a_flac_keeps_its_streaminfo_and_frames_only():
+    info = streaminfo(4096, 4096, 44100, 2, 24, 5 * 2**32 + 4096 + 1000)  # a 36-bit sample count
+    frames = [
+        frame(frame_header(False, 0, 12), b"\xff\xf8 audio with a sync pattern inside"),
+        frame(frame_header(False, 5 * 2**20 + 1, 7, tail=(1000 - 1).to_bytes(2, "big")), b"last"),
+    ]
+    data = flac_file(info, frames, TAGS)
+    stripped = flac_without_metadata(data)
+    assert (stripped.rate, stripped.channels, stripped.bits, stripped.frames) == (
+        44100,
+        2,
+        24,
+        5 * 2**32 + 5096,
+    )
+    assert stripped.data == b"fLaC" + block(0, info, last=True) + b"".join(frames)
+    assert flac_without_metadata(flac_file(info, frames)).data == stripped.data  # already bare
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "not flac",
+        "no streaminfo",
+        "streaminfo 33 bytes",
+        "blocks past the end",
+        "no audio",
+        "fewer samples",
+        "frame crc",
+        "fixed size with min != max",
+        "no frame",
+    ],
+)
+def test_a_flac_that_is_not_whole_is_refused(damage):
+    info = streaminfo(4096, 4096, 16000, 1, 16, 3 * 4096)
+    last = frame(frame_header(False, 2, 12), b"payload")
+    data = {
+        "not flac": b"fLaX" + flac_file(info, [last])[4:],
+        "no streaminfo": b"fLaC" + block(4, b"tags", last=True) + last,
+        "streaminfo 33 bytes": b"fLaC" + block(0, info[:33], last=True) + last,
+        "blocks past the end": b"fLaC" + block(0, info) + b"\x04\x00",
+        "no audio": flac_file(info, []),
+        "fewer samples": flac_file(streaminfo(4096, 4096, 16000, 1, 16, 3 * 4096 + 1), [last]),
+        "frame crc": flac_file(info, [last[:-1] + bytes([last[-1] ^ 1])]),
+        "fixed size with min != max": flac_file(streaminfo(1024, 4096, 16000, 1, 16, 3 * 4096), [last]),
+        "no frame": flac_file(info, [b"no sync here at all"]),
+    }[damage]
+    assert flac_file(info, [last]) != data and flac_without_metadata(flac_file(info, [last])) is not None
+    assert flac_without_metadata(data) is None
+
+
+def test_a_variable_block_frame_counts_samples_not_frames():
+    info = streaminfo(16, 4096, 16000, 1, 16, 10_000 + 192)
+    last = frame(frame_header(True, 10_000, 1), b"p")
+    assert _flac_ends_whole(flac_file(info, [last]), 42, 16, 4096, 10_000 + 192)
+    assert not _flac_ends_whole(flac_file(info, [last]), 42, 16, 4096, 10_000 + 191)
+
+
+def chunk(name: bytes, body: bytes) -> bytes:
+    return name + len(body).to_bytes(4, "little") + body + (b"\x00" if len(body) % 2 else b"")
+
+
+def fmt(tag=1, channels=1, rate=22050, bits=16, extra=b"") -> bytes:
+    block_align = channels * bits // 8
+    return (
+        tag.to_bytes(2, "little")
+        + channels.to_bytes(2, "little")
+        + rate.to_bytes(4, "little")
+        + (rate * block_align).to_bytes(4, "little")
+        + block_align.to_bytes(2, "little")
+        + bits.to_bytes(2, "little")
+        + extra
+    )
+
+
+def wav(*chunks: bytes) -> bytes:
+    body = b"WAVE" + b"".join(chunks)
+    return b"RIFF" + len(body).to_bytes(4, "little") + body
+
+
+def test_a_wav_becomes_a_canonical_header_and_its_samples():
+    samples = bytes(range(200)) * 3
+    data = wav(
+        chunk(b"LIST", b"odd"),
+        chunk(b"fmt ", fmt(channels=2, rate=48000, extra=b"\x00\x00")),
+        chunk(b"data", samples),
+        chunk(b"junk", bytes(9)),
+    )
+    stripped = wav_without_metadata(data)
+    assert (stripped.rate, stripped.channels, stripped.bits, stripped.frames) == (48000, 2, 16, 150)
+    canonical = wav(chunk(b"fmt ", fmt(channels=2, rate=48000)), chunk(b"data", samples))
+    assert stripped.data == canonical and len(canonical) == 44 + 600
+    assert wav_without_metadata(canonical).data == canonical
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "not riff",
+        "not wave",
+        "float",
+        "fmt too short",
+        "no fmt",
+        "no data",
+        "truncated data",
+        "zero frame bytes",
+        "partial frame",
+    ],
+)
+def test_wavs_that_are_not_plain_pcm_are_refused(damage):
+    samples = bytes(64)
+    data = {
+        "not riff": b"RIFX" + wav(chunk(b"fmt ", fmt()), chunk(b"data", samples))[4:],
+        "not wave": wav(chunk(b"fmt ", fmt()), chunk(b"data", samples)).replace(b"WAVE", b"WAVX"),
+        "float": wav(chunk(b"fmt ", fmt(tag=3, bits=32)), chunk(b"data", samples)),
+        "fmt too short": wav(chunk(b"fmt ", fmt()[:14]), chunk(b"data", samples)),
+        "no fmt": wav(chunk(b"data", samples)),
+        "no data": wav(chunk(b"fmt ", fmt())),
+        "truncated data": wav(chunk(b"fmt ", fmt()), chunk(b"data", samples))[:-3],
+        "zero frame bytes": wav(chunk(b"fmt ", fmt(bits=4)), chunk(b"data", samples)),
+        "partial frame": wav(chunk(b"fmt ", fmt(channels=3)), chunk(b"data", samples[:62])),
+    }[damage]
+    assert wav_without_metadata(wav(chunk(b"fmt ", fmt()), chunk(b"data", samples))) is not None
+    assert wav_without_metadata(data) is None
