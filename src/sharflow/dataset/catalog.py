@@ -167,7 +167,10 @@ def _columns_with_values(path: str, columns: tuple[str, ...]) -> set[str]:
             chunk = meta.row_group(g).column(index)
             stats = chunk.statistics
             if stats is None or not stats.has_null_count:  # no statistics: read the column
-                if pq.read_table(path, columns=[column]).column(0).null_count < meta.num_rows:
+                if (
+                    pq.read_table(path, columns=[column], use_threads=False).column(0).null_count
+                    < meta.num_rows
+                ):
                     found.add(column)
                 break
             if stats.null_count < chunk.num_values:
@@ -225,9 +228,10 @@ def merge_catalog(
     schema = catalog_schema(optional, codecs, token_counts is not None)
     rows = pending_rows = 0
     pending: list[pa.Table] = []
+    columns = [name for name, _ in BASE_COLUMNS] + optional
     with atomic_path(out) as tmp, pq.ParquetWriter(tmp, schema) as writer:
         for shard, path in enumerate(tqdm(fragments, desc="catalog", unit="shard", mininterval=5)):
-            table = pq.read_table(path, columns=[name for name, _ in BASE_COLUMNS] + optional)
+            table = pq.read_table(path, columns=columns, use_threads=False)  # (see iter_batches)
             if token_counts is not None:
                 counts = token_counts(shard)
                 if len(counts) != table.num_rows:
