@@ -17,7 +17,7 @@ from sharflow.core.ranks import Rank
 from sharflow.models.asr import Transcriber, build_random_asr
 from sharflow.quality.filter import with_metrics
 from sharflow.quality.part import AsrOptions, MeasureSettings, measure_records
-from sharflow.quality.text import error_rates, normalize_text, reference_text
+from sharflow.quality.text import asr_fields, error_rates, normalize_text, reference_text
 from sharflow.report.quality_costs import quality_view
 from testkit import DEMO, REPO, demo_config, prepare_demo, run_quality_filter
 
@@ -50,6 +50,13 @@ def test_text_normalization():
     assert normalize_text("... -- !") == ""
     assert reference_text({"text": "A", "normalized_text": "b"}) == "b"
     assert reference_text({"text": "A", "normalized_text": ""}) == "A"
+
+
+def test_asr_fields_round_the_rates_and_keep_nothing_as_null():
+    fields = asr_fields({"text": "abc def ghi"}, "abc dxf", digits=3)
+    assert fields == {"asr_text": "abc dxf", "cer": round(5 / 11, 3), "wer": round(2 / 3, 3)}
+    assert asr_fields({"text": "abc"}, "abd") == {"asr_text": "abd", "cer": 0.333333, "wer": 1.0}
+    assert asr_fields({"text": "?!"}, "anything") == {"asr_text": "anything", "cer": None, "wer": None}
 
 
 def test_error_rates_by_hand():

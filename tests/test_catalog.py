@@ -3,6 +3,8 @@ from it with pandas, each against an independent reading of the Shar cuts."""
 
 import gzip
 import json
+import logging
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -285,7 +287,9 @@ def nulls_as_none(column: pd.Series) -> list:
     return [None if pd.isna(v) else v for v in column]
 
 
-def test_merge_of_synthetic_fragments_keeps_metrics_present_adds_frames_and_tokens(tmp_path, monkeypatch):
+def test_merge_of_synthetic_fragments_keeps_metrics_present_adds_frames_and_tokens(
+    tmp_path, monkeypatch, caplog
+):
     """The streaming merge on fragments built in the test (fast: also the mutation run's check)."""
     plain = [synthetic_rows(0, 5), synthetic_rows(1, 4)]
     marked = [
@@ -326,6 +330,16 @@ def test_merge_of_synthetic_fragments_keeps_metrics_present_adds_frames_and_toke
     assert m.frames_c.tolist() == expected.tolist() and m.frames_c.nunique() > 5
     assert m.context_frames_c.tolist() == np.ceil(m.context_num_samples / 640).astype(int).tolist()
     assert m.speaker.nunique() == 3 and m.shard.tolist() == [0] * 5 + [1] * 4
+    # row groups of about ROW_GROUP_ROWS: shards of 2 rows close a group once 4 are pending
+    monkeypatch.setattr(sharflow.dataset.catalog, "ROW_GROUP_ROWS", 4)
+    small = [str(tmp_path / f"small{s}.parquet") for s in range(3)]
+    for s, path in enumerate(small):
+        write_fragment(synthetic_rows(s, 2), path)
+    caplog.set_level(logging.INFO, logger="sharflow")
+    merge_catalog(small, str(tmp_path / "s.parquet"), codecs=[])
+    meta = pq.read_metadata(tmp_path / "s.parquet")
+    assert [meta.row_group(g).num_rows for g in range(meta.num_row_groups)] == [4, 2]
+    assert f"catalog {tmp_path / 's.parquet'}: 6 rows, 19 columns (cut_id, shard, position," in caplog.text
     with pytest.raises(ValueError, match="shard 1: 3 token counts for 4 rows"):
         merge_catalog(
             paths["plain"],
@@ -417,6 +431,37 @@ def test_build_catalog_takes_each_codecs_frames_from_its_codes_stats(tmp_path):
     assert table.frames_zeta.tolist() == np.ceil(np.round(seconds * 24000) / 960).astype(int).tolist()
     assert table.frames_alpha.tolist() == np.ceil(np.round(seconds * 22050) / 1024).astype(int).tolist()
     assert table.frames_zeta.tolist() != table.frames_alpha.tolist()
+
+
+def test_build_catalog_counts_tokens_from_the_shards_cuts(tmp_path, caplog):
+    """With training.tokenizer, the tokens of each cut's normalized_text (else text) from the cuts files
+    the plan names, as MagpieTTS counts them."""
+    from nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers import EnglishCharsTokenizer
+
+    files = DatasetFiles(str(tmp_path / "ds"))
+    texts = [["Hello there.", "A much longer sentence, with commas."], ["Two words", "x"]]
+    Path(files.shard_plan).parent.mkdir(parents=True)
+    Path(files.shard_plan).write_text(json.dumps({"num_shards": 2}))
+    for shard, shard_texts in enumerate(texts):
+        write_fragment(synthetic_rows(shard, len(shard_texts)), files.shard(shard).catalog)
+        Path(files.shard(shard).cuts).parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(files.shard(shard).cuts, "wt", encoding="utf-8") as f:
+            for i, text in enumerate(shard_texts):
+                custom = {"normalized_text": text.upper()} if i == 1 else {}
+                f.write(json.dumps({"supervisions": [{"text": text, "custom": custom}]}) + "\n")
+    caplog.set_level(logging.INFO, logger="sharflow")
+    build_catalog(
+        "ds",
+        fragments=[files.shard(s).catalog for s in range(2)],
+        plan=files.shard_plan,
+        codes_stats={},
+        out=files.catalog,
+        tokenizer={"english_phoneme": {"_target_": CHARS}},
+    )
+    english = EnglishCharsTokenizer()
+    spoken = [text.upper() if i == 1 else text for shard_texts in texts for i, text in enumerate(shard_texts)]
+    assert pd.read_parquet(files.catalog).tokens.tolist() == [len(english.encode(t)) + 1 for t in spoken]
+    assert "catalog ds: 4 cuts" in caplog.text
 
 
 def test_catalog_readers_give_columns_batches_and_names(tmp_path):

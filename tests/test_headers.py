@@ -6,6 +6,7 @@ import pytest
 from sharflow.shar.headers import (
     _crc8,
     _crc16,
+    _crc_table,
     _flac_ends_whole,
     _flac_frame_header,
     flac_without_metadata,
@@ -29,6 +30,9 @@ def test_crcs_are_flacs():
     for data in (b"", b"\x00", b"\xff\xf8\x69\x08\x00", bytes(range(256))):
         assert _crc8(data) == crc_bitwise(data, 0x07, 8)
         assert _crc16(data) == crc_bitwise(data, 0x8005, 16)
+    # the tables themselves, entry by entry (they are built once, at import)
+    assert _crc_table(0x07, 8) == [crc_bitwise(bytes([n]), 0x07, 8) for n in range(256)]
+    assert _crc_table(0x8005, 16) == [crc_bitwise(bytes([n]), 0x8005, 16) for n in range(256)]
     frame = b"\xff\xf8 some frame"
     assert _crc16(frame + crc_bitwise(frame, 0x8005, 16).to_bytes(2, "big")) == 0
 
@@ -127,8 +131,10 @@ def test_sample_rate_codes_that_carry_bytes(rate_code, tail):
         "block code 0",
         "rate code 15",
         "continuation lead",
+        "continuation lead, crc right",
         "lead 0xff",
         "bad continuation",
+        "number cut short",
         "wrong crc",
         "truncated",
         "short",
@@ -142,13 +148,21 @@ def test_headers_that_are_not_frames_are_refused(damage):
         "block code 0": frame_header(False, 0x800, 0),
         "rate code 15": frame_header(False, 0x800, 12, rate_code=15),
         "continuation lead": frame_header(False, 0, 12, number_bytes=b"\x80"),
-        "lead 0xff": frame_header(False, 0, 12, number_bytes=b"\xff\x80\x80\x80\x80\x80\x80\x80"),
+        "continuation lead, crc right": frame_header(False, 0, 12, number_bytes=b"\xbf\x80"),
+        "lead 0xff": frame_header(False, 0, 12, number_bytes=b"\xff\x80\x80\x80\x80\x80\x80"),
+        "number cut short": bytes([0xFF, 0xF8, 0xC9, 0x18, 0xE0, 0x80]),  # a 3-byte number, 2 there
         "bad continuation": frame_header(False, 0, 12, number_bytes=b"\xe0\x80\x00"),
         "wrong crc": good[:-1] + bytes([good[-1] ^ 1]),
         "truncated": good[:-1],
         "short": good[:5],
     }[damage]
     assert _flac_frame_header(bad, 0) is None
+
+
+def test_an_overlong_number_is_read_as_its_value():
+    """0xC0 0x80 is 0 in two bytes: FLAC's coding allows it (the lowest 2-byte lead, 0xC0, is a lead)."""
+    assert _flac_frame_header(frame_header(False, 0, 12, number_bytes=b"\xc0\x80"), 0) == (False, 0, 4096)
+    assert _flac_frame_header(frame_header(True, 5, 12, number_bytes=b"\xe0\x80\x85"), 0) == (True, 5, 4096)
 
 
 def streaminfo(min_block: int, max_block: int, rate: int, channels: int, bits: int, frames: int) -> bytes:
@@ -183,20 +197,22 @@ TAGS = ((4, b"\x05\x00\x00\x00title" + bytes(30)), (6, bytes(500)), (1, bytes(10
 
 
 def test_a_flac_keeps_its_streaminfo_and_frames_only():
-    info = streaminfo(4096, 4096, 44100, 2, 24, 5 * 2**32 + 4096 + 1000)  # a 36-bit sample count
+    total = 6 * 2**32 + 0x3456789A  # a 36-bit sample count, every byte of it set
+    last_number, last_block = (total - 1000) // 4096, (total - 1000) % 4096 + 1000
+    assert last_number * 4096 + last_block == total
+    info = streaminfo(4096, 4096, 44100, 2, 24, total)
     frames = [
         frame(frame_header(False, 0, 12), b"\xff\xf8 audio with a sync pattern inside"),
-        frame(frame_header(False, 5 * 2**20 + 1, 7, tail=(1000 - 1).to_bytes(2, "big")), b"last"),
+        frame(
+            frame_header(False, last_number, 7, tail=(last_block - 1).to_bytes(2, "big")),
+            b"last \xff\xf8\x00\x00 (a sync pattern that is no header)",
+        ),
     ]
-    data = flac_file(info, frames, TAGS)
-    stripped = flac_without_metadata(data)
-    assert (stripped.rate, stripped.channels, stripped.bits, stripped.frames) == (
-        44100,
-        2,
-        24,
-        5 * 2**32 + 5096,
-    )
-    assert stripped.data == b"fLaC" + block(0, info, last=True) + b"".join(frames)
+    for tags in (TAGS, TAGS[::-1]):  # padding (type 1) last, then first: the last-block flag is bit 7 alone
+        stripped = flac_without_metadata(flac_file(info, frames, tags))
+        shown = (stripped.rate, stripped.channels, stripped.bits, stripped.frames)
+        assert shown == (44100, 2, 24, total)
+        assert stripped.data == b"fLaC" + block(0, info, last=True) + b"".join(frames)
     assert flac_without_metadata(flac_file(info, frames)).data == stripped.data  # already bare
 
 
@@ -234,9 +250,10 @@ def test_a_flac_that_is_not_whole_is_refused(damage):
 
 def test_a_variable_block_frame_counts_samples_not_frames():
     info = streaminfo(16, 4096, 16000, 1, 16, 10_000 + 192)
-    last = frame(frame_header(True, 10_000, 1), b"p")
-    assert _flac_ends_whole(flac_file(info, [last]), 42, 16, 4096, 10_000 + 192)
-    assert not _flac_ends_whole(flac_file(info, [last]), 42, 16, 4096, 10_000 + 191)
+    frames = [frame(frame_header(True, 0, 12), b"first"), frame(frame_header(True, 10_000, 1), b"p")]
+    assert _flac_ends_whole(flac_file(info, frames), 42, 16, 4096, 10_000 + 192)  # the last frame counts
+    assert not _flac_ends_whole(flac_file(info, frames), 42, 16, 4096, 10_000 + 191)
+    assert not _flac_ends_whole(flac_file(info, frames), 42, 16, 4096, 4096)
 
 
 def chunk(name: bytes, body: bytes) -> bytes:
@@ -265,15 +282,18 @@ def test_a_wav_becomes_a_canonical_header_and_its_samples():
     samples = bytes(range(200)) * 3
     data = wav(
         chunk(b"LIST", b"odd"),
-        chunk(b"fmt ", fmt(channels=2, rate=48000, extra=b"\x00\x00")),
+        chunk(b"fmt ", fmt(channels=2, rate=48000, extra=b"\x02\x00\xab\xcd")),
         chunk(b"data", samples),
         chunk(b"junk", bytes(9)),
     )
     stripped = wav_without_metadata(data)
     assert (stripped.rate, stripped.channels, stripped.bits, stripped.frames) == (48000, 2, 16, 150)
+    assert type(stripped.frames) is int
     canonical = wav(chunk(b"fmt ", fmt(channels=2, rate=48000)), chunk(b"data", samples))
     assert stripped.data == canonical and len(canonical) == 44 + 600
     assert wav_without_metadata(canonical).data == canonical
+    empty = wav_without_metadata(wav(chunk(b"fmt ", fmt()), chunk(b"data", b"")))  # the last chunk, empty
+    assert empty is not None and empty.frames == 0
 
 
 @pytest.mark.parametrize(
@@ -296,7 +316,7 @@ def test_wavs_that_are_not_plain_pcm_are_refused(damage):
         "not riff": b"RIFX" + wav(chunk(b"fmt ", fmt()), chunk(b"data", samples))[4:],
         "not wave": wav(chunk(b"fmt ", fmt()), chunk(b"data", samples)).replace(b"WAVE", b"WAVX"),
         "float": wav(chunk(b"fmt ", fmt(tag=3, bits=32)), chunk(b"data", samples)),
-        "fmt too short": wav(chunk(b"fmt ", fmt()[:14]), chunk(b"data", samples)),
+        "fmt too short": wav(chunk(b"fmt ", fmt()[:15]), chunk(b"data", samples)),
         "no fmt": wav(chunk(b"data", samples)),
         "no data": wav(chunk(b"fmt ", fmt())),
         "truncated data": wav(chunk(b"fmt ", fmt()), chunk(b"data", samples))[:-3],

@@ -4,6 +4,7 @@ stage measures, what a filter may name, the catalog's columns, the report's pane
 
 import numpy as np
 import pyarrow as pa
+import soundfile as sf
 
 from sharflow.core.metrics import ASR_METRICS, CATALOG_METRICS, FILTERABLE, MEASURED, METRICS, SIDES
 from sharflow.dataset.catalog import FRAGMENT_SCHEMA
@@ -12,6 +13,7 @@ from sharflow.quality.metrics import MODEL_RATE, Meters, measure
 from sharflow.quality.text import ASR_FIELDS, asr_fields
 from sharflow.report.plots import _quality_panels
 from sharflow.report.quality_costs import MetricHistogram, QualityView
+from testkit import DEMO
 
 
 def test_every_metric_is_named_once_and_documented():
@@ -29,6 +31,9 @@ def test_the_quality_stage_measures_exactly_the_registered_metrics():
     values = measure(Meters.load("cpu", 1), {"text": "a short test"}, audio, rate, audio)
     assert rate == MODEL_RATE and list(values) == list(MEASURED)
     assert len(set(values.values())) > 5  # real measures, not one constant
+    speech, speech_rate = sf.read(DEMO / "audio" / "awb" / "awb_000.flac", dtype="float32")
+    spoken = measure(Meters.load("cpu", 1), {"text": "Four words, no more."}, speech, speech_rate, speech)
+    assert spoken["speech_ratio"] > 0.5 and spoken["speaking_rate"] > 0  # measured from this record's text
     asr = asr_fields({"text": "a short test"}, "a short test")
     assert tuple(asr) == ASR_FIELDS and set(ASR_METRICS) < set(asr)
 

@@ -1,6 +1,7 @@
 """The quality stage: real DNSMOS / Silero VAD weights on real audio, signal measures, the filter."""
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -61,6 +62,18 @@ def test_dnsmos_scores_noise_lower_and_equals_the_packages_own_function(meters, 
         assert mine["dnsmos_ovrl"] == pytest.approx(ref["ovrl_mos"], abs=1e-3)
 
 
+def test_dnsmos_runs_on_the_ranks_gpu_where_onnxruntime_has_cuda(meters):
+    cuda_build = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert Dnsmos.providers("cuda:1", cuda_build) == [
+        ("CUDAExecutionProvider", {"device_id": 1}),
+        "CPUExecutionProvider",
+    ]
+    assert Dnsmos.providers("cuda", cuda_build)[0] == ("CUDAExecutionProvider", {"device_id": 0})
+    assert Dnsmos.providers("cpu", cuda_build) == ["CPUExecutionProvider"]
+    assert Dnsmos.providers("cuda:0", ["CPUExecutionProvider"]) == ["CPUExecutionProvider"]  # a CPU build
+    assert meters.dnsmos.provider == "CPUExecutionProvider"  # this machine's build
+
+
 def test_dnsmos_windows_follow_the_models_window_and_hop():
     short = np.arange(50_000, dtype=np.float32)
     windows = Dnsmos.windows(short)  # doubled until it fills a window: 200,000 samples, 4 windows
@@ -69,6 +82,9 @@ def test_dnsmos_windows_follow_the_models_window_and_hop():
     for seconds, count in ((9.01, 1), (10.0, 1), (10.0101, 2), (20.5, 12)):
         windows = Dnsmos.windows(np.zeros(int(round(seconds * 16000)), dtype=np.float32))
         assert len(windows) == count, seconds
+    for samples, count in ((Dnsmos.WINDOW + Dnsmos.HOP - 1, 1), (Dnsmos.WINDOW + Dnsmos.HOP, 2)):
+        windows = Dnsmos.windows(np.zeros(samples))
+        assert [len(w) for w in windows] == [Dnsmos.WINDOW] * count and windows[0].dtype == np.float32
     ramp = np.arange(int(12.5 * 16000), dtype=np.float32)
     assert [w[0] for w in Dnsmos.windows(ramp)] == [0, 16000, 32000, 48000]
     assert [w[0] for w in Dnsmos.windows(ramp, max_windows=2)] == [0, 16000]
@@ -123,6 +139,34 @@ def test_clipping_loudness_and_speaking_rate(clean):
     assert speaking_rate(record, 2.0) == 5.5  # "hello world": 11 characters of normalized_text
     assert speaking_rate({"text": "A-b."}, 1.5) == 2.0  # "a b"
     assert speaking_rate(record, 0.0) is None
+    assert speaking_rate(record, 0.5) == 22.0  # under a second of speech still has a rate
+
+
+def test_measures_at_their_documented_edges(clean):
+    full = 32767 / 32768
+    assert (
+        clipping_fraction(np.array([full, -full, 0.5, full - 1e-6], dtype=np.float32)) == 0.5
+    )  # |x| >= full
+    assert clipping_fraction(np.array([1.0], dtype=np.float32)) == 1.0
+    assert clipping_fraction(np.array([], dtype=np.float32)) == 0.0
+    assert loudness_lufs(clean[:6400], 16000) is not None  # exactly one 400 ms gating block is measurable
+    assert loudness_lufs(clean[:6399], 16000) is None
+    rate = 16000
+    noise = (0.01 * np.random.default_rng(1).standard_normal(rate)).astype(np.float32)
+    assert bandwidth_hz(noise, rate) == 8000.0  # flat to Nyquist: the top bin, 256 x 16000 / 512
+    assert bandwidth_hz(noise, 22050) == 11025.0
+    assert bandwidth_hz(noise[:300], rate) == 8000.0  # shorter than one FFT: zero-padded to 512
+    assert bandwidth_hz(np.zeros(rate, dtype=np.float32), rate) == 0.0
+
+
+def test_dnsmos_keeps_the_first_windows_it_is_told_to(meters):
+    assert (meters.dnsmos.max_windows, Meters.load("cpu", 1).dnsmos.max_windows) == (0, 1)
+    noise = (0.1 * np.random.default_rng(2).standard_normal(16000 * 20)).astype(np.float32)
+    noise[16000 * 10 :] *= 0.01  # a quieter second half: later windows score otherwise
+    first = Dnsmos("cpu", max_windows=1)
+    one_window = first(noise)
+    assert one_window == first(noise[: Dnsmos.WINDOW])  # exactly the first window's score
+    assert one_window != meters.dnsmos(noise)
 
 
 # ---- the filter ---------------------------------------------------------------------------------
@@ -162,7 +206,8 @@ def _measured(n: int, tmp, *, error_at: int | None = None):
     return prepared, metrics, stats
 
 
-def test_drop_rejects_with_reasons_and_mark_keeps_with_a_status(tmp_path):
+def test_drop_rejects_with_reasons_and_mark_keeps_with_a_status(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="sharflow")
     files = _measured(10, tmp_path, error_at=7)
     filters = {"speech_ratio": {"min": 0.5}}  # lines 1-4 fail (0.1 .. 0.4); 5 is at the threshold
     summary, kept, rejected = run_quality_filter(tmp_path, *files, "drop", filters)
@@ -175,6 +220,34 @@ def test_drop_rejects_with_reasons_and_mark_keeps_with_a_status(tmp_path):
     assert lines[0]["detail"] == "speech_ratio 0.1 < min 0.5"
     assert json.loads((rejected / "unreadable_audio.jsonl").read_text())["detail"] == "bad"
     assert all(r["speech_ratio"] == r["duration"] / 10 and "validation_status" not in r for r in kept)
+    raw = files[0].read_text().splitlines()
+    assert lines[0] == {  # a reject row: where, why, and the record as it came in
+        "line": 1,
+        "reason": "quality_speech_ratio",
+        "detail": "speech_ratio 0.1 < min 0.5",
+        "original": raw[0],
+    }
+    assert (
+        json.loads((tmp_path / "drop" / "stats.json").read_text())
+        == summary
+        == {
+            "dataset": "t",
+            "action": "drop",
+            "filters": filters,
+            "records_in": 10,
+            "records_out": 5,
+            "rejected_total": 5,
+            "rejected": {"quality_speech_ratio": 4, "unreadable_audio": 1},
+            "marked_fail": 0,
+            "failing_by_metric": {"speech_ratio": 4},
+            "hours_in": round(55 / 3600, 6),
+            "hours_out": round(38 / 3600, 6),
+        }
+    )
+    assert (
+        "quality t (drop): 10 records in, 5 kept (0 marked fail), 5 rejected "
+        "{'quality_speech_ratio': 4, 'unreadable_audio': 1}" in caplog.text
+    )
 
     summary, kept, rejected = run_quality_filter(tmp_path, *files, "mark", filters)
     assert summary["records_out"] == 9 and summary["rejected"] == {"unreadable_audio": 1}
@@ -217,6 +290,18 @@ def test_filter_refuses_a_count_that_does_not_add_up_an_unknown_action_and_files
             SharflowError, match=rf"metrics.jsonl does not match .*prepared.jsonl at line {line}:"
         ):
             run_quality_filter(tmp_path, prepared, metrics, stats, "drop", {})
+
+
+def test_a_record_failing_two_filters_names_both_and_a_filter_on_what_was_not_measured_names_the_file(
+    tmp_path,
+):
+    prepared, metrics, stats = _measured(2, tmp_path)
+    filters = {"speech_ratio": {"min": 0.9}, "dnsmos_sig": {"max": 0.5}}
+    _, _, rejected = run_quality_filter(tmp_path, prepared, metrics, stats, "drop", filters)
+    row = json.loads((rejected / "quality_speech_ratio.jsonl").read_text().splitlines()[0])
+    assert row["detail"] == "speech_ratio 0.5 < min 0.9; dnsmos_sig 1.0 > max 0.5"
+    with pytest.raises(SharflowError, match=rf"quality.filters.cer: {metrics} holds no cer; the ASR check"):
+        run_quality_filter(tmp_path, prepared, metrics, stats, "drop", {"cer": {"max": 0.1}})
 
 
 def test_kept_records_keep_their_text_as_written(tmp_path):

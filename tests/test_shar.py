@@ -125,8 +125,19 @@ def test_encode_writes_the_format_rounds_and_clips(audio_format):
     expected_format = {"flac": "FLAC", "wav": "WAV", "opus": "OGG"}[audio_format]
     assert (info.format, info.samplerate, info.channels, clipped) == (expected_format, rate, 1, 2)
     decoded, _ = sf.read(io.BytesIO(data), dtype="int16")
-    if audio_format == "opus":
+    if audio_format == "opus":  # lossy: compare levels, not samples
         assert info.subtype == "OPUS" and len(decoded) == 10
+        t = np.arange(rate // 2) / rate
+        tone = 0.3 * np.sin(2 * np.pi * 440 * t)
+        for samples in (np.round(tone * 32768).astype(np.int16), (tone * 4).astype(np.float32)):
+            data, clipped = encode(samples, rate, audio_format)
+            assert sf.info(io.BytesIO(data)).subtype == "OPUS"
+            back = sf.read(io.BytesIO(data), dtype="float32")[0][rate // 10 : -rate // 10]
+            level = 0.3 if samples.dtype == np.int16 else 1.0  # the float tone (1.2) was clipped to 1
+            assert abs(np.sqrt(np.mean(back**2)) * np.sqrt(2) - level) < 0.15 * level, samples.dtype
+            assert clipped == (
+                0 if samples.dtype == np.int16 else int(np.count_nonzero(np.abs(tone * 4) > 1))
+            )
         return
     assert info.subtype == "PCM_16"
     assert decoded.tolist() == [-32768, -16384, -1, 0, 0, 1, 32767, 32767, 32767, -32768]
@@ -147,6 +158,8 @@ def test_encode_record_gives_both_audios_or_the_reason_of_the_span_that_failed(t
         "context_audio_duration": 2.0,
     }
     settings = EncodeSettings(str(tmp_path))
+    whole = encode_record(settings, {**record, "offset": 0.0, "duration": 1.0})[0]
+    assert (whole.copied, whole.num_samples) == (True, 16000)  # a whole flac file is copied through
     target, context = encode_record(settings, record)
     assert (target.sampling_rate, target.num_samples, target.copied) == (16000, 8000, False)
     assert (context.sampling_rate, context.num_samples) == (22050, 44100)
@@ -155,6 +168,20 @@ def test_encode_record_gives_both_audios_or_the_reason_of_the_span_that_failed(t
     assert missing[0] == "unreadable_audio" and missing[1].startswith("nope.flac: ")
     outside = encode_record(settings, {**record, "context_audio_filepath": "../c.wav"})
     assert outside[0] == "unreadable_context_audio" and "outside the audio root" in outside[1]
+
+
+def test_copy_through_takes_files_of_any_length_its_form_allows(tmp_path):
+    """A file over a megabyte (the metadata allowance alone) and a file of one sample are copied too."""
+    rate = 48000
+    long = tmp_path / "long.wav"
+    sf.write(long, np.zeros(rate * 12, dtype=np.int16) + 7, rate, subtype="PCM_16")
+    assert long.stat().st_size > 1 << 20
+    settings = EncodeSettings(str(tmp_path), audio_format="wav")
+    assert copy_through(str(long), 0.0, 12.0, settings).num_samples == rate * 12
+    one = tmp_path / "one.wav"
+    sf.write(one, np.array([5], dtype=np.int16), rate, subtype="PCM_16")
+    copied = copy_through(str(one), 0.0, 1 / rate, settings)
+    assert (copied.num_samples, copied.copied) == (1, True)
 
 
 def test_encode_span_counts_padding_past_the_end_and_resamples(tmp_path):

@@ -60,14 +60,20 @@ class Dnsmos:
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
-        providers: list = ["CPUExecutionProvider"]
-        if device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
-            index = int(device.partition(":")[2] or 0)
-            providers = [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
         weights = files("speechmos") / "dnsmos_models" / "sig_bak_ovr.onnx"
+        providers = self.providers(device, ort.get_available_providers())
         self.session = ort.InferenceSession(str(weights), opts, providers=providers)
         self.provider = self.session.get_providers()[0]
         self._input = self.session.get_inputs()[0].name
+
+    @staticmethod
+    def providers(device: str, available: list[str]) -> list:
+        """onnxruntime's providers for a rank's device: CUDA on device `cuda:N` where this onnxruntime has
+        it (onnxruntime-gpu), with CPU behind it; else CPU alone."""
+        if device.startswith("cuda") and "CUDAExecutionProvider" in available:
+            index = int(device.partition(":")[2] or 0)
+            return [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
+        return ["CPUExecutionProvider"]
 
     @classmethod
     def windows(cls, audio: np.ndarray, max_windows: int = 0) -> list[np.ndarray]:

@@ -55,14 +55,14 @@ def encode(samples: np.ndarray, rate: int, audio_format: str) -> tuple[bytes, in
         if audio_format == "opus":
             sf.write(buf, samples.astype(np.float32) / 32768.0, rate, format="OGG", subtype="OPUS")
         else:
-            sf.write(buf, samples, rate, format=audio_format.upper(), subtype="PCM_16")
+            sf.write(buf, samples, rate, format=audio_format, subtype="PCM_16")
         return buf.getvalue(), clipped
     clipped = int(np.count_nonzero(np.abs(samples) > 1.0))
     if audio_format == "opus":
         sf.write(buf, np.clip(samples, -1.0, 1.0), rate, format="OGG", subtype="OPUS")
     else:
         pcm = np.clip(np.round(samples * 32768.0), -32768, 32767).astype(np.int16)
-        sf.write(buf, pcm, rate, format=audio_format.upper(), subtype="PCM_16")
+        sf.write(buf, pcm, rate, format=audio_format, subtype="PCM_16")
     return buf.getvalue(), clipped
 
 

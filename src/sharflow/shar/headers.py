@@ -79,10 +79,11 @@ def _flac_frame_header(data: bytes, pos: int) -> tuple[bool, int, int] | None:
     if pos + 6 > len(data) or data[pos + 3] & 0x01 or data[pos + 2] >> 4 == 0 or data[pos + 2] & 0x0F == 0x0F:
         return None
     i, lead = pos + 4, data[pos + 4]
+    # the number's length from its lead byte (UTF-8's coding, up to 7 bytes); 10xxxxxx or 0xFF cannot lead
     extra = next((n for n, top in enumerate((0x80, 0xE0, 0xF0, 0xF8, 0xFC, 0xFE, 0xFF)) if lead < top), None)
-    if extra is None or (extra == 0 and lead >= 0x80) or (extra > 0 and lead < 0xC0):
+    if extra is None or (extra > 0 and lead < 0xC0):
         return None
-    number = lead & (0x7F >> extra) if extra else lead
+    number = lead & (0x7F >> extra)
     for k in range(1, extra + 1):
         if i + k >= len(data) or data[i + k] & 0xC0 != 0x80:
             return None
