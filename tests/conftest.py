@@ -6,6 +6,8 @@ import signal
 
 import pytest
 from test_prepare import dirty_manifest
+from tqdm import tqdm
+from tqdm.std import TqdmDefaultWriteLock
 
 from sharflow.models.codecs.nemo import build_random_codec
 from testkit import (
@@ -20,6 +22,15 @@ from testkit import (
     system_tool,
     write_all,
 )
+
+
+def _fresh_tqdm_lock() -> None:
+    """A process forked while another thread held tqdm's write lock would wait on it forever (mutmut
+    forks a process per mutant from one that has run tests): the child gets a lock of its own."""
+    tqdm.set_lock(TqdmDefaultWriteLock())
+
+
+os.register_at_fork(after_in_child=_fresh_tqdm_lock)
 
 
 @pytest.fixture(autouse=True)

@@ -48,6 +48,7 @@ def test_text_normalization():
     assert normalize_text("Straße CAFÉ") == "strasse café"  # case folded
     assert normalize_text("Room 101, 2nd floor") == "room 101 2nd floor"  # digits kept
     assert normalize_text("... -- !") == ""
+    assert normalize_text("'Xerox' box x") == "xerox box x"  # only apostrophes leave a word's edges
     assert reference_text({"text": "A", "normalized_text": "b"}) == "b"
     assert reference_text({"text": "A", "normalized_text": ""}) == "A"
 
@@ -57,6 +58,8 @@ def test_asr_fields_round_the_rates_and_keep_nothing_as_null():
     assert fields == {"asr_text": "abc dxf", "cer": round(5 / 11, 3), "wer": round(2 / 3, 3)}
     assert asr_fields({"text": "abc"}, "abd") == {"asr_text": "abd", "cer": 0.333333, "wer": 1.0}
     assert asr_fields({"text": "?!"}, "anything") == {"asr_text": "anything", "cer": None, "wer": None}
+    assert asr_fields({"text": ""}, "hi") == {"asr_text": "hi", "cer": None, "wer": None}
+    assert asr_fields({}, "hi")["cer"] is None  # no text at all: nothing to score against
 
 
 def test_error_rates_by_hand():

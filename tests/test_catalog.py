@@ -24,6 +24,7 @@ from sharflow.dataset.catalog import (
     catalog_row,
     column_names,
     iter_batches,
+    kept_optional_columns,
     merge_catalog,
     read_columns,
     write_fragment,
@@ -229,7 +230,7 @@ def test_a_row_takes_the_quality_fields_of_its_record():
     assert (row["asr_text"], row["validation_status"], row["context_similarity"]) == ("hi ewe", "fail", 0.75)
     assert (row["text_chars"], row["normalized_text_chars"], row["num_samples"]) == (8, 6, 44100)
     odd = catalog_row(
-        {**record, "asr_text": 5, "validation_status": None, "cer": float("nan"), "wer": True},
+        {**record, "asr_text": 5, "validation_status": 5, "cer": float("nan"), "wer": True},
         cut_id="c",
         shard=1,
         position=2,
@@ -330,16 +331,18 @@ def test_merge_of_synthetic_fragments_keeps_metrics_present_adds_frames_and_toke
     assert m.frames_c.tolist() == expected.tolist() and m.frames_c.nunique() > 5
     assert m.context_frames_c.tolist() == np.ceil(m.context_num_samples / 640).astype(int).tolist()
     assert m.speaker.nunique() == 3 and m.shard.tolist() == [0] * 5 + [1] * 4
-    # row groups of about ROW_GROUP_ROWS: shards of 2 rows close a group once 4 are pending
+    # row groups of about ROW_GROUP_ROWS: a group closes once 4 rows are pending, and counts afresh
     monkeypatch.setattr(sharflow.dataset.catalog, "ROW_GROUP_ROWS", 4)
-    small = [str(tmp_path / f"small{s}.parquet") for s in range(3)]
-    for s, path in enumerate(small):
-        write_fragment(synthetic_rows(s, 2), path)
+    small = [str(tmp_path / f"small{s}.parquet") for s in range(4)]
+    for s, (path, n) in enumerate(zip(small, (2, 2, 3, 1), strict=True)):
+        write_fragment(synthetic_rows(s, n), path)
     caplog.set_level(logging.INFO, logger="sharflow")
     merge_catalog(small, str(tmp_path / "s.parquet"), codecs=[])
     meta = pq.read_metadata(tmp_path / "s.parquet")
-    assert [meta.row_group(g).num_rows for g in range(meta.num_row_groups)] == [4, 2]
-    assert f"catalog {tmp_path / 's.parquet'}: 6 rows, 19 columns (cut_id, shard, position," in caplog.text
+    assert [meta.row_group(g).num_rows for g in range(meta.num_row_groups)] == [4, 4]
+    assert f"catalog {tmp_path / 's.parquet'}: 8 rows, 19 columns (cut_id, shard, position," in caplog.text
+    # a column found in one fragment is kept whatever the fragments after it hold
+    assert kept_optional_columns(list(reversed(paths["marked"]))) == ["cer", "validation_status", "asr_text"]
     with pytest.raises(ValueError, match="shard 1: 3 token counts for 4 rows"):
         merge_catalog(
             paths["plain"],

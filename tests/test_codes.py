@@ -22,6 +22,16 @@ from sharflow.models.codecs import load_codec
 from testkit import assert_informative_codes, codes_in_tars, magpie_dataset, run_codes
 
 
+def test_mixed_batches_in_shard_order_for_measuring_what_they_would_cost():
+    """same_frames=False, by_length=False (bench_codes' comparison): items in shard order, cut only by
+    the budget."""
+    items = [Item(i, "target", f"m{i}", n) for i, n in enumerate((3000, 900, 5000, 100))]
+    batches = plan_batches(items, 20_000, 1024, same_frames=False, by_length=False)
+    assert [[i.cut for i in b] for b in batches] == [[0, 1, 2], [3]]  # 3 x 5120 fits, a 4th would not
+    sorted_batches = plan_batches(items, 20_000, 1024, same_frames=False)
+    assert [[i.cut for i in b] for b in sorted_batches] == [[3, 1, 0], [2]]
+
+
 def test_batches_hold_one_frame_count_within_budget_and_pad_only_to_whole_frames():
     rng = np.random.default_rng(0)
     spf, budget = 1024, 22050 * 60

@@ -250,7 +250,10 @@ def test_a_flac_that_is_not_whole_is_refused(damage):
 
 def test_a_variable_block_frame_counts_samples_not_frames():
     info = streaminfo(16, 4096, 16000, 1, 16, 10_000 + 192)
-    frames = [frame(frame_header(True, 0, 12), b"first"), frame(frame_header(True, 10_000, 1), b"p")]
+    frames = [
+        frame(frame_header(True, 0, 12), b"first"),
+        frame(frame_header(True, 10_000, 1), b"p \xff\xf9\x00\x00 (a sync pattern that is no header)"),
+    ]
     assert _flac_ends_whole(flac_file(info, frames), 42, 16, 4096, 10_000 + 192)  # the last frame counts
     assert not _flac_ends_whole(flac_file(info, frames), 42, 16, 4096, 10_000 + 191)
     assert not _flac_ends_whole(flac_file(info, frames), 42, 16, 4096, 4096)

@@ -71,7 +71,7 @@ def test_dnsmos_runs_on_the_ranks_gpu_where_onnxruntime_has_cuda(meters):
     assert Dnsmos.providers("cuda", cuda_build)[0] == ("CUDAExecutionProvider", {"device_id": 0})
     assert Dnsmos.providers("cpu", cuda_build) == ["CPUExecutionProvider"]
     assert Dnsmos.providers("cuda:0", ["CPUExecutionProvider"]) == ["CPUExecutionProvider"]  # a CPU build
-    assert meters.dnsmos.provider == "CPUExecutionProvider"  # this machine's build
+    assert Dnsmos("cpu").provider == "CPUExecutionProvider"  # this machine's build
 
 
 def test_dnsmos_windows_follow_the_models_window_and_hop():
@@ -172,6 +172,14 @@ def test_dnsmos_keeps_the_first_windows_it_is_told_to(meters):
 # ---- the filter ---------------------------------------------------------------------------------
 
 
+def test_every_failing_filter_is_named_after_a_null_one():
+    filters = {"loudness_lufs": {"min": -30}, "clipping_fraction": {"max": 0.01}}
+    assert [m for m, _ in failures({"loudness_lufs": None, "clipping_fraction": 0.5}, filters)] == [
+        "loudness_lufs",
+        "clipping_fraction",
+    ]
+
+
 def test_thresholds_pass_at_the_value_and_fail_on_the_wrong_side():
     filters = {"speech_ratio": {"min": 0.5}, "clipping_fraction": {"max": 0.01}}
     at = {"speech_ratio": 0.5, "clipping_fraction": 0.01}
@@ -265,7 +273,9 @@ def test_filter_refuses_metrics_out_of_step_and_unknown_metrics(tmp_path):
         SharflowError, match=r"does not match .* at line 3: rerun with --forcerun quality_part"
     ):
         run_quality_filter(tmp_path, prepared, metrics, stats, "drop", {})
-    with pytest.raises(SharflowError, match="unknown metric 'snr'"):
+    with pytest.raises(
+        SharflowError, match="unknown metric 'snr'; known: dnsmos_sig, dnsmos_bak, dnsmos_ovrl"
+    ):
         run_quality_filter(tmp_path, prepared, metrics, stats, "drop", {"snr": {"min": 1}})
     with pytest.raises(SharflowError, match=r"give \{min: x\}"):
         run_quality_filter(tmp_path, prepared, metrics, stats, "drop", {"speech_ratio": {"low": 1}})
@@ -300,7 +310,11 @@ def test_a_record_failing_two_filters_names_both_and_a_filter_on_what_was_not_me
     _, _, rejected = run_quality_filter(tmp_path, prepared, metrics, stats, "drop", filters)
     row = json.loads((rejected / "quality_speech_ratio.jsonl").read_text().splitlines()[0])
     assert row["detail"] == "speech_ratio 0.5 < min 0.9; dnsmos_sig 1.0 > max 0.5"
-    with pytest.raises(SharflowError, match=rf"quality.filters.cer: {metrics} holds no cer; the ASR check"):
+    with pytest.raises(
+        SharflowError,
+        match=rf"quality.filters.cer: {metrics} holds no cer; the ASR check .*"
+        r"set quality.asr.model \(or random_from_config\), or remove the filter$",
+    ):
         run_quality_filter(tmp_path, prepared, metrics, stats, "drop", {"cer": {"max": 0.1}})
 
 

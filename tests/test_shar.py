@@ -118,15 +118,15 @@ def test_16_bit_audio_is_copied_exactly_and_clipping_is_counted():
 def test_encode_writes_the_format_rounds_and_clips(audio_format):
     """Float samples to 16-bit PCM: rounded to the nearest 1/32768, clipped beyond [-1, 1] and counted
     (exactly 1.0 is not clipped); int16 samples written as they are; opus gets floats."""
-    steps = np.array([-1.0, -0.5, -1 / 32768, 0.0, 0.4 / 32768, 0.6 / 32768, 1.0 - 1 / 32768, 1.0])
+    steps = np.array([-1.0, -0.5, -1 / 32768, 0.0, 0.4 / 32768, 0.6 / 32768, 0.75, 1.0 - 1 / 32768, 1.0])
     rate = 48000 if audio_format == "opus" else 16000
-    data, clipped = encode(np.concatenate([steps, [1.25, -3.0]]).astype(np.float32), rate, audio_format)
+    data, clipped = encode(np.concatenate([steps, [1.25, -2.5]]).astype(np.float32), rate, audio_format)
     info = sf.info(io.BytesIO(data))
     expected_format = {"flac": "FLAC", "wav": "WAV", "opus": "OGG"}[audio_format]
     assert (info.format, info.samplerate, info.channels, clipped) == (expected_format, rate, 1, 2)
     decoded, _ = sf.read(io.BytesIO(data), dtype="int16")
     if audio_format == "opus":  # lossy: compare levels, not samples
-        assert info.subtype == "OPUS" and len(decoded) == 10
+        assert info.subtype == "OPUS" and len(decoded) == 11
         t = np.arange(rate // 2) / rate
         tone = 0.3 * np.sin(2 * np.pi * 440 * t)
         for samples in (np.round(tone * 32768).astype(np.int16), (tone * 4).astype(np.float32)):
@@ -140,7 +140,7 @@ def test_encode_writes_the_format_rounds_and_clips(audio_format):
             )
         return
     assert info.subtype == "PCM_16"
-    assert decoded.tolist() == [-32768, -16384, -1, 0, 0, 1, 32767, 32767, 32767, -32768]
+    assert decoded.tolist() == [-32768, -16384, -1, 0, 0, 1, 24576, 32767, 32767, 32767, -32768]
     pcm = np.array([5, -7, 32767], dtype=np.int16)
     written, none_clipped = encode(pcm, rate, audio_format)
     assert none_clipped == 0 and sf.read(io.BytesIO(written), dtype="int16")[0].tolist() == [5, -7, 32767]
