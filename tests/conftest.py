@@ -1,8 +1,10 @@
 """Fixtures shared by test modules: the demo corpus through the stages, a tiny codec, workflow runs."""
 
 import faulthandler
+import multiprocessing
 import os
 import signal
+import threading
 
 import pytest
 from test_prepare import dirty_manifest
@@ -25,8 +27,11 @@ from testkit import (
 
 
 def _fresh_tqdm_lock() -> None:
-    """A process forked while another thread held tqdm's write lock would wait on it forever (mutmut
-    forks a process per mutant from one that has run tests): the child gets a lock of its own."""
+    """tqdm's write lock is a class-wide multiprocessing lock shared by every process forked after it
+    was made; one that dies holding it (mutmut forks and kills a process per mutant) leaves the others
+    waiting forever. A forked child gets locks of its own."""
+    TqdmDefaultWriteLock.th_lock = threading.RLock()
+    TqdmDefaultWriteLock.mp_lock = multiprocessing.RLock()
     tqdm.set_lock(TqdmDefaultWriteLock())
 
 

@@ -30,6 +30,9 @@ def test_mixed_batches_in_shard_order_for_measuring_what_they_would_cost():
     assert [[i.cut for i in b] for b in batches] == [[0, 1, 2], [3]]  # 3 x 5120 fits, a 4th would not
     sorted_batches = plan_batches(items, 20_000, 1024, same_frames=False)
     assert [[i.cut for i in b] for b in sorted_batches] == [[3, 1, 0], [2]]
+    exact = [Item(i, "target", f"m{i}", 1000) for i in range(3)]  # 3 x 1024 padded: exactly the budget
+    assert [len(b) for b in plan_batches(exact, 3 * 1024, 1024)] == [3]
+    assert [len(b) for b in plan_batches(exact, 3 * 1024 - 1, 1024)] == [2, 1]
 
 
 def test_batches_hold_one_frame_count_within_budget_and_pad_only_to_whole_frames():
