@@ -91,7 +91,7 @@ def get_prepare_settings(wildcards):
     return {
         "dataset": wildcards.dataset,
         **{k: ds[k] for k in ("audio_root", "language", "require_text")},
-        **{k: config["prepare"][k] for k in ("duration_tolerance", "max_rejected_fraction")},
+        **{k: config["prepare"][k] for k in ("duration_tolerance", "duration_from_file", "max_rejected_fraction")},
     }
 
 

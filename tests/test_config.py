@@ -26,7 +26,12 @@ def test_defaults_are_filled_everywhere():
     config = validate_config(minimal(), SCHEMA)
     assert config["datasets"]["d"]["language"] == "en"
     assert config["datasets"]["d"]["require_text"] is True
-    assert config["prepare"] == {"workers": 0, "duration_tolerance": 0.1, "max_rejected_fraction": 0.5}
+    assert config["prepare"] == {
+        "workers": 0,
+        "duration_tolerance": 0.1,
+        "duration_from_file": False,
+        "max_rejected_fraction": 0.5,
+    }
     assert config["shar"]["shard_size"] == 4096 and config["context"]["min_similarity"] == 0.6
     assert validate_config({**minimal(), "shar": {"audio_format": "opus", "sample_rate": 24000}}, SCHEMA)
 

@@ -49,6 +49,8 @@ EFFECTS: dict[str, str] = {
     "prepare.workers": "test_prepare.py::test_serial_and_parallel_runs_are_byte_identical",
     "prepare.duration_tolerance": "test_manifest.py::"
     "test_duration_tolerance_at_the_value_and_one_ulp_either_side",
+    "prepare.duration_from_file": "test_shar.py::"
+    "test_rounded_manifest_durations_copy_through_with_duration_from_file",
     "prepare.max_rejected_fraction": "test_prepare.py::"
     "test_max_rejected_fraction_at_the_value_and_one_ulp_below",
     "quality.enabled": f"{HERE}::test_keys_that_change_which_jobs_run",

@@ -241,3 +241,27 @@ def test_any_record_gets_the_reason_the_readme_gives(tmp_path_factory, path, dur
     if got == "accepted":
         prepared = json.loads(result.line)
         assert prepared["duration"] == duration and prepared["offset"] == record.get("offset", 0.0)
+
+
+def test_duration_from_file_gives_a_whole_file_record_the_files_exact_length(tmp_path):
+    """prepare.duration_from_file: a whole-file record (no offset, or offset 0 within the tolerance)
+    takes the file's length; a segment from 0, a later segment and the setting off keep the manifest's."""
+    write_tone(tmp_path / "a.wav", 33_333 / 16000)  # 2.0833125 s: a manifest rounds it to 2.083
+    exact = 33_333 / 16000
+
+    def duration(record, **settings):
+        record = {"audio_filepath": "a.wav", "text": "t", "speaker": "s", **record}
+        result = check_line(json.dumps(record).encode(), CheckSettings("d", str(tmp_path), **settings))
+        assert isinstance(result, Accepted), result
+        assert json.loads(result.line)["duration"] == result.duration
+        return result.duration, result.from_file
+
+    on = {"duration_from_file": True, "duration_tolerance": 0.125}
+    assert duration({"duration": 2.083}, **on) == (exact, True)
+    assert duration({"duration": 2.083, "offset": 0.0}, **on) == (exact, True)
+    assert duration({"duration": exact}, **on) == (exact, False)  # already the file's: nothing changed
+    assert duration({"duration": 2.083}) == (2.083, False)  # off by default: the manifest's, as NeMo keeps it
+    # offset 0, a duration just inside / just outside the tolerance: a whole file / a segment from its start
+    assert duration({"duration": exact - 0.125, "offset": 0.0}, **on) == (exact, True)
+    assert duration({"duration": exact - 0.126, "offset": 0.0}, **on) == (exact - 0.126, False)
+    assert duration({"duration": 1.0, "offset": 0.5}, **on) == (1.0, False)  # a segment later in the file

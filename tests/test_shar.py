@@ -184,6 +184,57 @@ def test_copy_through_takes_files_of_any_length_its_form_allows(tmp_path):
     assert (copied.num_samples, copied.copied) == (1, True)
 
 
+def test_rounded_manifest_durations_copy_through_with_duration_from_file(tmp_path):
+    """A whole-file corpus whose manifest rounds durations to the millisecond, as most do: with
+    prepare.duration_from_file every span is the file and is copied; without it most are encoded again."""
+    from sharflow.prepare.job import prepare_dataset
+
+    rng = np.random.default_rng(5)
+    records = []
+    for i in range(40):
+        frames = int(rng.integers(22050, 22050 * 4))
+        sf.write(tmp_path / f"u{i}.flac", rng.integers(-3000, 3000, frames, dtype=np.int16), 22050)
+        records.append(
+            {
+                "audio_filepath": f"u{i}.flac",
+                "duration": round(frames / 22050, 3),
+                "text": "t",
+                "speaker": "s",
+            }
+        )
+    write_jsonl(tmp_path / "manifest.json", records)
+    settings = EncodeSettings(str(tmp_path), audio_format="flac")
+
+    def copied(from_file: bool) -> int:
+        out = tmp_path / f"from_file_{from_file}"
+        kw = {
+            "prepared": str(out / "prepared.jsonl"),
+            "rejected_dir": str(out / "rejected"),
+            "stats": str(out / "s.json"),
+        }
+        stats = prepare_dataset(
+            str(tmp_path / "manifest.json"),
+            dataset="d",
+            audio_root=str(tmp_path),
+            duration_from_file=from_file,
+            **kw,
+        )
+        assert stats["records_out"] == 40
+        prepared = read_jsonl(out / "prepared.jsonl")
+        assert stats["durations_from_file"] == sum(
+            r["duration"] != m["duration"] for r, m in zip(prepared, records, strict=True)
+        )
+        return sum(
+            copy_through(str(tmp_path / r["audio_filepath"]), 0.0, r["duration"], settings) is not None
+            for r in prepared
+        )
+
+    without = copied(False)
+    print(f"copied without duration_from_file: {without} of 40")
+    assert without < 40 * 0.5  # rounded to 1 ms, most spans are a sample or more off the file's length
+    assert copied(True) == 40
+
+
 def test_encode_span_counts_padding_past_the_end_and_resamples(tmp_path):
     path = str(write_tone(tmp_path / "a.wav", 1.0, 16000))
     tail = encode_span(path, 0.9, 0.2, EncodeSettings(str(tmp_path), audio_format="wav"))

@@ -53,6 +53,7 @@ def prepare_dataset(
     language: str = "en",
     require_text: bool = True,
     duration_tolerance: float = 0.1,
+    duration_from_file: bool = False,
     max_rejected_fraction: float = 1.0,
     workers: int = 1,
 ) -> dict:
@@ -65,7 +66,9 @@ def prepare_dataset(
     or more than `max_rejected_fraction` of the lines are rejected. Returns the stats.
     """
     _check_inputs(dataset, manifest, audio_root)
-    settings = CheckSettings(dataset, audio_root, language, require_text, duration_tolerance)
+    settings = CheckSettings(
+        dataset, audio_root, language, require_text, duration_tolerance, duration_from_file
+    )
     workers = resolve_workers(workers)
     source = ManifestFile(manifest)
     log.info(
@@ -122,6 +125,7 @@ class _Tally:
         self.seen: dict[int, int] = {}  # hash of duplicate key -> first line (row) number
         self.other_datasets: Counter[str] = Counter()  # speakers' Dataset: names that are not `dataset`
         self.other_example = ""
+        self.durations_from_file = 0  # accepted whole-file records given the file's exact length
 
     @property
     def counts(self) -> Counter:
@@ -142,6 +146,7 @@ class _Tally:
             self.examples.setdefault(result.reason, f"{self.unit} {position}: {result.detail}")
             return None
         self.ledger.keep(result.duration)
+        self.durations_from_file += result.from_file
         named = parse_speaker(result.speaker).dataset
         if named != self.dataset:
             self.other_datasets[named] += 1
@@ -155,6 +160,7 @@ class _Tally:
             "manifest": manifest,
             **self.ledger.counts(),
             **self.ledger.hours(),
+            "durations_from_file": self.durations_from_file,
             "speakers_naming_other_datasets": dict(sorted(self.other_datasets.items())),
         }
 

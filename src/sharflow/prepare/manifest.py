@@ -45,11 +45,13 @@ class CheckSettings:
     language: str = "en"
     require_text: bool = True
     duration_tolerance: float = 0.1
+    duration_from_file: bool = False
 
 
 @dataclass(frozen=True)
 class Accepted:
-    """A valid record: its output line, its duplicate key, its duration, and its speaker string.
+    """A valid record: its output line, its duplicate key, its duration, and its speaker string;
+    `from_file` when the duration is the file's exact length in place of the manifest's.
 
     `speaker` is the standardized speaker; its `Dataset:` part may name another dataset than the
     config's when the manifest already carried standardized speakers (prepare counts those).
@@ -59,6 +61,7 @@ class Accepted:
     key: tuple[str, int, int]
     duration: float
     speaker: str
+    from_file: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,10 +94,11 @@ def check_line(raw: bytes, settings: CheckSettings) -> Accepted | Rejected:
     if isinstance(audio, Rejected):
         return audio
     rel, info = audio
+    duration = _duration(fields, info, settings)
     out = {
         "audio_filepath": rel,
         "offset": fields.offset,
-        "duration": fields.duration,
+        "duration": duration,
         "text": fields.text,
         "speaker": fields.speaker,
         **{k: v for k, v in record.items() if k not in _STANDARD_KEYS},
@@ -104,8 +108,18 @@ def check_line(raw: bytes, settings: CheckSettings) -> Accepted | Rejected:
             "num_channels": info.num_channels,
         },
     }
-    key = (rel, round(fields.offset * 1e5), round(fields.duration * 1e5))
-    return Accepted(json.dumps(out, ensure_ascii=False), key, fields.duration, fields.speaker)
+    key = (rel, round(fields.offset * 1e5), round(duration * 1e5))
+    line = json.dumps(out, ensure_ascii=False)
+    return Accepted(line, key, duration, fields.speaker, from_file=duration != fields.duration)
+
+
+def _duration(fields: "_Fields", info: AudioInfo, settings: CheckSettings) -> float:
+    """The record's duration: the manifest's, or with `duration_from_file` the file's exact length
+    for a whole-file record (offset 0, duration within the tolerance of the file's; a record that
+    got this far without an offset always is one). Manifests round durations (to the millisecond,
+    most often); the file's length makes the span all of the file, which shar copies through."""
+    whole_file = fields.offset == 0 and abs(fields.duration - info.duration) <= settings.duration_tolerance
+    return info.duration if settings.duration_from_file and whole_file else fields.duration
 
 
 class _Fields(NamedTuple):
