@@ -10,7 +10,7 @@ best time of each is reported.
   forward (encoder + quantizer) only.
 - mixed floor: the same, with length-sorted batches that mix frame counts (what the stage did
   before it batched one frame count at a time): what exact codes cost in model time.
-- stage: encode_shard over every shard (tar reading, decoding, resampling, batching, writing).
+- stage: encode_shards over every shard, one job (tar reading, decoding, resampling, batching, writing).
 - padding: real / padded samples of our length-sorted batches vs batches in shard order with the
   same budget.
 
@@ -64,7 +64,7 @@ def main() -> None:
     import torch
 
     from sharflow.codes.batches import padding_efficiency, plan_batches, whole_frames
-    from sharflow.codes.shard import KINDS, _decode, encode_shard, shard_items
+    from sharflow.codes.shard import KINDS, ShardCodes, _decode, encode_shards, shard_items
     from sharflow.codes.spec import CodecSpec, cached_codec
     from sharflow.core.layout import DatasetFiles
     from sharflow.models.codecs.nemo import build_random_codec
@@ -113,17 +113,12 @@ def main() -> None:
             floors.append(forward_seconds(codec, prepared, args.device))
             mixed_floors.append(forward_seconds(codec, mixed, args.device))
             t = time.perf_counter()
-            for s in shards:
-                encode_shard(
-                    s,
-                    target_tar=files.shard(s).target,
-                    context_tar=files.shard(s).context,
-                    out=DatasetFiles(str(tmp / "out")).codes(spec.name, s),
-                    codec=spec,
-                    batch_seconds=args.batch_seconds,
-                    device=args.device,
-                    workers=1,
-                )
+            out = DatasetFiles(str(tmp / "out"))
+            jobs = [
+                ShardCodes(s, files.shard(s).target, files.shard(s).context, out.codes(spec.name, s))
+                for s in shards
+            ]
+            encode_shards(jobs, codec=spec, batch_seconds=args.batch_seconds, device=args.device, workers=1)
             stages.append(time.perf_counter() - t)
         floor, mixed_floor, stage = min(floors), min(mixed_floors), min(stages)
 

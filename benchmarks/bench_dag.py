@@ -87,7 +87,7 @@ def main() -> None:
         )
         print(
             f"dry run, {args.shards} shards x 2 codecs ({jobs} jobs): {dry_s:.1f} s, {dry_mb:.0f} MB "
-            f"= {dry_s / floor_s:.1f}x the floor's time (target < 60 s, < 2 GB)"
+            f"= {dry_s / floor_s:.1f}x the floor's time (bar: < 30 s)"
         )
         graph_s, graph_mb, _ = snakemake(work, "--rulegraph")
         print(f"--rulegraph: {graph_s:.1f} s, {graph_mb:.0f} MB")

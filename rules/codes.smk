@@ -26,13 +26,49 @@ rule codec_model:
         "../workflow_scripts/codec_model.py"
 
 
+# A codes job encodes a block of codes.shards_per_job shards (shard keys sharing all digits but the
+# last), loading the codec once per rank. Snakemake needs a rule's outputs from its wildcards alone,
+# so a block job always makes all of its shards: where the plan ends inside a block, that block's
+# shards are made in blocks a tenth the size (codes_block10 for 10 when shards_per_job is 100 or
+# more), and the last few by codes_shard, one job each: at most 9 per level.
+# get_codes_block_inputs hands a block that reaches past the plan's last shard to the next rule.
+for size in CODES_BLOCK_SIZES:
+
+    rule:
+        name:
+            codes_block_rule(size)
+        input:
+            unpack(get_codes_block_inputs(size)),
+        output:
+            **DS.codes_block("{codec}", "{block}", size),
+        log:
+            layout.log(codes_block_rule(size), "{dataset}", "{codec}", "{block}"),
+        benchmark:
+            layout.benchmark(codes_block_rule(size), "{dataset}", "{codec}", "{block}")
+        params:
+            batch_seconds=config["codes"]["batch_seconds"],
+            device=config["codes"]["device"],
+            shards_per_job=size,
+        threads: CODES_THREADS
+        resources:
+            gpu=CODES_GPUS,
+            mem_mb=16000,
+        wildcard_constraints:
+            block=rf"\d{{{6 - layout.block_digits(size)}}}",
+        script:
+            "../workflow_scripts/codes_block.py"
+
+
+workflow.ruleorder(*(codes_block_rule(size) for size in CODES_BLOCK_SIZES), "codes_shard")
+
+
 rule codes_shard:
     input:
-        target=DS.shard("{shard}").target,
-        context=DS.shard("{shard}").context,
+        target_0=DS.shard("{shard}").target,
+        context_0=DS.shard("{shard}").context,
         codec=layout.codec_spec("{codec}"),
     output:
-        **DS.codes("{codec}", "{shard}").named(),
+        **DS.codes_block("{codec}", "{shard}", 1),
     log:
         layout.log("codes_shard", "{dataset}", "{codec}", "{shard}"),
     benchmark:
@@ -40,12 +76,13 @@ rule codes_shard:
     params:
         batch_seconds=config["codes"]["batch_seconds"],
         device=config["codes"]["device"],
+        shards_per_job=1,
     threads: CODES_THREADS
     resources:
         gpu=CODES_GPUS,
         mem_mb=16000,
     script:
-        "../workflow_scripts/codes_shard.py"
+        "../workflow_scripts/codes_block.py"
 
 
 rule codes_merge:

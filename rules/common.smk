@@ -25,6 +25,17 @@ DS = layout.dataset_files("{dataset}")
 HOST_SHOWS_GPU = host_shows_gpu()
 
 
+# Codes jobs: blocks of codes.shards_per_job shards (a power of ten, the schema's enum), then blocks a
+# tenth the size down to 10 where the plan ends inside a block (rules/codes.smk).
+CODES_BLOCK = config["codes"]["shards_per_job"]
+CODES_BLOCK_SIZES = [10**k for k in range(layout.block_digits(CODES_BLOCK), 0, -1)]
+
+
+def codes_block_rule(size):
+    """codes_block for blocks of codes.shards_per_job shards; codes_block<size> for the smaller ones."""
+    return "codes_block" if size == CODES_BLOCK else f"codes_block{size}"
+
+
 wildcard_constraints:
     dataset="|".join(re.escape(d) for d in DATASETS),
     part=r"\d{4}",
@@ -91,7 +102,10 @@ def get_prepare_settings(wildcards):
     return {
         "dataset": wildcards.dataset,
         **{k: ds[k] for k in ("audio_root", "language", "require_text")},
-        **{k: config["prepare"][k] for k in ("duration_tolerance", "duration_from_file", "max_rejected_fraction")},
+        **{
+            k: config["prepare"][k]
+            for k in ("duration_tolerance", "duration_from_file", "max_rejected_fraction")
+        },
     }
 
 
@@ -243,6 +257,24 @@ def get_codec_spec(wildcards):
         "model": path,
         "precision": spec["precision"],
     }
+
+
+def get_codes_block_inputs(size):
+    """Input function of the codes jobs of `size` shards: target_<m> and context_<m> of each member shard,
+    and the codec; for a block reaching past the plan's last shard, a file no rule makes (so that its
+    shards go to the rule of the next size down)."""
+
+    def inputs(wildcards):
+        files = layout.dataset_files(wildcards.dataset)
+        members = layout.block_members(wildcards.block, size)
+        if int(members[-1]) >= num_shards(wildcards.dataset):
+            return {"beyond_the_plan": files.beyond_the_plan(wildcards.codec, wildcards.block)}
+        out = {"codec": layout.codec_spec(wildcards.codec)}
+        for m, shard in enumerate(members):
+            out.update({f"target_{m}": files.shard(shard).target, f"context_{m}": files.shard(shard).context})
+        return out
+
+    return inputs
 
 
 def get_codes_stats(wildcards):

@@ -14,6 +14,7 @@ from tqdm.std import TqdmDefaultWriteLock
 from sharflow.models.codecs.nemo import build_random_codec
 from testkit import (
     REPO,
+    SMALL_SHARDS,
     Background,
     demo_config,
     prepare_demo,
@@ -106,7 +107,7 @@ def run_two_datasets(tmp):
     manifest, root = dirty_manifest(tmp)
     # no quality filter: the dirty dataset's tones hold no speech, and the default filter would
     # leave its context and shar stages nothing to show (test_quality covers the filter's rejects)
-    config = demo_config(prepare={"max_rejected_fraction": 0.9}, quality={"filters": {}})
+    config = demo_config(prepare={"max_rejected_fraction": 0.9}, quality={"filters": {}}, shar=SMALL_SHARDS)
     config["datasets"]["dirty"] = {"manifest": str(manifest), "audio_root": str(root), "language": "de"}
     work = tmp / "work"
     proc = run_snakemake(work, config)

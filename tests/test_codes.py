@@ -73,7 +73,9 @@ def test_codes_round_trip_with_shapes_dtype_and_frame_shift(coded, demo_shards):
     assert all(s["dtype"] == "int16" and s["padding_efficiency"] > 0.5 for s in stats)
 
 
-def test_codes_do_not_depend_on_batching_or_ranks(coded, demo_shards, tiny_nemo_codec, tmp_path):
+def test_codes_do_not_depend_on_batching_ranks_or_shards_per_job(
+    coded, demo_shards, tiny_nemo_codec, tmp_path
+):
     out, _ = coded
     tars = {
         kind: out / "shar" / "codes_tiny" / kind / "codes.000000.tar"
@@ -92,11 +94,12 @@ def test_codes_do_not_depend_on_batching_or_ranks(coded, demo_shards, tiny_nemo_
             x[0, : len(wave)] = torch.from_numpy(wave)
             alone, n = codec.encode(x, torch.tensor([len(wave)]))
             assert np.array_equal(stage[i], alone[0, :, : int(n[0])].numpy()), flacs[i].name
-    run_codes(demo_shards[0], tmp_path, tiny_nemo_codec, shards=(0,), workers=2)
-    for kind, path in tars.items():
-        assert (
-            tmp_path / "shar" / "codes_tiny" / kind / "codes.000000.tar"
-        ).read_bytes() == path.read_bytes()
+    # `coded` encoded shards 0 and 1 in one job on one rank; here one job per shard, on two ranks
+    run_codes(demo_shards[0], tmp_path, tiny_nemo_codec, shards=(0, 1), workers=2, per_job=1)
+    for kind in tars:
+        for name in ("codes.000000.tar", "codes.000001.tar"):
+            mine = (tmp_path / "shar" / "codes_tiny" / kind / name).read_bytes()
+            assert mine == (out / "shar" / "codes_tiny" / kind / name).read_bytes(), (kind, name)
 
 
 def test_undecodable_audio_fails_naming_shard_and_cut(demo_shards, tiny_nemo_codec, tmp_path):

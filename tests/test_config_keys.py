@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import torch
 import yaml
 
-from sharflow.codes.shard import encode_shard
+from sharflow.codes.shard import ShardCodes, encode_shards
 from sharflow.codes.spec import CodecSpec, cached_codec
 from sharflow.context.plan import plan_context
 from sharflow.core.config import load_schema, schema_keys
@@ -88,8 +88,9 @@ EFFECTS: dict[str, str] = {
     "codecs.<name>.precision": f"{HERE}::test_codes_device_gpus_and_precision_leave_cpu_codes_as_they_are",
     "codes.device": f"{HERE}::test_codes_device_gpus_and_precision_leave_cpu_codes_as_they_are",
     "codes.gpus_per_job": f"{HERE}::test_codes_device_gpus_and_precision_leave_cpu_codes_as_they_are",
-    "codes.batch_seconds": "test_codes.py::test_codes_do_not_depend_on_batching_or_ranks",
-    "codes.workers": "test_codes.py::test_codes_do_not_depend_on_batching_or_ranks",
+    "codes.batch_seconds": "test_codes.py::test_codes_do_not_depend_on_batching_ranks_or_shards_per_job",
+    "codes.workers": "test_codes.py::test_codes_do_not_depend_on_batching_ranks_or_shards_per_job",
+    "codes.shards_per_job": "test_codes.py::test_codes_do_not_depend_on_batching_ranks_or_shards_per_job",
     "buckets.num_buckets": "test_buckets.py::test_duration_bins_equal_lhotses_estimator_on_any_durations",
     "buckets.sub_buckets": "test_buckets.py::test_2d_bins_split_each_duration_bucket_by_tokens",
     "buckets.z_threshold": "test_buckets.py::test_outliers_are_dropped_above_a_z_score_of_4_by_default",
@@ -295,11 +296,8 @@ def test_codes_device_gpus_and_precision_leave_cpu_codes_as_they_are(demo_shards
     out = {}
     for label, device, gpus, precision in (("a", "auto", 0, "fp32"), ("b", "cpu", 1, "bf16")):
         files = DatasetFiles(str(tmp_path / label))
-        encode_shard(
-            0,
-            target_tar=source.shard(0).target,
-            context_tar=source.shard(0).context,
-            out=files.codes("tiny", 0),
+        encode_shards(
+            [ShardCodes(0, source.shard(0).target, source.shard(0).context, files.codes("tiny", 0))],
             codec=CodecSpec("tiny", "nemo", str(tiny_nemo_codec), precision),
             batch_seconds=8.0,
             device=device,

@@ -5,11 +5,12 @@ started from the session run's prepare and quality outputs (copied with Snakemak
 so those jobs are complete: the kill points are in the later stages, and the quality stage's own
 worker-count check is tests/test_quality.py's), is killed three times (SIGKILL to snakemake and
 every job process): while a context part runs, while shard files are being written, and while codec
-codes are being computed. After each kill the run is resumed as the README says (`--unlock`, then
-the same command). A watcher records every file seen under a final Shar name during the killed runs:
-each must already have its final size, i.e. no partial file is ever visible. The final outputs must
-equal an uninterrupted run's (the session's two_datasets run, on two cores) byte for byte: this is
-also the suite's check that outputs do not depend on the worker count (1 vs 2 per job).
+codes are being computed (in the job that encodes a block of ten shards). After each kill the run
+is resumed as the README says (`--unlock`, then the same command). A watcher records every file
+seen under a final Shar name during the killed runs: each must already have its final size, i.e.
+no partial file is ever visible. The final outputs must equal an uninterrupted run's (the session's
+two_datasets run, on two cores) byte for byte: this is also the suite's check that outputs do not
+depend on the worker count (1 vs 2 per job).
 """
 
 import contextlib
@@ -84,13 +85,18 @@ def mid_context(work: Path) -> bool:
 
 def mid_shar(work: Path) -> bool:
     """A shard's files being written in its temp dir, while some shards are not finished."""
-    return count(work, "results/demo/shar_jobs/.shard-*") > 0 and count(work, "results/demo/shar/cuts/*") < 4
+    return count(work, "results/demo/shar_jobs/.shard-*") > 0 and count(work, "results/demo/shar/cuts/*") < 12
 
 
 def mid_codes(work: Path) -> bool:
-    """One shard's codes done and the next shard's job running."""
-    done = count(work, "results/demo/codes_jobs/tiny_nemo/*.stats.json")
-    return 1 <= done < 4 and count(work, "logs/codes_shard/demo/tiny_nemo/*.log") > done
+    """The demo's codes block (shards 0-9) encoding: its ranks' scratch folder there, and no shard of
+    it written yet."""
+    block_done = count(work, "results/demo/codes_jobs/tiny_nemo/shard-00000?.stats.json")
+    return (
+        count(work, "results/demo/codes_jobs/tiny_nemo/.ranks.*") > 0
+        and block_done == 0
+        and (count(work, "logs/codes_block/demo/tiny_nemo/00000.log") == 1)
+    )
 
 
 def seed(reference_work: Path, work: Path, datasets=("demo", "dirty"), stages=("prepare", "quality")) -> None:
@@ -142,12 +148,12 @@ def test_kill_9_mid_stage_then_rerun_is_byte_identical(two_datasets, crash):
     # resuming reruns only the interrupted context part, not the finished one
     assert f"dataset=demo, part={interrupted}" in crash["planned"]
     assert f"dataset=demo, part={crash['finished'][0]}" not in crash["planned"]
-    assert crash["shar_cuts_after_kill"] < 4
+    assert crash["shar_cuts_after_kill"] < 12
 
     assert_informative_codes(
         codes_in_tars(sorted((reference / "demo" / "shar").glob("codes_*/target_codes/*")))
     )
-    assert len([p for p in (reference / "demo" / "shar").rglob("*") if p.is_file()]) == 4 * 5
+    assert len([p for p in (reference / "demo" / "shar").rglob("*") if p.is_file()]) == 12 * 5
     assert_same_outputs(
         reference, crash["work"] / "results", ["demo", "dirty"], "2 cores uninterrupted vs 1 core killed"
     )

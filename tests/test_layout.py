@@ -40,7 +40,8 @@ EXPECTED = {
     "shar_merge": {"stats": DS.shar_stats, "rejected": DS.shar_rejected},
     "build_random_codec": {"model": layout.codec_model("{codec}")},
     "codec_model": {"spec": layout.codec_spec("{codec}")},
-    "codes_shard": DS.codes("{codec}", "{shard}").named(),
+    "codes_block": DS.codes_block("{codec}", "{block}", 10),
+    "codes_shard": {f"{name}_0": path for name, path in DS.codes("{codec}", "{shard}").named().items()},
     "codes_merge": {"stats": DS.codes_stats("{codec}")},
     "catalog": {"catalog": DS.catalog},
     "dataset_card": {"card": DS.dataset_card},
@@ -136,3 +137,24 @@ def test_one_jobs_files_and_patterns_share_one_spelling():
     assert rejected_beside(demo.shard(7).stats) == demo.shard(7).rejected
     with pytest.raises(ValueError, match="not a shard stats file"):
         rejected_beside("results/demo/shar_stats.json")
+
+
+def test_blocks_are_shard_keys_sharing_all_digits_but_the_last():
+    assert [layout.block_digits(n) for n in (1, 10, 100, 1000)] == [0, 1, 2, 3]
+    for bad in (2, 16, 0):
+        with pytest.raises(ValueError, match="power of ten"):
+            layout.block_digits(bad)
+    assert layout.block_key(123, 10) == "00012" and layout.block_key(123, 100) == "0001"
+    assert layout.block_key(123, 1) == "000123"
+    assert layout.block_members("00012", 10) == [f"0001{2}{m}" for m in range(10)]
+    assert (
+        layout.block_members("0001", 100)[:2] == ["000100", "000101"]
+        and len(layout.block_members("0001", 100)) == 100
+    )
+    assert layout.block_members("000123", 1) == ["000123"]
+    assert layout.block_members("{block}", 10)[3] == "{block}3"
+    for shard in (0, 9, 10, 123, 999_999):
+        assert shard_key(shard) in layout.block_members(layout.block_key(shard, 10), 10)
+    files = DatasetFiles("results/demo").codes_block("c", "00001", 10)
+    assert files["target_0"] == "results/demo/shar/codes_c/target_codes/codes.000010.tar"
+    assert files["stats_9"] == "results/demo/codes_jobs/c/shard-000019.stats.json" and len(files) == 30

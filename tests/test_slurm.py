@@ -19,6 +19,7 @@ import yaml
 
 from testkit import (
     REPO,
+    SMALL_SHARDS,
     assert_informative_codes,
     assert_same_outputs,
     codes_in_tars,
@@ -59,7 +60,13 @@ def run_on_slurm(tmp: Path):
     real = write_test_profile(tmp / "wp")
     work = tmp / "work"
     proc = run_snakemake(
-        work, demo_config(), "--workflow-profile", str(tmp / "wp"), profile="slurm", timeout=1500, check=False
+        work,
+        demo_config(shar=SMALL_SHARDS),
+        "--workflow-profile",
+        str(tmp / "wp"),
+        profile="slurm",
+        timeout=1500,
+        check=False,
     )
     output = proc.stdout + proc.stderr
     (tmp / "snakemake.out").write_text(output)  # for a reader of a failure
@@ -121,21 +128,30 @@ def test_slurm_profile_runs_the_demo_like_a_local_run(slurm_run, two_datasets):
     subs = [(jobid, rule_of(name)) for jobid, name in submissions(output)]
     submitted = Counter(rule for _, rule in subs)
     ran = Counter(re.findall(r"Finished jobid: \d+ \(Rule: (\w+)\)", output))
-    # every job but the local target went through sbatch; 4 shards per stage: one group submission
+    # every job but the local target went through sbatch; 12 shards: one group submission per rule
+    # (a codes block of shards 0-9 and the short last block's two codes_shard jobs)
     assert set(submitted) == set(ran) - {"all"}, (submitted, ran)
-    assert submitted["shar_shard"] == 1 and ran["shar_shard"] == 4
-    assert submitted["codes_shard"] == 1 and ran["codes_shard"] == 4
+    assert submitted["shar_shard"] == 1 and ran["shar_shard"] == 12
+    assert submitted["codes_block"] == 1 and ran["codes_block"] == 1
+    assert submitted["codes_shard"] == 1 and ran["codes_shard"] == 2
 
     where = partitions(state)
     gpu_rules = {rule for rule, res in real["set-resources"].items() if res.get("slurm_partition") == "gpu"}
-    assert gpu_rules == {"quality_part", "context_part", "codes_shard"}
+    assert gpu_rules == {
+        "quality_part",
+        "context_part",
+        "codes_block",
+        "codes_block100",
+        "codes_block10",
+        "codes_shard",
+    }
     for jobid, rule in subs:
         assert where[jobid] == ("gpu" if rule in gpu_rules else "cpu"), (rule, jobid, where[jobid])
 
     # the GPU-stage jobs logged what they were granted
     assert (
         "asked for 0 GPU(s), sees no GPU"
-        in (work / "logs" / "codes_shard" / "demo" / "tiny_nemo" / "000000.log").read_text()
+        in (work / "logs" / "codes_block" / "demo" / "tiny_nemo" / "00000.log").read_text()
     )
 
     # byte for byte what the local run wrote

@@ -2,6 +2,8 @@
 
 import contextlib
 import json
+import os
+import re
 import shutil
 from pathlib import Path
 
@@ -89,7 +91,8 @@ def test_rerun_is_a_no_op_a_new_codec_runs_alone_and_a_named_shard_reruns_alone(
         "all": 1,
         "build_random_codec": 1,
         "codec_model": 1,
-        "codes_shard": 5,  # demo: 4 shards, dirty: 1
+        "codes_block": 1,  # demo: shards 0-9 (codes.shards_per_job 10)
+        "codes_shard": 3,  # demo: shards 10 and 11 (a short last block), dirty: its one shard
         "codes_merge": 2,
         "catalog": 2,
         "buckets": 2,
@@ -108,7 +111,7 @@ def test_rerun_is_a_no_op_a_new_codec_runs_alone_and_a_named_shard_reruns_alone(
         in json.loads((again / "results" / "demo" / "verify.json").read_text())["fields"]
     )
     second = sorted((again / "results" / "demo" / "shar" / "codes_second" / "target_codes").iterdir())
-    assert len(second) == 4
+    assert len(second) == 12
     # the same codec config and seed build the same codec: the new codes equal the first codec's
     first = again / "results" / "demo" / "shar" / "codes_tiny_nemo" / "target_codes"
     assert_informative_codes(codes_in_tars(second))
@@ -150,7 +153,7 @@ def test_shar_stage_in_the_workflow(two_datasets):
 
     work, _, _ = two_datasets
     stats = json.loads((work / "results" / "demo" / "shar_stats.json").read_text())
-    assert stats["cuts"] == 56 and stats["shards"] == 4  # shipped config: shard_size 16
+    assert stats["cuts"] == 56 and stats["shards"] == 12  # testkit.SMALL_SHARDS: shard_size 5
     shar = work / "results" / "demo" / "shar"
     assert sorted(p.name for p in shar.iterdir()) == [
         "codes_tiny_nemo",
@@ -161,7 +164,7 @@ def test_shar_stage_in_the_workflow(two_datasets):
     fields = {
         f: sorted(str(p) for p in (shar / f).iterdir()) for f in ("cuts", "target_audio", "context_audio")
     }
-    assert [len(v) for v in fields.values()] == [4, 4, 4]
+    assert [len(v) for v in fields.values()] == [12, 12, 12]
     assert len(list(CutSet.from_shar(fields=fields))) == 56
 
 
@@ -170,7 +173,7 @@ def test_codes_stage_in_the_workflow(two_datasets):
 
     work, _, _ = two_datasets
     stats = json.loads((work / "results" / "demo" / "codes_stats" / "tiny_nemo.json").read_text())
-    assert stats["cuts"] == 56 and stats["shards"] == 4 and stats["dtype"] == "int16"
+    assert stats["cuts"] == 56 and stats["shards"] == 12 and stats["dtype"] == "int16"
     shar = work / "results" / "demo" / "shar"
     fields = {f: sorted(str(p) for p in (shar / f).iterdir()) for f in ("cuts", "target_audio")}
     fields.update(
@@ -193,6 +196,22 @@ def test_codes_stage_in_the_workflow(two_datasets):
     }
     log = (work / "logs" / "build_random_codec" / "tiny_nemo.log").read_text()
     assert "RANDOMLY INITIALISED" in log
+    # the codec is loaded once per rank and job (one rank here): a block of 10 shards, then one job
+    # for each shard of the short last block (10, 11) and the dirty dataset's one shard
+    logs = {
+        p.relative_to(work / "logs").as_posix(): p.read_text()
+        for p in (work / "logs").glob("codes_*/*/*/*.log")
+    }
+    assert sorted(logs) == [
+        "codes_block/demo/tiny_nemo/00000.log",
+        "codes_shard/demo/tiny_nemo/000010.log",
+        "codes_shard/demo/tiny_nemo/000011.log",
+        "codes_shard/dirty/tiny_nemo/000000.log",
+    ]
+    assert all(text.count("codec tiny_nemo loaded on cpu") == 1 for text in logs.values()), logs
+    block = logs["codes_block/demo/tiny_nemo/00000.log"]
+    assert block.count("codes tiny_nemo, shard 0000") == 10 and "shards 000000-000009 (10): " in block
+    assert re.search(r"start-up [\d.]+ s \(process [\d.]+ s, framework import [\d.]+ s, model restore", block)
 
 
 def test_training_hand_off_in_the_workflow(two_datasets):
@@ -201,7 +220,7 @@ def test_training_hand_off_in_the_workflow(two_datasets):
     assert [e["tags"]["dataset"] for e in cfg["input_cfg"]] == ["demo", "dirty"]
     demo = cfg["input_cfg"][0]
     assert demo["shar_path"]["target_codes"].endswith(
-        "codes_tiny_nemo/target_codes/codes.{000000..000003}.tar"
+        "codes_tiny_nemo/target_codes/codes.{000000..000011}.tar"
     )
     assert demo["weight"] == pytest.approx(
         json.loads((work / "results" / "demo" / "shar_stats.json").read_text())["hours"]
@@ -266,10 +285,15 @@ def test_damaged_shard_fails_verify_then_a_targeted_rerun_repairs_it(two_dataset
     assert_informative_codes(
         codes_in_tars([codes.with_name("codes.000001.tar")]), distinct_arrays=False, min_distinct=32
     )
+    every_codes_file = sorted((copy / "results").glob("*/shar/codes_*/*/*.tar"))
+    before = {p: p.read_bytes() for p in every_codes_file if p != codes}
     codes.unlink()  # docs (verify): delete the named file and ask for it
     proc = run_snakemake(copy, config, str(codes.relative_to(copy)))
-    assert job_counts(proc.stdout + proc.stderr) == {"codes_shard": 1}
+    # shard 2 is in the block of shards 0-9: that one job reruns, and every codes file is as it was
+    assert job_counts(proc.stdout + proc.stderr) == {"codes_block": 1}
+    assert "dataset=demo, codec=tiny_nemo, block=00000" in proc.stdout + proc.stderr
     assert codes.read_bytes() == good
+    assert all(p.read_bytes() == data for p, data in before.items()) and len(before) == 2 * 13 - 1
     proc = run_snakemake(copy, config)
     assert job_counts(proc.stdout + proc.stderr) == {
         "all": 1,
@@ -508,3 +532,27 @@ def test_asr_check_in_the_workflow(tmp_path):
     config["quality"]["asr"] = {"random_from_config": str(models / "tiny_asr.yaml")}
     planned = job_counts(run_snakemake(work, config, target, "-n").stdout)
     assert planned == {"build_random_asr": 1, "quality_part": 1, "quality_merge": 1, "quality_filter": 1}
+
+
+def test_codes_blocks_of_a_hundred_end_in_blocks_of_ten_then_single_shards(two_datasets, tmp_path):
+    """codes.shards_per_job 100 over a plan of 123 shards (the run's plan, rewritten; a dry run):
+    one job for shards 0-99, codes_block10 for 100-109 and 110-119, codes_shard for 120-122."""
+    work, _, _ = two_datasets
+    copy = tmp_path / "copy"
+    shutil.copytree(work, copy, symlinks=True)  # keeps mtimes
+    config = yaml.safe_load((work / "config.yaml").read_text())
+    config["codes"]["shards_per_job"] = 100
+    plan = copy / DatasetFiles("results/demo").shard_plan
+    stat = plan.stat()
+    data = json.loads(plan.read_text())
+    data.update(num_shards=123, shards=[{"index": i, "records": 1, "seconds": 1.0} for i in range(123)])
+    plan.write_text(json.dumps(data))
+    os.utime(plan, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    proc = run_snakemake(copy, config, "-n", "results/demo/codes_stats/tiny_nemo.json")
+    counts = job_counts(proc.stdout + proc.stderr)
+    assert (counts["codes_block"], counts["codes_block10"], counts["codes_shard"]) == (1, 2, 3), counts
+    out = proc.stdout + proc.stderr
+    for rule, block in (("codes_block", "0000"), ("codes_block10", "00010"), ("codes_block10", "00011")):
+        assert re.search(
+            rf"rule {rule}:(?:\n    .*)*\n    wildcards: dataset=demo, codec=tiny_nemo, block={block}\n", out
+        )

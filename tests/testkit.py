@@ -19,7 +19,7 @@ import soundfile as sf
 import yaml
 from lhotse import CutSet
 
-from sharflow.codes.shard import encode_shard
+from sharflow.codes.shard import ShardCodes, encode_shards
 from sharflow.codes.spec import CodecSpec
 from sharflow.context.merge import merge_context
 from sharflow.context.part import PartSettings, run_context_part
@@ -34,6 +34,9 @@ from sharflow.shar.shard import write_shard
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "demo"
+# The workflow runs' shards (two_datasets, Slurm): the demo's 56 cuts in 12 shards, so that its codes
+# are a block of 10 shards (codes.shards_per_job) and a short last block of 2 (codes_shard jobs).
+SMALL_SHARDS = {"shard_size": 5}
 README = REPO / "README.md"
 
 
@@ -267,22 +270,21 @@ def read_back(out):
     return CutSet.from_shar(fields={f: sorted(glob.glob(str(out / "shar" / f / "*"))) for f in FIELDS})
 
 
-def run_codes(shards_dir, out, codec_path, shards=(0, 1), workers=1, name="tiny"):
-    """Codes of `shards` of the dataset at `shards_dir`, laid out under `out` as the workflow does."""
+def run_codes(shards_dir, out, codec_path, shards=(0, 1), workers=1, name="tiny", per_job=None):
+    """Codes of `shards` of the dataset at `shards_dir`, laid out under `out` as the workflow does:
+    `per_job` shards per codes job (default: all in one job). Returns every shard's stats."""
     spec = CodecSpec(name=name, backend="nemo", model=str(codec_path))
     source, files = DatasetFiles(str(shards_dir)), DatasetFiles(str(out))
+    jobs = [
+        ShardCodes(s, source.shard(s).target, source.shard(s).context, files.codes(name, s)) for s in shards
+    ]
+    per_job = per_job or len(jobs)
     return [
-        encode_shard(
-            s,
-            target_tar=source.shard(s).target,
-            context_tar=source.shard(s).context,
-            out=files.codes(name, s),
-            codec=spec,
-            batch_seconds=8.0,
-            device="cpu",
-            workers=workers,
+        stats
+        for first in range(0, len(jobs), per_job)
+        for stats in encode_shards(
+            jobs[first : first + per_job], codec=spec, batch_seconds=8.0, device="cpu", workers=workers
         )
-        for s in shards
     ]
 
 

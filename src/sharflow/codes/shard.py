@@ -1,22 +1,28 @@
-"""The codes stage: codec codes for the target and context audio of every cut of a shard.
+"""The codes stage: codec codes for the target and context audio of every cut of a block of shards.
 
-Per (dataset, codec, shard) job:
-- read the shard's two audio tars' manifests (lengths only) and plan batches: every utterance
+Per (dataset, codec, block) job — a block is `codes.shards_per_job` shards, the shards of a short
+last block one job each:
+- the model is loaded once per rank and job (rank 0 in the job's own process), not once per shard:
+  its start-up (the framework's import, the model's restore) is most of a small job.
+- per shard, read its two audio tars' manifests (lengths only) and plan batches: every utterance
   (target and context alike) sorted by length, cut into batches of at most `batch_seconds` of audio
   whose items have the same number of code frames, padded once to that many frames. So an
-  utterance's codes are exactly those it gets when encoded alone, whatever else is in the shard,
-  and do not depend on how many ranks share the work.
-- bin-pack batches onto ranks (one per visible GPU, else CPU processes with one torch thread);
-  each rank decodes the next batch while the model encodes the current one, resampling once to
-  the codec's rate, and trims each item's codes to ceil(samples / samples_per_frame) frames.
-- write target_codes and context_codes tars in cut order with lhotse's ArrayTarWriter under
-  temporary names, renamed into place when both are complete. Codes are int16 when every code
+  utterance's codes are exactly those it gets when encoded alone, whatever else is in the shard or
+  the block, and do not depend on how many ranks share the work.
+- bin-pack the block's batches onto ranks by audio length (one rank per visible GPU, else CPU
+  processes with one torch thread); each rank goes through its batches in shard order, decoding
+  the next batch while the model encodes the current one, resampling once to the codec's rate,
+  trimming each item's codes to ceil(samples / samples_per_frame) frames, and keeps one shard's
+  codes at a time (in a scratch file per rank and shard).
+- write each shard's target_codes and context_codes tars in cut order with lhotse's ArrayTarWriter
+  under temporary names, renamed into place when both are complete. Codes are int16 when every code
   fits, else int32; frame_shift = samples_per_frame / sample_rate exactly.
 A cut whose audio fails to decode fails the job, naming shard and cut id: silently dropping it
 would misalign the codes with the cuts.
 """
 
 import io
+import itertools
 import json
 import logging
 import os
@@ -24,20 +30,55 @@ import shutil
 import tarfile
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from sharflow.codes.batches import Item, padding_efficiency, plan_batches, samples_at, whole_frames
-from sharflow.codes.spec import CodecSpec, cached_codec
+from sharflow.codes.spec import LOAD_TIMES, CodecSpec, cached_codec
 from sharflow.core.atomic import write_json
 from sharflow.core.errors import SharflowError
-from sharflow.core.layout import CodesFiles
+from sharflow.core.layout import CodesFiles, shard_key
+from sharflow.core.logs import seconds_since_process_start
 from sharflow.core.parallel import ahead
-from sharflow.core.ranks import Rank, rank_job
+from sharflow.core.ranks import Rank, RankResult, rank_job
 
 log = logging.getLogger(__name__)
 KINDS = ("target", "context")
+
+
+@dataclass(frozen=True)
+class ShardCodes:
+    """One shard of a codes job: its number, its two audio tars, and the files its codes go to."""
+
+    shard: int
+    target_tar: str
+    context_tar: str
+    out: CodesFiles
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One shard's cut ids, items and batches."""
+
+    ids: list[str]
+    items: list[Item]
+    batches: list[list[Item]]
+
+
+def job_shards(members: list[str], inputs, outputs) -> list[ShardCodes]:
+    """The shards of a codes job from its block's member keys and its named inputs (target_<m>,
+    context_<m>) and outputs (target_<m>, context_<m>, stats_<m>): a Snakemake job's, or a mapping."""
+    return [
+        ShardCodes(
+            int(shard),
+            inputs[f"target_{m}"],
+            inputs[f"context_{m}"],
+            CodesFiles.of({k: outputs[f"{k}_{m}"] for k in ("target", "context", "stats")}),
+        )
+        for m, shard in enumerate(members)
+    ]
 
 
 def audio_members(tar_path: str) -> list[tuple[str, str, dict]]:
@@ -51,62 +92,133 @@ def audio_members(tar_path: str) -> list[tuple[str, str, dict]]:
     return out
 
 
-def encode_shard(
-    shard: int,
+def encode_shards(
+    shards: list[ShardCodes],
     *,
-    target_tar: str,
-    context_tar: str,
-    out: CodesFiles,
     codec: CodecSpec,
     batch_seconds: float = 60.0,
     device: str = "auto",
     workers: int = 1,
     gpus: int = 0,
-) -> dict:
-    """Encode one shard's target and context audio with `codec`; write both code tars atomically."""
-    start = time.perf_counter()
-    with rank_job(f"codes {codec.name}, shard {shard}", device=device, workers=workers, gpus=gpus) as job:
+) -> list[dict]:
+    """Encode the shards' target and context audio with `codec`, the model loaded once per rank; write
+    each shard's two code tars atomically and its stats. Returns the stats of each shard."""
+    start, before_job = time.perf_counter(), seconds_since_process_start()
+    what = f"codes {codec.name}, {_span(shards)}"
+    with rank_job(what, device=device, workers=workers, gpus=gpus, scratch_beside=shards[0].out.stats) as job:
         model = cached_codec(codec, job.devices[0])  # rank 0 runs in this process and reuses it
+        startup = _startup(
+            before_job, time.perf_counter() - start, LOAD_TIMES.get((codec.name, job.devices[0]))
+        )
         _log_codec(codec, model)
         sr, spf = model.sample_rate, model.samples_per_frame
-        ids, items = shard_items(shard, target_tar, context_tar, sr)
-        batches = plan_batches(items, int(batch_seconds * sr), spf)
-        costs = {b: sum(i.samples for i in batch) for b, batch in enumerate(batches)}
-        args = (target_tar, context_tar, codec, ids, shard)
-        ranks = job.run(encode_batches, costs, unit=batches.__getitem__, args=args)
-    codes = {key: array for r in ranks for key, array in r.value[0].items()}
-    info = ranks[0].value[1]
-    dtype = np.int16 if info["codebook_size"] <= np.iinfo(np.int16).max + 1 else np.int32
-    _write_codes(codes, ids, sr, spf, dtype, out.target, out.context, Path(out.stats).parent)
+        plans = [_plan(s, sr, spf, batch_seconds) for s in shards]
+        costs = {
+            (p, b): sum(i.samples for i in batch)
+            for p, plan in enumerate(plans)
+            for b, batch in enumerate(plan.batches)
+        }
+        readers = [
+            (s.shard, s.target_tar, s.context_tar, plan.ids) for s, plan in zip(shards, plans, strict=True)
+        ]
+        ranks = job.run(
+            encode_batches, costs, unit=lambda k: (k[0], plans[k[0]].batches[k[1]]), args=(readers, codec)
+        )
+        info = ranks[0].value
+        dtype = np.int16 if info["codebook_size"] <= np.iinfo(np.int16).max + 1 else np.int32
+        stats = [
+            _write_shard(p, shard, plans[p], ranks, model, dtype, job.devices)
+            for p, shard in enumerate(shards)
+        ]
+    _log_job(what, startup, stats, ranks, time.perf_counter() - start)
+    return stats
+
+
+def _span(shards: list[ShardCodes]) -> str:
+    first, last = shard_key(shards[0].shard), shard_key(shards[-1].shard)
+    return f"shard {first}" if len(shards) == 1 else f"shards {first}-{last} ({len(shards)})"
+
+
+def _plan(shard: ShardCodes, rate: int, spf: int, batch_seconds: float) -> _Plan:
+    ids, items = shard_items(shard.shard, shard.target_tar, shard.context_tar, rate)
+    return _Plan(ids, items, plan_batches(items, int(batch_seconds * rate), spf))
+
+
+def _write_shard(
+    p: int, shard: ShardCodes, plan: _Plan, ranks: list[RankResult], model, dtype, devices: list[str]
+) -> dict:
+    """Shard `p` of the job: its codes gathered from the ranks' scratch files, written, and its stats."""
+    start = time.perf_counter()
+    sr, spf = model.sample_rate, model.samples_per_frame
+    codes: dict[tuple[int, str], np.ndarray] = {}
+    for r in ranks:
+        if p in r.value["seconds"]:
+            with np.load(r.rank.file(f".{p}.npz")) as saved:
+                codes.update({_unkey(k): saved[k] for k in saved.files})
+    _write_codes(
+        codes, plan.ids, sr, spf, dtype, shard.out.target, shard.out.context, Path(shard.out.stats).parent
+    )
+    rank_seconds = [round(r.value["seconds"].get(p, 0.0), 3) for r in ranks]
     stats = {
-        "codec": codec.name,
-        "shard": shard,
-        "cuts": len(ids),
-        "items": len(items),
-        "batches": len(batches),
-        "padding_efficiency": round(padding_efficiency(batches, spf), 4),
-        "audio_seconds": round(sum(i.samples for i in items) / sr, 3),
+        "codec": ranks[0].value["codec"],
+        "shard": shard.shard,
+        "cuts": len(plan.ids),
+        "items": len(plan.items),
+        "batches": len(plan.batches),
+        "padding_efficiency": round(padding_efficiency(plan.batches, spf), 4),
+        "audio_seconds": round(sum(i.samples for i in plan.items) / sr, 3),
         "sample_rate": sr,
         "samples_per_frame": spf,
-        "num_codebooks": info["num_codebooks"],
-        "codebook_size": info["codebook_size"],
+        "num_codebooks": model.num_codebooks,
+        "codebook_size": model.codebook_size,
         "dtype": np.dtype(dtype).name,
-        "devices": job.devices,
-        "rank_seconds": [r.value[1]["seconds"] for r in ranks],
-        "seconds": round(time.perf_counter() - start, 3),
+        "devices": devices,
+        "rank_seconds": rank_seconds,
+        "seconds": round(
+            sum(rank_seconds) + time.perf_counter() - start, 3
+        ),  # encoding: decode, forward, write
     }
-    write_json(out.stats, stats)
+    write_json(shard.out.stats, stats)
     log.info(
-        "codes %s, shard %d: %d cuts, %.0f s of audio in %d batches (padding efficiency %.3f) in %.1f s",
-        codec.name,
-        shard,
-        len(ids),
+        "codes %s, shard %s: %d cuts, %.0f s of audio in %d batches (padding efficiency %.3f) in %.1f rank-s",
+        stats["codec"],
+        shard_key(shard.shard),
+        len(plan.ids),
         stats["audio_seconds"],
-        len(batches),
+        len(plan.batches),
         stats["padding_efficiency"],
         stats["seconds"],
     )
     return stats
+
+
+def _startup(process: float, in_job: float, load: dict | None) -> dict[str, float]:
+    """The job's seconds before its first batch: the process until the job began (interpreter,
+    Snakemake's preamble), the codec framework's import, the model's restore, and the rest (torch,
+    sharflow, devices); a model this process had loaded before costs nothing here."""
+    load = load if load and sum(load.values()) <= in_job else {"import": 0.0, "restore": 0.0}
+    return {"process": process, **load, "other": max(0.0, in_job - sum(load.values()))}
+
+
+def _log_job(what: str, startup: dict, stats: list[dict], ranks: list[RankResult], wall: float) -> None:
+    """Where the job's time went: start-up (process, framework import, model restore, the rest) against
+    encoding (decode, forward, write), and the share of the job's rank-seconds not spent encoding."""
+    encoding = sum(s["seconds"] for s in stats)
+    total = startup["process"] + wall  # the job's own process, from its start
+    log.info(
+        "%s: %.1f s: start-up %.1f s (process %.1f s, framework import %.1f s, model restore %.1f s, "
+        "torch, sharflow and devices %.1f s), encoding %.1f rank-s over %d rank(s): fixed cost %.0f %%",
+        what,
+        total,
+        sum(startup.values()),
+        startup["process"],
+        startup["import"],
+        startup["restore"],
+        startup["other"],
+        encoding,
+        len(ranks),
+        100 * max(0.0, 1 - encoding / (total * len(ranks))),
+    )
 
 
 def _log_codec(codec: CodecSpec, model) -> None:
@@ -174,35 +286,39 @@ class _ShardAudio:
 
 
 def encode_batches(
-    rank: Rank,
-    batches: list[list[Item]],
-    target_tar: str,
-    context_tar: str,
-    codec: CodecSpec,
-    ids: list[str],
-    shard: int,
-) -> tuple[dict, dict]:
-    """One rank: decode (one batch ahead) and encode its batches; returns ({(cut, kind): codes}, info)."""
+    rank: Rank, units: list[tuple[int, list[Item]]], readers: list[tuple], codec: CodecSpec
+) -> dict:
+    """One rank: decode (one batch ahead) and encode its batches, shard by shard, each shard's codes
+    saved to the rank's scratch file; returns the codec's sizes and the seconds spent on each shard."""
     from tqdm import tqdm
 
-    start = time.perf_counter()
     model = cached_codec(codec, rank.device)
-    out: dict[tuple[int, str], np.ndarray] = {}
-    total = sum(len(b) for b in batches)
+    seconds: dict[int, float] = {}
     desc = f"codes rank {rank.index} ({rank.device})"
-    with (
-        _ShardAudio(target_tar, context_tar, model, shard, ids) as audio,
-        tqdm(total=total, desc=desc, unit="utt", mininterval=5) as progress,
-    ):
-        for batch, x in ahead(audio.padded, batches):
-            out.update(_encode(model, codec.name, batch, x, rank.device, f"shard {shard}", ids))
-            progress.update(len(batch))
-    info = {
+    with tqdm(total=sum(len(b) for _, b in units), desc=desc, unit="utt", mininterval=5) as progress:
+        for p, group in itertools.groupby(units, key=lambda unit: unit[0]):
+            start = time.perf_counter()
+            shard, target_tar, context_tar, ids = readers[p]
+            codes: dict[tuple[int, str], np.ndarray] = {}
+            with _ShardAudio(target_tar, context_tar, model, shard, ids) as audio:
+                for batch, x in ahead(audio.padded, [batch for _, batch in group]):
+                    codes.update(_encode(model, codec.name, batch, x, rank.device, f"shard {shard}", ids))
+                    progress.update(len(batch))
+            np.savez(
+                rank.file(f".{p}.npz"), **{f"{cut}.{kind}": array for (cut, kind), array in codes.items()}
+            )
+            seconds[p] = time.perf_counter() - start
+    return {
+        "codec": codec.name,
         "num_codebooks": model.num_codebooks,
         "codebook_size": model.codebook_size,
-        "seconds": round(time.perf_counter() - start, 3),
+        "seconds": seconds,
     }
-    return out, info
+
+
+def _unkey(key: str) -> tuple[int, str]:
+    cut, kind = key.split(".")
+    return int(cut), kind
 
 
 def _encode(model, name: str, batch: list[Item], x, device: str, where: str, ids: list[str]) -> dict:

@@ -7,6 +7,7 @@ codecs' jobs do not. A process loads each codec once (cached_codec).
 
 import functools
 import logging
+import time
 from dataclasses import asdict, dataclass
 
 from sharflow.core.atomic import read_json, write_json
@@ -36,9 +37,28 @@ def read_codec_spec(path: str) -> CodecSpec:
     return CodecSpec(**read_json(path))
 
 
+LOAD_TIMES: dict[tuple[str, str], dict[str, float]] = {}  # (codec, device) -> seconds of each load step
+
+
 @functools.lru_cache(maxsize=4)
 def cached_codec(codec: CodecSpec, device: str):
-    """The codec model, loaded once per process and device."""
-    from sharflow.models.codecs import load_codec
+    """The codec model, loaded once per process and device; each load is logged ("codec <name> loaded
+    on <device>": one line per load, which tests count) with its framework import and restore times."""
+    from sharflow.models.codecs import import_framework, load_codec
 
-    return load_codec(codec.backend, codec.model, device, codec.precision)
+    start = time.perf_counter()
+    import_framework(codec.backend)
+    imported = time.perf_counter()
+    model = load_codec(codec.backend, codec.model, device, codec.precision)
+    times = {"import": imported - start, "restore": time.perf_counter() - imported}
+    LOAD_TIMES[(codec.name, device)] = times
+    log.info(
+        "codec %s loaded on %s in %.1f s (%s import %.1f s, model restore %.1f s)",
+        codec.name,
+        device,
+        sum(times.values()),
+        codec.backend,
+        times["import"],
+        times["restore"],
+    )
+    return model

@@ -37,6 +37,27 @@ def shard_key(shard: int | str) -> str:
     return shard if isinstance(shard, str) else f"{shard:06d}"
 
 
+def block_digits(shards_per_job: int) -> int:
+    """How many trailing digits of a shard key number the shards of a block (shards_per_job = 10^digits)."""
+    digits = len(str(shards_per_job)) - 1
+    if shards_per_job != 10**digits:
+        raise ValueError(f"shards per job must be a power of ten (1, 10, 100, ...), got {shards_per_job}")
+    return digits
+
+
+def block_key(shard: int, shards_per_job: int) -> str:
+    """The block of a shard: its key without the last digits (shard 000123, 10 per job: block 00012)."""
+    key = shard_key(shard)
+    return key[: len(key) - block_digits(shards_per_job)]
+
+
+def block_members(block: str, shards_per_job: int) -> list[str]:
+    """The shard keys of a block, in order (block 00012, 10 per job: 000120 ... 000129); a wildcard
+    pattern such as "{block}" gives patterns ("{block}0" ...)."""
+    digits = block_digits(shards_per_job)
+    return [f"{block}{m:0{digits}d}" if digits else block for m in range(shards_per_job)]
+
+
 def part_key(part: int | str) -> str:
     """A context part's file key: 4 digits (0003); a wildcard pattern such as "{part}" stays as it is."""
     return part if isinstance(part, str) else f"{part:04d}"
@@ -258,6 +279,18 @@ class DatasetFiles:
         return CodesFiles(
             target, context, self._path("codes_jobs", codec, f"shard-{shard_key(shard)}{STATS_SUFFIX}")
         )
+
+    def codes_block(self, codec: str, block: str, shards_per_job: int) -> dict[str, str]:
+        """A codes_block job's outputs: target_<m>, context_<m>, stats_<m> of each member m of the block."""
+        out = {}
+        for m, shard in enumerate(block_members(block, shards_per_job)):
+            out.update({f"{name}_{m}": path for name, path in self.codes(codec, shard).named().items()})
+        return out
+
+    def beyond_the_plan(self, codec: str, block: str) -> str:
+        """A file no rule makes: the input of a codes_block job for a block that reaches past the last
+        shard, so that Snakemake leaves that block's shards to codes_shard (rules/codes.smk)."""
+        return self._path("codes_jobs", codec, f"block-{block}.reaches-past-the-last-shard")
 
     def codes_stats(self, codec: str) -> str:
         return self._path("codes_stats", f"{codec}.json")

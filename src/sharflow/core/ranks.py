@@ -11,6 +11,7 @@ import glob
 import logging
 import multiprocessing
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
@@ -118,6 +119,10 @@ class RankResult:
 def _init_rank(device: str) -> None:
     import torch
 
+    if not logging.getLogger().handlers:  # a spawned rank: its stderr is the job's log (core.logs.job_log)
+        logging.basicConfig(
+            stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
+        )
     torch.set_num_threads(1)
     if device.startswith("cuda"):
         torch.cuda.set_device(device)

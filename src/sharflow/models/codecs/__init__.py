@@ -16,6 +16,8 @@ BACKENDS = {
     "nemo": "sharflow.models.codecs.nemo:NemoCodec",
     "hf": "sharflow.models.codecs.hf:HFCodec",
 }
+# The framework a backend imports when it is built: most of a codes job's start-up (NeMo: ~15 s).
+FRAMEWORKS = {"nemo": "nemo.collections.tts.models", "hf": "transformers"}
 
 
 class AudioCodec(Protocol):
@@ -34,6 +36,12 @@ def load_codec(backend: str, model: str, device: str = "cpu", precision: str = "
         raise ValueError(f"unknown codec backend {backend!r}; choose one of {sorted(BACKENDS)}")
     module, cls = BACKENDS[backend].split(":")
     return getattr(importlib.import_module(module), cls)(model=model, device=device, precision=precision)
+
+
+def import_framework(backend: str) -> None:
+    """Import the backend's framework (what building it would import first), to time it apart."""
+    if backend in FRAMEWORKS:
+        importlib.import_module(FRAMEWORKS[backend])
 
 
 def frames(num_samples: int, samples_per_frame: int) -> int:
