@@ -36,19 +36,18 @@ for size in CODES_BLOCK_SIZES:
 
     rule:
         name:
-            codes_block_rule(size)
+            block_rule("codes", size)
         input:
             unpack(get_codes_block_inputs(size)),
         output:
             **DS.codes_block("{codec}", "{block}", size),
         log:
-            layout.log(codes_block_rule(size), "{dataset}", "{codec}", "{block}"),
+            layout.log(block_rule("codes", size), "{dataset}", "{codec}", "{block}"),
         benchmark:
-            layout.benchmark(codes_block_rule(size), "{dataset}", "{codec}", "{block}")
+            layout.benchmark(block_rule("codes", size), "{dataset}", "{codec}", "{block}")
         params:
             batch_seconds=config["codes"]["batch_seconds"],
             device=config["codes"]["device"],
-            shards_per_job=size,
         threads: CODES_THREADS
         resources:
             gpu=CODES_GPUS,
@@ -59,7 +58,7 @@ for size in CODES_BLOCK_SIZES:
             "../workflow_scripts/codes_block.py"
 
 
-workflow.ruleorder(*(codes_block_rule(size) for size in CODES_BLOCK_SIZES), "codes_shard")
+workflow.ruleorder(*(block_rule("codes", size) for size in CODES_BLOCK_SIZES), "codes_shard")
 
 
 rule codes_shard:
@@ -76,7 +75,6 @@ rule codes_shard:
     params:
         batch_seconds=config["codes"]["batch_seconds"],
         device=config["codes"]["device"],
-        shards_per_job=1,
     threads: CODES_THREADS
     resources:
         gpu=CODES_GPUS,

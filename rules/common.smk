@@ -25,15 +25,20 @@ DS = layout.dataset_files("{dataset}")
 HOST_SHOWS_GPU = host_shows_gpu()
 
 
-# Codes jobs: blocks of codes.shards_per_job shards (a power of ten, the schema's enum), then blocks a
-# tenth the size down to 10 where the plan ends inside a block (rules/codes.smk).
-CODES_BLOCK = config["codes"]["shards_per_job"]
-CODES_BLOCK_SIZES = [10**k for k in range(layout.block_digits(CODES_BLOCK), 0, -1)]
+# Shar and codes jobs work on blocks of <stage>.shards_per_job shards (a power of ten, the schema's
+# enum), then blocks a tenth the size down to 10 where the plan ends inside a block, and single
+# shards for the rest (rules/shar.smk, rules/codes.smk; docs: codes).
+def block_sizes(per_job):
+    return [10**k for k in range(layout.block_digits(per_job), 0, -1)]
 
 
-def codes_block_rule(size):
-    """codes_block for blocks of codes.shards_per_job shards; codes_block<size> for the smaller ones."""
-    return "codes_block" if size == CODES_BLOCK else f"codes_block{size}"
+SHAR_BLOCK_SIZES = block_sizes(config["shar"]["shards_per_job"])
+CODES_BLOCK_SIZES = block_sizes(config["codes"]["shards_per_job"])
+
+
+def block_rule(stage, size):
+    """<stage>_block for blocks of <stage>.shards_per_job shards, <stage>_block<size> for smaller ones."""
+    return f"{stage}_block" if size == config[stage]["shards_per_job"] else f"{stage}_block{size}"
 
 
 wildcard_constraints:
@@ -213,6 +218,31 @@ def num_shards(dataset):
     return _num_shards(plan, os.path.getmtime(plan))
 
 
+def get_block_inputs(size, stage, inputs):
+    """Input function of a block job of `size` shards: inputs(wildcards, files, member keys); for a
+    block reaching past the plan's last shard, a file no rule makes, so that Snakemake gives its
+    shards to the rule of the next size down (a candidate rule whose input cannot be made is
+    passed over for the next in ruleorder)."""
+
+    def block_inputs(wildcards):
+        files = layout.dataset_files(wildcards.dataset)
+        members = layout.block_members(wildcards.block, size)
+        if int(members[-1]) >= num_shards(wildcards.dataset):
+            return {"beyond_the_plan": files.beyond_the_plan(stage(wildcards), wildcards.block)}
+        return inputs(wildcards, files, members)
+
+    return block_inputs
+
+
+def get_shar_block_inputs(size):
+    """Input function of the shar jobs of `size` shards: the records and the plan (get_block_inputs)."""
+
+    def inputs(wildcards, files, members):
+        return {"with_context": files.with_context, "plan": files.shard_plan, "index": files.shar_index}
+
+    return get_block_inputs(size, lambda wildcards: "shar", inputs)
+
+
 def get_shard_files(kind, codec=None):
     """Input function: file `kind` of every shar_shard job (or, with `codec`, codes_shard job) of the
     dataset, in shard order."""
@@ -260,21 +290,16 @@ def get_codec_spec(wildcards):
 
 
 def get_codes_block_inputs(size):
-    """Input function of the codes jobs of `size` shards: target_<m> and context_<m> of each member shard,
-    and the codec; for a block reaching past the plan's last shard, a file no rule makes (so that its
-    shards go to the rule of the next size down)."""
+    """Input function of the codes jobs of `size` shards: target_<m> and context_<m> of each member
+    shard, and the codec (get_block_inputs)."""
 
-    def inputs(wildcards):
-        files = layout.dataset_files(wildcards.dataset)
-        members = layout.block_members(wildcards.block, size)
-        if int(members[-1]) >= num_shards(wildcards.dataset):
-            return {"beyond_the_plan": files.beyond_the_plan(wildcards.codec, wildcards.block)}
+    def inputs(wildcards, files, members):
         out = {"codec": layout.codec_spec(wildcards.codec)}
         for m, shard in enumerate(members):
             out.update({f"target_{m}": files.shard(shard).target, f"context_{m}": files.shard(shard).context})
         return out
 
-    return inputs
+    return get_block_inputs(size, lambda wildcards: f"codes_{wildcards.codec}", inputs)
 
 
 def get_codes_stats(wildcards):

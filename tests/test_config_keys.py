@@ -91,6 +91,8 @@ EFFECTS: dict[str, str] = {
     "codes.batch_seconds": "test_codes.py::test_codes_do_not_depend_on_batching_ranks_or_shards_per_job",
     "codes.workers": "test_codes.py::test_codes_do_not_depend_on_batching_ranks_or_shards_per_job",
     "codes.shards_per_job": "test_codes.py::test_codes_do_not_depend_on_batching_ranks_or_shards_per_job",
+    "shar.shards_per_job": "test_workflow.py::"
+    "test_blocks_of_a_hundred_end_in_blocks_of_ten_then_single_shards",
     "buckets.num_buckets": "test_buckets.py::test_duration_bins_equal_lhotses_estimator_on_any_durations",
     "buckets.sub_buckets": "test_buckets.py::test_2d_bins_split_each_duration_bucket_by_tokens",
     "buckets.z_threshold": "test_buckets.py::test_outliers_are_dropped_above_a_z_score_of_4_by_default",

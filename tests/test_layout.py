@@ -36,7 +36,8 @@ EXPECTED = {
         "stats": DS.context_stats,
     },
     "shar_plan": {"plan": DS.shard_plan, "index": DS.shar_index},
-    "shar_shard": DS.shard("{shard}").named(),
+    "shar_block": DS.shard_block("{block}", 10),
+    "shar_shard": {f"{name}_0": path for name, path in DS.shard("{shard}").named().items()},
     "shar_merge": {"stats": DS.shar_stats, "rejected": DS.shar_rejected},
     "build_random_codec": {"model": layout.codec_model("{codec}")},
     "codec_model": {"spec": layout.codec_spec("{codec}")},
@@ -152,6 +153,7 @@ def test_blocks_are_shard_keys_sharing_all_digits_but_the_last():
         and len(layout.block_members("0001", 100)) == 100
     )
     assert layout.block_members("000123", 1) == ["000123"]
+    assert [layout.block_size(k) for k in ("000123", "00012", "0001", "000")] == [1, 10, 100, 1000]
     assert layout.block_members("{block}", 10)[3] == "{block}3"
     for shard in (0, 9, 10, 123, 999_999):
         assert shard_key(shard) in layout.block_members(layout.block_key(shard, 10), 10)

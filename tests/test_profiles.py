@@ -8,8 +8,9 @@ from testkit import REPO, demo_config, run_snakemake, snakemake_cmd
 
 
 def rules_in_workflow(tmp_path):
-    """Every rule, those of the biggest codes blocks (codes_block100, codes_block10) included."""
-    proc = run_snakemake(tmp_path / "w", demo_config(codes={"shards_per_job": 1000}), "--list-rules")
+    """Every rule, those of the smaller blocks (shar_block100, codes_block10, ...) included."""
+    config = demo_config(shar={"shards_per_job": 1000}, codes={"shards_per_job": 1000})
+    proc = run_snakemake(tmp_path / "w", config, "--list-rules")
     return {line.strip() for line in proc.stdout.splitlines() if line.strip()}
 
 
@@ -51,22 +52,17 @@ def test_slurm_profile_shape():
 
 def test_slurm_profile_bundles_shard_jobs_in_series():
     profile = load_profile("slurm")
-    assert profile["groups"] == {
-        "shar_shard": "shar_shards",
-        "codes_block": "codes_blocks",
-        "codes_block100": "codes_blocks",
-        "codes_block10": "codes_blocks",
-        "codes_shard": "codes_shards",
+    blocks = {
+        f"{stage}_block{size}": f"{stage}_blocks" for stage in ("shar", "codes") for size in ("", 100, 10)
     }
+    assert profile["groups"] == {**blocks, "shar_shard": "shar_shards", "codes_shard": "codes_shards"}
     assert all(profile["group-components"][g] >= 2 for g in profile["groups"].values())
     # at most shards / 16 submissions per stage: 16 shard jobs, or blocks of 16 shards and more
-    shards_per_block = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())["properties"]["codes"][
-        "properties"
-    ]["shards_per_job"]["default"]
-    assert (
-        profile["group-components"]["shar_shards"] >= 16 and profile["group-components"]["codes_shards"] >= 16
-    )
-    assert profile["group-components"]["codes_blocks"] * shards_per_block >= 16
+    schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())["properties"]
+    for stage in ("shar", "codes"):
+        per_job = schema[stage]["properties"]["shards_per_job"]["default"]
+        assert profile["group-components"][f"{stage}_blocks"] * per_job >= 16
+        assert profile["group-components"][f"{stage}_shards"] >= 16
     # a group asks for its parallel jobs' sum capped by `cores`: one shard job's threads fill it
     for rule in profile["groups"]:
         assert (

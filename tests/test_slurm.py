@@ -118,20 +118,21 @@ def partitions(state: Path) -> dict[str, str]:
 
 def test_slurm_profile_runs_the_demo_like_a_local_run(slurm_run, two_datasets):
     work, output, state, real = slurm_run
-    groups = {g: rule for rule, g in real["groups"].items()}
 
-    def rule_of(log_dir: str) -> str:  # rule_<rule> or group_<group>_<rules>
+    def rule_of(log_dir: str) -> str:  # rule_<rule> or group_<group>_<rule> (each group here runs one rule)
         if log_dir.startswith("group_"):
-            return next(rule for g, rule in groups.items() if log_dir.startswith(f"group_{g}"))
+            group = next(g for g in set(real["groups"].values()) if log_dir.startswith(f"group_{g}_"))
+            return log_dir.removeprefix(f"group_{group}_")
         return log_dir.removeprefix("rule_")
 
     subs = [(jobid, rule_of(name)) for jobid, name in submissions(output)]
     submitted = Counter(rule for _, rule in subs)
     ran = Counter(re.findall(r"Finished jobid: \d+ \(Rule: (\w+)\)", output))
     # every job but the local target went through sbatch; 12 shards: one group submission per rule
-    # (a codes block of shards 0-9 and the short last block's two codes_shard jobs)
+    # (a block of shards 0-9 and one job for each of shards 10 and 11, for shar and for codes)
     assert set(submitted) == set(ran) - {"all"}, (submitted, ran)
-    assert submitted["shar_shard"] == 1 and ran["shar_shard"] == 12
+    assert submitted["shar_block"] == 1 and ran["shar_block"] == 1
+    assert submitted["shar_shard"] == 1 and ran["shar_shard"] == 2
     assert submitted["codes_block"] == 1 and ran["codes_block"] == 1
     assert submitted["codes_shard"] == 1 and ran["codes_shard"] == 2
 

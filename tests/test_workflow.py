@@ -119,11 +119,11 @@ def test_rerun_is_a_no_op_a_new_codec_runs_alone_and_a_named_shard_reruns_alone(
         a.tobytes() for a in codes_in_tars(sorted(first.iterdir()))
     ]
 
-    # a user reruns one shard by naming its file: only that shard's job runs, with the same bytes
+    # a user reruns one shard by naming its file: only its block's job runs, with the same bytes
     lost = again / "results" / "demo" / "shar" / "target_audio" / "recording.000001.tar"
     lost.unlink()
     proc = run_snakemake(again, config, str(lost.relative_to(again)))
-    assert job_counts(proc.stdout + proc.stderr) == {"shar_shard": 1}
+    assert job_counts(proc.stdout + proc.stderr) == {"shar_block": 1}
     assert (
         lost.read_bytes()
         == (work / "results" / "demo" / "shar" / "target_audio" / "recording.000001.tar").read_bytes()
@@ -534,14 +534,14 @@ def test_asr_check_in_the_workflow(tmp_path):
     assert planned == {"build_random_asr": 1, "quality_part": 1, "quality_merge": 1, "quality_filter": 1}
 
 
-def test_codes_blocks_of_a_hundred_end_in_blocks_of_ten_then_single_shards(two_datasets, tmp_path):
-    """codes.shards_per_job 100 over a plan of 123 shards (the run's plan, rewritten; a dry run):
-    one job for shards 0-99, codes_block10 for 100-109 and 110-119, codes_shard for 120-122."""
+def test_blocks_of_a_hundred_end_in_blocks_of_ten_then_single_shards(two_datasets, tmp_path):
+    """shar and codes shards_per_job 100 over a plan of 123 shards (the run's plan, rewritten; a dry
+    run): one job for shards 0-99, <stage>_block10 for 100-109 and 110-119, one job each for 120-122."""
     work, _, _ = two_datasets
     copy = tmp_path / "copy"
     shutil.copytree(work, copy, symlinks=True)  # keeps mtimes
     config = yaml.safe_load((work / "config.yaml").read_text())
-    config["codes"]["shards_per_job"] = 100
+    config["codes"]["shards_per_job"] = config["shar"]["shards_per_job"] = 100
     plan = copy / DatasetFiles("results/demo").shard_plan
     stat = plan.stat()
     data = json.loads(plan.read_text())
@@ -550,9 +550,12 @@ def test_codes_blocks_of_a_hundred_end_in_blocks_of_ten_then_single_shards(two_d
     os.utime(plan, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     proc = run_snakemake(copy, config, "-n", "results/demo/codes_stats/tiny_nemo.json")
     counts = job_counts(proc.stdout + proc.stderr)
-    assert (counts["codes_block"], counts["codes_block10"], counts["codes_shard"]) == (1, 2, 3), counts
+    for stage in ("shar", "codes"):
+        assert [counts[f"{stage}_{rule}"] for rule in ("block", "block10", "shard")] == [1, 2, 3], counts
     out = proc.stdout + proc.stderr
     for rule, block in (("codes_block", "0000"), ("codes_block10", "00010"), ("codes_block10", "00011")):
         assert re.search(
             rf"rule {rule}:(?:\n    .*)*\n    wildcards: dataset=demo, codec=tiny_nemo, block={block}\n", out
         )
+        shar = rule.replace("codes", "shar")
+        assert re.search(rf"rule {shar}:(?:\n    .*)*\n    wildcards: dataset=demo, block={block}\n", out)

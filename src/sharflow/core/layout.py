@@ -51,11 +51,26 @@ def block_key(shard: int, shards_per_job: int) -> str:
     return key[: len(key) - block_digits(shards_per_job)]
 
 
+def block_size(block: str) -> int:
+    """How many shards a block key stands for: 10 per digit short of a shard key (00012: 10; a shard
+    key: 1)."""
+    return 10 ** (len(shard_key(0)) - len(block))
+
+
 def block_members(block: str, shards_per_job: int) -> list[str]:
     """The shard keys of a block, in order (block 00012, 10 per job: 000120 ... 000129); a wildcard
     pattern such as "{block}" gives patterns ("{block}0" ...)."""
     digits = block_digits(shards_per_job)
     return [f"{block}{m:0{digits}d}" if digits else block for m in range(shards_per_job)]
+
+
+def block_outputs(job_files, block: str, shards_per_job: int) -> dict[str, str]:
+    """The outputs of a job over a block: each member shard's files (job_files(shard key).named()),
+    named <name>_<m> for member m."""
+    out = {}
+    for m, shard in enumerate(block_members(block, shards_per_job)):
+        out.update({f"{name}_{m}": path for name, path in job_files(shard).named().items()})
+    return out
 
 
 def part_key(part: int | str) -> str:
@@ -266,6 +281,10 @@ class DatasetFiles:
             job + CATALOG_SUFFIX,
         )
 
+    def shard_block(self, block: str, shards_per_job: int) -> dict[str, str]:
+        """A shar_block job's outputs: cuts_<m>, target_<m>, ... catalog_<m> of each member m of the block."""
+        return block_outputs(self.shard, block, shards_per_job)
+
     @property
     def shar_stats(self) -> str:
         return self._path("shar_stats.json")
@@ -282,15 +301,13 @@ class DatasetFiles:
 
     def codes_block(self, codec: str, block: str, shards_per_job: int) -> dict[str, str]:
         """A codes_block job's outputs: target_<m>, context_<m>, stats_<m> of each member m of the block."""
-        out = {}
-        for m, shard in enumerate(block_members(block, shards_per_job)):
-            out.update({f"{name}_{m}": path for name, path in self.codes(codec, shard).named().items()})
-        return out
+        return block_outputs(lambda shard: self.codes(codec, shard), block, shards_per_job)
 
-    def beyond_the_plan(self, codec: str, block: str) -> str:
-        """A file no rule makes: the input of a codes_block job for a block that reaches past the last
-        shard, so that Snakemake leaves that block's shards to codes_shard (rules/codes.smk)."""
-        return self._path("codes_jobs", codec, f"block-{block}.reaches-past-the-last-shard")
+    def beyond_the_plan(self, stage: str, block: str) -> str:
+        """A file no rule makes: the input of a block job (stage shar or codes_<codec>) for a block
+        that reaches past the last shard, so that Snakemake gives that block's shards to the rule of
+        the next size down (rules/common.smk: get_block_inputs)."""
+        return self._path("blocks_past_the_plan", stage, f"{block}.none")
 
     def codes_stats(self, codec: str) -> str:
         return self._path("codes_stats", f"{codec}.json")

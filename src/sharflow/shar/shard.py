@@ -92,6 +92,32 @@ def write_shard(
     return summary
 
 
+def write_shards(
+    members: list[str],
+    outputs,
+    *,
+    with_context: str,
+    index: str,
+    plan: str,
+    settings: EncodeSettings,
+    workers: int = 1,
+) -> list[dict]:
+    """write_shard for each shard of a job over a block (member keys), its files from the job's named
+    outputs (cuts_<m>, target_<m>, ... catalog_<m>: a Snakemake job's, or a mapping), in order."""
+    return [
+        write_shard(
+            int(shard),
+            with_context=with_context,
+            index=index,
+            plan=plan,
+            out=ShardFiles.of({name: outputs[f"{name}_{m}"] for name in ShardFiles.__dataclass_fields__}),
+            settings=settings,
+            workers=workers,
+        )
+        for m, shard in enumerate(members)
+    ]
+
+
 def read_shard_records(shard: int, *, with_context: str, index: str, plan: str) -> list[dict]:
     """The records of one shard, in shard order: `with_context` lines at the plan's index offsets."""
     planned = read_json(plan)

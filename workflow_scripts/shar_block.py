@@ -1,21 +1,23 @@
-"""Snakemake adapter: sharflow.shar.shard.write_shard."""
+"""Snakemake adapter of the shar jobs (shar_block, shar_block<size>, shar_shard):
+sharflow.shar.shard.write_shards over the job's shards."""
 
 from sharflow.core.logs import job_log
 
 # Spawned worker processes re-run this file as __mp_main__: the guard keeps them out of the body,
 # and importing sharflow.shar.shard (numpy, pyarrow) inside it keeps their start-up light.
 if __name__ == "__main__":
-    from sharflow.core.layout import ShardFiles
+    from sharflow.core.layout import block_members, block_size
     from sharflow.shar.audio import EncodeSettings
-    from sharflow.shar.shard import write_shard
+    from sharflow.shar.shard import write_shards
 
+    key = snakemake.wildcards.get("block", snakemake.wildcards.get("shard"))  # a block, or one shard
     with job_log(snakemake.log[0]):
-        write_shard(
-            int(snakemake.wildcards.shard),
+        write_shards(
+            block_members(key, block_size(key)),
+            snakemake.output,
             with_context=snakemake.input.with_context,
             index=snakemake.input.index,
             plan=snakemake.input.plan,
-            out=ShardFiles.of(snakemake.output),
             settings=EncodeSettings(**snakemake.params.settings),
             workers=snakemake.threads,
         )
