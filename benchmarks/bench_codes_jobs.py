@@ -5,7 +5,7 @@ files, the demo's speakers), shard_size 16 as the demo has: 6 copies give 336 cu
 The workflow runs up to the shards and the codec first (not timed); then the codes stage is run
 alone, local profile, `--cores 2`, one CPU rank per job (codes.workers 1), once per block size:
 `codes.shards_per_job` 1 (a model load per shard: the floor this change is measured against) and
-the default (10). Printed per run:
+the default (10) (`--sizes`; `--shard-size` for shards other than the demo's 16 cuts). Printed per run:
 
 - model loads: `codec ... loaded on` lines in the codes jobs' logs;
 - wall: the snakemake call's seconds (the codes jobs and codes_merge);
@@ -32,12 +32,13 @@ REPO = Path(__file__).resolve().parents[1]
 CODEC = "tiny_nemo"
 
 
-def write_config(work: Path, manifest: Path, root: Path, shards_per_job: int) -> None:
+def write_config(work: Path, manifest: Path, root: Path, shards_per_job: int, shard_size: int) -> None:
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     cfg["datasets"] = {"bench": {"manifest": str(manifest), "audio_root": str(root), "language": "en"}}
     cfg["quality"] = {"enabled": False}
     cfg["codecs"][CODEC]["random_from_config"] = str(REPO / cfg["codecs"][CODEC]["random_from_config"])
     cfg["codes"].update(workers=1, shards_per_job=shards_per_job)
+    cfg["shar"]["shard_size"] = shard_size
     (work / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
@@ -49,14 +50,14 @@ def run(work: Path, *targets: str) -> float:
     return time.perf_counter() - start
 
 
-def codes_stage(work: Path, shards_per_job: int, manifest: Path, root: Path) -> dict:
+def codes_stage(work: Path, shards_per_job: int, manifest: Path, root: Path, shard_size: int) -> dict:
     """The codes stage alone (its outputs and logs removed first), timed and read back."""
     files = dataset_files("bench")
     for path in (f"{files.shar_dir}/codes_{CODEC}", f"{files.root}/codes_jobs", f"{files.root}/codes_stats"):
         shutil.rmtree(work / path, ignore_errors=True)
     for rule in ("codes_block", "codes_shard"):
         shutil.rmtree(work / "logs" / rule, ignore_errors=True)
-    write_config(work, manifest, root, shards_per_job)
+    write_config(work, manifest, root, shards_per_job, shard_size)
     wall = run(work, files.codes_stats(CODEC))
     logs = [
         p.read_text()
@@ -80,25 +81,29 @@ def codes_stage(work: Path, shards_per_job: int, manifest: Path, root: Path) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--copies", type=int, default=6)
+    parser.add_argument("--shard-size", type=int, default=16, help="cuts per shard (the demo's: 16)")
+    parser.add_argument("--sizes", default="1,10", help="codes.shards_per_job values to run (1: the floor)")
     args = parser.parse_args()
+    sizes = [int(n) for n in args.sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench_codes_jobs-") as tmp:
         work = Path(tmp) / "work"
         work.mkdir()
         manifest, root = repeated_demo(Path(tmp), args.copies, link=True)
-        write_config(work, manifest, root, 10)
+        write_config(work, manifest, root, 10, args.shard_size)
         files = dataset_files("bench")
         setup = run(work, files.shar_stats, codec_spec(CODEC))
         shards = json.loads((work / files.shard_plan).read_text())["num_shards"]
-        print(
-            f"corpus: demo x {args.copies}, {shards} shards of <= 16 cuts (set-up, not timed: {setup:.0f} s)"
-        )
-        results = {n: codes_stage(work, n, manifest, root) for n in (1, 10)}
+        size = f"{shards} shards of <= {args.shard_size} cuts"
+        print(f"corpus: demo x {args.copies}, {size} (set-up {setup:.0f} s)")
+        results = {n: codes_stage(work, n, manifest, root, args.shard_size) for n in sizes}
     columns = f"{'codes.shards_per_job':<22}{'jobs':>6}{'loads':>7}{'wall s':>9}{'encoding rank-s':>17}"
     print(f"{columns}{'fixed cost':>12}")
     for n, r in results.items():
-        label = f"{n}" + (" (floor: per shard)" if n == 1 else " (default)")
+        label = f"{n}" + {1: " (floor: per shard)", 10: " (default)"}.get(n, "")
         row = f"{label:<22}{r['jobs']:>6}{r['loads']:>7}{r['wall']:>9.1f}{r['encoding']:>17.1f}"
         print(f"{row}{r['fixed']:>12.0%}")
+    if not {1, 10} <= set(results):
+        return
     one, ten = results[1], results[10]
     print(
         f"codes stage, {shards} shards, --cores 2: default block {ten['wall']:.1f} s vs per shard "

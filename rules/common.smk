@@ -244,8 +244,8 @@ def get_shar_block_inputs(size):
 
 
 def get_shard_files(kind, codec=None):
-    """Input function: file `kind` of every shar_shard job (or, with `codec`, codes_shard job) of the
-    dataset, in shard order."""
+    """Input function: file `kind` (stats, ...) of every shard's shar files (or, with `codec`, codes
+    files) of the dataset, in shard order, whichever job (a block, or one shard) makes them."""
 
     def per_shard(wildcards):
         files = layout.dataset_files(wildcards.dataset)

@@ -4,7 +4,7 @@ import subprocess
 
 import yaml
 
-from testkit import REPO, demo_config, run_snakemake, snakemake_cmd
+from testkit import GPU_RULES, REPO, demo_config, run_snakemake, snakemake_cmd
 
 
 def rules_in_workflow(tmp_path):
@@ -34,14 +34,7 @@ def test_slurm_profile_shape():
     assert profile["default-resources"]["slurm_partition"] == "cpu"
     assert "attempt" in str(profile["default-resources"]["mem_mb"])
     assert not any("slurm_extra" in (r or {}) for r in profile["set-resources"].values())
-    gpu_rules = {
-        "quality_part",
-        "context_part",
-        "codes_block",
-        "codes_block100",
-        "codes_block10",
-        "codes_shard",
-    }
+    gpu_rules = GPU_RULES
     assert gpu_rules <= set(profile["set-resources"])
     for rule, res in profile["set-resources"].items():
         if rule in gpu_rules:

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from testkit import (
+    GPU_RULES,
     REPO,
     SMALL_SHARDS,
     assert_informative_codes,
@@ -138,14 +139,7 @@ def test_slurm_profile_runs_the_demo_like_a_local_run(slurm_run, two_datasets):
 
     where = partitions(state)
     gpu_rules = {rule for rule, res in real["set-resources"].items() if res.get("slurm_partition") == "gpu"}
-    assert gpu_rules == {
-        "quality_part",
-        "context_part",
-        "codes_block",
-        "codes_block100",
-        "codes_block10",
-        "codes_shard",
-    }
+    assert gpu_rules == GPU_RULES
     for jobid, rule in subs:
         assert where[jobid] == ("gpu" if rule in gpu_rules else "cpu"), (rule, jobid, where[jobid])
 

@@ -37,6 +37,8 @@ DEMO = REPO / "demo"
 # The workflow runs' shards (two_datasets, Slurm): the demo's 56 cuts in 12 shards, so that its codes
 # are a block of 10 shards (codes.shards_per_job) and a short last block of 2 (codes_shard jobs).
 SMALL_SHARDS = {"shard_size": 5}
+# The rules profiles/slurm sends to partition gpu: every model stage (codes at each block size).
+GPU_RULES = {"quality_part", "context_part", "codes_block", "codes_block100", "codes_block10", "codes_shard"}
 README = REPO / "README.md"
 
 
