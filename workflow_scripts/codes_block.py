@@ -7,12 +7,12 @@ from sharflow.core.logs import job_log
 if __name__ == "__main__":
     from sharflow.codes.shard import encode_shards, job_shards
     from sharflow.codes.spec import read_codec_spec
-    from sharflow.core.layout import block_members, block_size
+    from sharflow.core.layout import block_members
 
     key = snakemake.wildcards.get("block", snakemake.wildcards.get("shard"))  # a block, or one shard
     with job_log(snakemake.log[0]):
         encode_shards(
-            job_shards(block_members(key, block_size(key)), snakemake.input, snakemake.output),
+            job_shards(block_members(key), snakemake.input, snakemake.output),
             codec=read_codec_spec(snakemake.input.codec),
             batch_seconds=snakemake.params.batch_seconds,
             device=snakemake.params.device,

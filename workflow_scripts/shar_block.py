@@ -6,14 +6,14 @@ from sharflow.core.logs import job_log
 # Spawned worker processes re-run this file as __mp_main__: the guard keeps them out of the body,
 # and importing sharflow.shar.shard (numpy, pyarrow) inside it keeps their start-up light.
 if __name__ == "__main__":
-    from sharflow.core.layout import block_members, block_size
+    from sharflow.core.layout import block_members
     from sharflow.shar.audio import EncodeSettings
     from sharflow.shar.shard import write_shards
 
     key = snakemake.wildcards.get("block", snakemake.wildcards.get("shard"))  # a block, or one shard
     with job_log(snakemake.log[0]):
         write_shards(
-            block_members(key, block_size(key)),
+            block_members(key),
             snakemake.output,
             with_context=snakemake.input.with_context,
             index=snakemake.input.index,

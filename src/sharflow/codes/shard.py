@@ -75,7 +75,7 @@ def job_shards(members: list[str], inputs, outputs) -> list[ShardCodes]:
             int(shard),
             inputs[f"target_{m}"],
             inputs[f"context_{m}"],
-            CodesFiles.of({k: outputs[f"{k}_{m}"] for k in ("target", "context", "stats")}),
+            CodesFiles.of_member(outputs, m),
         )
         for m, shard in enumerate(members)
     ]
@@ -124,10 +124,9 @@ def encode_shards(
         ranks = job.run(
             encode_batches, costs, unit=lambda k: (k[0], plans[k[0]].batches[k[1]]), args=(readers, codec)
         )
-        info = ranks[0].value
-        dtype = np.int16 if info["codebook_size"] <= np.iinfo(np.int16).max + 1 else np.int32
+        dtype = np.int16 if model.codebook_size <= np.iinfo(np.int16).max + 1 else np.int32
         stats = [
-            _write_shard(p, shard, plans[p], ranks, model, dtype, job.devices)
+            _write_shard(p, shard, plans[p], ranks, codec.name, model, dtype, job.devices)
             for p, shard in enumerate(shards)
         ]
     _log_job(what, startup, stats, ranks, time.perf_counter() - start)
@@ -145,22 +144,29 @@ def _plan(shard: ShardCodes, rate: int, spf: int, batch_seconds: float) -> _Plan
 
 
 def _write_shard(
-    p: int, shard: ShardCodes, plan: _Plan, ranks: list[RankResult], model, dtype, devices: list[str]
+    p: int,
+    shard: ShardCodes,
+    plan: _Plan,
+    ranks: list[RankResult],
+    codec: str,
+    model,
+    dtype,
+    devices: list[str],
 ) -> dict:
     """Shard `p` of the job: its codes gathered from the ranks' scratch files, written, and its stats."""
     start = time.perf_counter()
     sr, spf = model.sample_rate, model.samples_per_frame
     codes: dict[tuple[int, str], np.ndarray] = {}
     for r in ranks:
-        if p in r.value["seconds"]:
+        if p in r.value:
             with np.load(r.rank.file(f".{p}.npz")) as saved:
                 codes.update({_unkey(k): saved[k] for k in saved.files})
     _write_codes(
         codes, plan.ids, sr, spf, dtype, shard.out.target, shard.out.context, Path(shard.out.stats).parent
     )
-    rank_seconds = [round(r.value["seconds"].get(p, 0.0), 3) for r in ranks]
+    rank_seconds = [round(r.value.get(p, 0.0), 3) for r in ranks]
     stats = {
-        "codec": ranks[0].value["codec"],
+        "codec": codec,
         "shard": shard.shard,
         "cuts": len(plan.ids),
         "items": len(plan.items),
@@ -287,9 +293,9 @@ class _ShardAudio:
 
 def encode_batches(
     rank: Rank, units: list[tuple[int, list[Item]]], readers: list[tuple], codec: CodecSpec
-) -> dict:
+) -> dict[int, float]:
     """One rank: decode (one batch ahead) and encode its batches, shard by shard, each shard's codes
-    saved to the rank's scratch file; returns the codec's sizes and the seconds spent on each shard."""
+    saved to the rank's scratch file; returns the seconds it spent on each shard, by position p."""
     from tqdm import tqdm
 
     model = cached_codec(codec, rank.device)
@@ -308,12 +314,7 @@ def encode_batches(
                 rank.file(f".{p}.npz"), **{f"{cut}.{kind}": array for (cut, kind), array in codes.items()}
             )
             seconds[p] = time.perf_counter() - start
-    return {
-        "codec": codec.name,
-        "num_codebooks": model.num_codebooks,
-        "codebook_size": model.codebook_size,
-        "seconds": seconds,
-    }
+    return seconds
 
 
 def _unkey(key: str) -> tuple[int, str]:

@@ -45,21 +45,16 @@ def block_digits(shards_per_job: int) -> int:
     return digits
 
 
-def block_key(shard: int, shards_per_job: int) -> str:
-    """The block of a shard: its key without the last digits (shard 000123, 10 per job: block 00012)."""
-    key = shard_key(shard)
-    return key[: len(key) - block_digits(shards_per_job)]
-
-
 def block_size(block: str) -> int:
     """How many shards a block key stands for: 10 per digit short of a shard key (00012: 10; a shard
     key: 1)."""
     return 10 ** (len(shard_key(0)) - len(block))
 
 
-def block_members(block: str, shards_per_job: int) -> list[str]:
-    """The shard keys of a block, in order (block 00012, 10 per job: 000120 ... 000129); a wildcard
-    pattern such as "{block}" gives patterns ("{block}0" ...)."""
+def block_members(block: str, shards_per_job: int | None = None) -> list[str]:
+    """The shard keys of a block, in order (block 00012: 000120 ... 000129; a shard key: itself); a
+    wildcard pattern such as "{block}" gives patterns ("{block}0" ...) for the `shards_per_job` given."""
+    shards_per_job = block_size(block) if shards_per_job is None else shards_per_job
     digits = block_digits(shards_per_job)
     return [f"{block}{m:0{digits}d}" if digits else block for m in range(shards_per_job)]
 
@@ -151,6 +146,11 @@ class Outputs:
     def of(cls, named):
         """The files from a mapping with (at least) these names: a Snakemake job's `output`."""
         return cls(**{name: named[name] for name in cls.__dataclass_fields__})
+
+    @classmethod
+    def of_member(cls, named, m: int):
+        """Member m's files from a block job's outputs (<name>_<m>, as block_outputs names them)."""
+        return cls(**{name: named[f"{name}_{m}"] for name in cls.__dataclass_fields__})
 
 
 @dataclass(frozen=True)

@@ -110,7 +110,7 @@ def write_shards(
             with_context=with_context,
             index=index,
             plan=plan,
-            out=ShardFiles.of({name: outputs[f"{name}_{m}"] for name in ShardFiles.__dataclass_fields__}),
+            out=ShardFiles.of_member(outputs, m),
             settings=settings,
             workers=workers,
         )
