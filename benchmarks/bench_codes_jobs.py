@@ -50,20 +50,21 @@ def run(work: Path, *targets: str) -> float:
     return time.perf_counter() - start
 
 
+def codes_job_logs(work: Path) -> list[Path]:
+    """The log folders of the codes jobs' rules (codes_block, codes_tail<n>, codes_shard, ...)."""
+    return [p for p in (work / "logs").glob("codes_*") if p.name != "codes_merge"]
+
+
 def codes_stage(work: Path, shards_per_job: int, manifest: Path, root: Path, shard_size: int) -> dict:
     """The codes stage alone (its outputs and logs removed first), timed and read back."""
     files = dataset_files("bench")
     for path in (f"{files.shar_dir}/codes_{CODEC}", f"{files.root}/codes_jobs", f"{files.root}/codes_stats"):
         shutil.rmtree(work / path, ignore_errors=True)
-    for rule in ("codes_block", "codes_shard"):
-        shutil.rmtree(work / "logs" / rule, ignore_errors=True)
+    for folder in codes_job_logs(work):
+        shutil.rmtree(folder)
     write_config(work, manifest, root, shards_per_job, shard_size)
     wall = run(work, files.codes_stats(CODEC))
-    logs = [
-        p.read_text()
-        for rule in ("codes_block", "codes_shard")
-        for p in (work / "logs" / rule).rglob("*.log")
-    ]
+    logs = [p.read_text() for folder in codes_job_logs(work) for p in folder.rglob("*.log")]
     stats = [
         json.loads(p.read_text()) for p in (work / files.root / "codes_jobs" / CODEC).glob("*.stats.json")
     ]

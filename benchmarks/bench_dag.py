@@ -2,9 +2,9 @@
 
 The demo corpus goes through prepare, context and the shar_plan checkpoint for real; the plan is
 then rewritten to say 10,000 shards (a synthetic plan: the shard jobs are only planned, never run).
-Snakemake then has to build every per-shard job: 10,000 shar_shard + 20,000 codes_shard jobs and
-merge/verify/report jobs with up to 50,000 inputs. Prints wall time and the peak RSS of the
-snakemake process, against a floor measured in the same run: a dry run of the same workflow
+Snakemake then has to build every job: 1,000 shar and 2,000 codes jobs of 10 shards each
+(shards_per_job), merge and catalog jobs that list one record per job. Prints wall time and the
+peak RSS of the snakemake process, against a floor measured in the same run: a dry run of the same workflow
 before the plan exists (the checkpoint not yet run: a DAG of a handful of jobs, so the figure is
 the fixed cost of starting snakemake and parsing the workflow).
 

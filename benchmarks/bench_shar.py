@@ -103,6 +103,7 @@ def stage(
         merge_shar_stats(
             [j.stats for j in jobs],
             context_stats=str(context_stats),
+            plan=files.shard_plan,
             stats=files.shar_stats,
             rejected_dir=files.shar_rejected,
             dataset="b",

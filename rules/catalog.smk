@@ -1,6 +1,6 @@
 rule catalog:
     input:
-        fragments=get_shard_files("catalog"),
+        shar_jobs=get_job_records("shar"),
         codes_stats=lambda wildcards: list(get_codes_stats(wildcards).values()),
         plan=DS.shard_plan,
     output:

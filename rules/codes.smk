@@ -30,22 +30,23 @@ rule codec_model:
 # last), loading the codec once per rank. Snakemake needs a rule's outputs from its wildcards alone,
 # so a block job always makes all of its shards: where the plan ends inside a block, that block's
 # shards are made in blocks a tenth the size (codes_block10 for 10 when shards_per_job is 100 or
-# more), and the last few by codes_shard, one job each: at most 9 per level.
-# get_codes_block_inputs hands a block that reaches past the plan's last shard to the next rule.
-for size in CODES_BLOCK_SIZES:
+# more), the last 2-9 shards by one codes_tail<n> job, a last single shard by codes_shard
+# (layout.plan_jobs). get_codes_block_inputs hands a block the plan does not have to the next rule.
+for name, size, shards in job_kinds("codes"):
 
     rule:
         name:
-            block_rule("codes", size)
+            name
         input:
-            unpack(get_codes_block_inputs(size)),
+            unpack(get_codes_block_inputs(shards)),
         output:
-            **DS.codes_block("{codec}", "{block}", size),
+            **DS.codes_block("{codec}", "{block}", size, shards),
         log:
-            layout.log(block_rule("codes", size), "{dataset}", "{codec}", "{block}"),
+            layout.log(name, "{dataset}", "{codec}", "{block}"),
         benchmark:
-            layout.benchmark(block_rule("codes", size), "{dataset}", "{codec}", "{block}")
+            layout.benchmark(name, "{dataset}", "{codec}", "{block}")
         params:
+            shards=shards,
             batch_seconds=config["codes"]["batch_seconds"],
             device=config["codes"]["device"],
         threads: CODES_THREADS
@@ -58,34 +59,13 @@ for size in CODES_BLOCK_SIZES:
             "../workflow_scripts/codes_block.py"
 
 
-workflow.ruleorder(*(block_rule("codes", size) for size in CODES_BLOCK_SIZES), "codes_shard")
-
-
-rule codes_shard:
-    input:
-        target_0=DS.shard("{shard}").target,
-        context_0=DS.shard("{shard}").context,
-        codec=layout.codec_spec("{codec}"),
-    output:
-        **DS.codes_block("{codec}", "{shard}", 1),
-    log:
-        layout.log("codes_shard", "{dataset}", "{codec}", "{shard}"),
-    benchmark:
-        layout.benchmark("codes_shard", "{dataset}", "{codec}", "{shard}")
-    params:
-        batch_seconds=config["codes"]["batch_seconds"],
-        device=config["codes"]["device"],
-    threads: CODES_THREADS
-    resources:
-        gpu=CODES_GPUS,
-        mem_mb=16000,
-    script:
-        "../workflow_scripts/codes_block.py"
+workflow.ruleorder(*(name for name, _, _ in job_kinds("codes")))
 
 
 rule codes_merge:
     input:
-        stats=get_shard_files("stats", codec=True),
+        jobs=get_job_records("codes"),
+        plan=DS.shard_plan,
     output:
         stats=DS.codes_stats("{codec}"),
     log:

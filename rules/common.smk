@@ -2,12 +2,14 @@ import functools
 import os
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 from sharflow.core import layout
 from sharflow.core.config import validate_config
 from sharflow.core.errors import SharflowError
 from sharflow.core.parallel import resolve_workers
 from sharflow.core.ranks import host_shows_gpu
+from sharflow.core.splits import SplitRules
 
 try:
     validate_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
@@ -25,20 +27,28 @@ DS = layout.dataset_files("{dataset}")
 HOST_SHOWS_GPU = host_shows_gpu()
 
 
+def split_block(dataset):
+    """The `splits` block of a dataset: its own, else the workflow's."""
+    return config["datasets"][dataset]["splits"] or config["splits"]
+
+
+# With splits configured for any dataset, every dataset goes through the splits job: a span held
+# out in one dataset is rejected from another's train (sharflow.splits.stage).
+SPLITS = any(SplitRules.from_config(split_block(ds)).enabled for ds in DATASETS)
+
+
 # Shar and codes jobs work on blocks of <stage>.shards_per_job shards (a power of ten, the schema's
-# enum), then blocks a tenth the size down to 10 where the plan ends inside a block, and single
-# shards for the rest (rules/shar.smk, rules/codes.smk; docs: codes).
-def block_sizes(per_job):
-    return [10**k for k in range(layout.block_digits(per_job), 0, -1)]
-
-
-SHAR_BLOCK_SIZES = block_sizes(config["shar"]["shards_per_job"])
-CODES_BLOCK_SIZES = block_sizes(config["codes"]["shards_per_job"])
-
-
-def block_rule(stage, size):
-    """<stage>_block for blocks of <stage>.shards_per_job shards, <stage>_block<size> for smaller ones."""
-    return f"{stage}_block" if size == config[stage]["shards_per_job"] else f"{stage}_block{size}"
+# enum), then blocks a tenth the size down to 10 where the plan ends inside a block, and one job for
+# the last 2-9 shards or the last one (layout.plan_jobs; rules/shar.smk, rules/codes.smk; docs: codes).
+def job_kinds(stage):
+    """(name, block size, shards) of the rules of a stage, one per kind of job. <stage>_block for
+    blocks of <stage>.shards_per_job, <stage>_block<size> for smaller ones, <stage>_tail<n> for the
+    plan's last n shards (2-9), <stage>_shard for one shard."""
+    per_job = config[stage]["shards_per_job"]
+    sizes = [10**k for k in range(layout.block_digits(per_job), 0, -1)]
+    kinds = [(f"{stage}_block" if size == per_job else f"{stage}_block{size}", size, size) for size in sizes]
+    kinds += [(f"{stage}_tail{n}", 10, n) for n in range(9, 1, -1) if sizes]
+    return kinds + [(f"{stage}_shard", 1, 1)]
 
 
 wildcard_constraints:
@@ -53,6 +63,7 @@ def get_final_outputs():
     files = [layout.dataset_files(ds) for ds in DATASETS]
     return (
         [path for f in files for path in (f.prepare_stats, f.context_stats, f.shar_stats)]
+        + [f.split_stats for f in files if SPLITS]
         + [f.quality_stats for f in files if QUALITY]
         + [f.codes_stats(codec) for f in files for codec in CODECS]
         + [path for f in files for path in (f.catalog, f.buckets, f.verify, f.dataset_card)]
@@ -154,17 +165,46 @@ def get_asr_options(wildcards):
     return {"model": path, "batch_seconds": ASR["batch_seconds"], "random": built}
 
 
+# ---- splits -----------------------------------------------------------------------------------
+def measured_records(dataset):
+    """(records, stats) of the stage before splits and context: quality's, or prepare's without it."""
+    files = layout.dataset_files(dataset)
+    return (files.quality_kept, files.quality_stats) if QUALITY else (files.prepared, files.prepare_stats)
+
+
+def get_splits_inputs(wildcards):
+    """The dataset's records and their stats, and every other dataset's records (their held-out spans)."""
+    records, stats = measured_records(wildcards.dataset)
+    others = [measured_records(ds)[0] for ds in DATASETS if ds != wildcards.dataset]
+    return {"records": records, "records_stats": stats, "others": others}
+
+
+def get_split_datasets(wildcards):
+    """Fields of sharflow.splits.stage.DatasetSplits for every dataset."""
+    return {
+        ds: {
+            "records": measured_records(ds)[0],
+            "audio_root": config["datasets"][ds]["audio_root"],
+            "rules": split_block(ds),
+        }
+        for ds in DATASETS
+    }
+
+
 # ---- context ----------------------------------------------------------------------------------
 def get_context_records(wildcards):
-    """The records the context stage reads: quality's kept.jsonl, or prepared.jsonl without quality."""
-    files = layout.dataset_files(wildcards.dataset)
-    return files.quality_kept if QUALITY else files.prepared
+    """The records the context stage reads: the splits job's (with splits configured), else
+    quality's kept.jsonl, or prepared.jsonl without quality."""
+    if SPLITS:
+        return layout.dataset_files(wildcards.dataset).split_records
+    return measured_records(wildcards.dataset)[0]
 
 
 def get_context_records_stats(wildcards):
     """The stats (records_out) of the stage before context."""
-    files = layout.dataset_files(wildcards.dataset)
-    return files.quality_stats if QUALITY else files.prepare_stats
+    if SPLITS:
+        return layout.dataset_files(wildcards.dataset).split_stats
+    return measured_records(wildcards.dataset)[1]
 
 
 def get_grouping(wildcards):
@@ -208,51 +248,57 @@ def get_encode_settings(wildcards):
 
 
 @functools.lru_cache(maxsize=None)
-def _num_shards(plan_path, mtime):
-    return layout.planned_shards(plan_path)
+def _plan_jobs(plan_path, mtime, shards_per_job):
+    jobs = layout.plan_jobs(layout.planned_shards(plan_path), shards_per_job)
+    of_shard = [job for job in jobs for _ in range(job[1])]
+    return SimpleNamespace(jobs=jobs, set=frozenset(jobs), of_shard=of_shard)
 
 
-def num_shards(dataset):
-    """Shard count from the dataset's shar plan (a checkpoint), read once per plan file version."""
+def plan_jobs(dataset, stage):
+    """The jobs of `stage` (shar or codes) from the dataset's shar plan (a checkpoint), read once per
+    plan file version: `jobs` [(block key, shards)] in order, as a `set`, and the job `of_shard`
+    (a list indexed by shard)."""
     plan = checkpoints.shar_plan.get(dataset=dataset).output.plan
-    return _num_shards(plan, os.path.getmtime(plan))
+    return _plan_jobs(plan, os.path.getmtime(plan), config[stage]["shards_per_job"])
 
 
-def get_block_inputs(size, stage, inputs):
-    """Input function of a block job of `size` shards: inputs(wildcards, files, member keys); for a
-    block reaching past the plan's last shard, a file no rule makes, so that Snakemake gives its
-    shards to the rule of the next size down (a candidate rule whose input cannot be made is
-    passed over for the next in ruleorder)."""
+def get_block_inputs(shards, stage, inputs):
+    """Input function of the `stage` jobs of `shards` shards: inputs(wildcards, files, block); for a
+    block that is not one of the plan's jobs of that many shards, a file no rule makes. A shard's
+    file named on the command line matches a rule of every size; Snakemake passes over a candidate
+    whose input cannot be made, so the job the plan has makes it."""
 
     def block_inputs(wildcards):
         files = layout.dataset_files(wildcards.dataset)
-        members = layout.block_members(wildcards.block, size)
-        if int(members[-1]) >= num_shards(wildcards.dataset):
-            return {"beyond_the_plan": files.beyond_the_plan(stage(wildcards), wildcards.block)}
-        return inputs(wildcards, files, members)
+        if (wildcards.block, shards) not in plan_jobs(wildcards.dataset, stage).set:
+            return {"beyond_the_plan": files.beyond_the_plan(stage, wildcards.block)}
+        return inputs(wildcards, files, wildcards.block)
 
     return block_inputs
 
 
-def get_shar_block_inputs(size):
-    """Input function of the shar jobs of `size` shards: the records and the plan (get_block_inputs)."""
+def get_shar_block_inputs(shards):
+    """Input function of the shar jobs of `shards` shards: the records and the plan (get_block_inputs)."""
 
-    def inputs(wildcards, files, members):
+    def inputs(wildcards, files, block):
         return {"with_context": files.with_context, "plan": files.shard_plan, "index": files.shar_index}
 
-    return get_block_inputs(size, lambda wildcards: "shar", inputs)
+    return get_block_inputs(shards, "shar", inputs)
 
 
-def get_shard_files(kind, codec=None):
-    """Input function: file `kind` (stats, ...) of every shard's shar files (or, with `codec`, codes
-    files) of the dataset, in shard order, whichever job (a block, or one shard) makes them."""
+def get_job_records(stage):
+    """Input function: the completion record of every `stage` job (shar, or codes of the codec
+    wildcard) of the dataset's plan. Jobs after the shar and codes jobs list these instead of
+    every shard's files (a 10,000-shard DAG lists ~1,000 files per stage, not 10,000 or more), and
+    find the shards' files from the plan (layout.DatasetFiles.planned_shards)."""
 
-    def per_shard(wildcards):
+    def records(wildcards):
         files = layout.dataset_files(wildcards.dataset)
-        job = (lambda s: files.codes(wildcards.codec, s)) if codec else files.shard
-        return [getattr(job(s), kind) for s in range(num_shards(wildcards.dataset))]
+        job = files.shar_job if stage == "shar" else functools.partial(files.codes_job, wildcards.codec)
+        jobs = plan_jobs(wildcards.dataset, stage).jobs
+        return [job(block, layout.block_size(block), shards) for block, shards in jobs]
 
-    return per_shard
+    return records
 
 
 # ---- codes ------------------------------------------------------------------------------------
@@ -289,17 +335,20 @@ def get_codec_spec(wildcards):
     }
 
 
-def get_codes_block_inputs(size):
-    """Input function of the codes jobs of `size` shards: target_<m> and context_<m> of each member
-    shard, and the codec (get_block_inputs)."""
+def get_codes_block_inputs(shards):
+    """Input function of the codes jobs of `shards` shards: the completion record of every shar job
+    that made one of its shards, and the codec (get_block_inputs)."""
 
-    def inputs(wildcards, files, members):
-        out = {"codec": layout.codec_spec(wildcards.codec)}
-        for m, shard in enumerate(members):
-            out.update({f"target_{m}": files.shard(shard).target, f"context_{m}": files.shard(shard).context})
-        return out
+    def inputs(wildcards, files, block):
+        of_shard = plan_jobs(wildcards.dataset, "shar").of_shard
+        members = layout.block_members(block, layout.block_size(block), shards)
+        shar_jobs = sorted({of_shard[int(m)] for m in members})
+        return {
+            "codec": layout.codec_spec(wildcards.codec),
+            "shar_jobs": [files.shar_job(key, layout.block_size(key), count) for key, count in shar_jobs],
+        }
 
-    return get_block_inputs(size, lambda wildcards: f"codes_{wildcards.codec}", inputs)
+    return get_block_inputs(shards, "codes", inputs)
 
 
 def get_codes_stats(wildcards):

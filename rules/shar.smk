@@ -11,6 +11,7 @@ checkpoint shar_plan:
     params:
         shard_size=config["shar"]["shard_size"],
         seed=config["shar"]["seed"],
+        split="train" if SPLITS else None,
     resources:
         mem_mb=4000,
     script:
@@ -19,20 +20,21 @@ checkpoint shar_plan:
 
 # A shar job writes a block of shar.shards_per_job shards (as codes jobs do, rules/codes.smk): fewer
 # jobs for Snakemake to plan and for Slurm to run; each shard is still written atomically on its own.
-for size in SHAR_BLOCK_SIZES:
+for name, size, shards in job_kinds("shar"):
 
     rule:
         name:
-            block_rule("shar", size)
+            name
         input:
-            unpack(get_shar_block_inputs(size)),
+            unpack(get_shar_block_inputs(shards)),
         output:
-            **DS.shard_block("{block}", size),
+            **DS.shard_block("{block}", size, shards),
         log:
-            layout.log(block_rule("shar", size), "{dataset}", "{block}"),
+            layout.log(name, "{dataset}", "{block}"),
         benchmark:
-            layout.benchmark(block_rule("shar", size), "{dataset}", "{block}")
+            layout.benchmark(name, "{dataset}", "{block}")
         params:
+            shards=shards,
             settings=get_encode_settings,
         threads: SHAR_THREADS
         resources:
@@ -43,32 +45,13 @@ for size in SHAR_BLOCK_SIZES:
             "../workflow_scripts/shar_block.py"
 
 
-rule shar_shard:
-    input:
-        with_context=DS.with_context,
-        plan=DS.shard_plan,
-        index=DS.shar_index,
-    output:
-        **DS.shard_block("{shard}", 1),
-    log:
-        layout.log("shar_shard", "{dataset}", "{shard}"),
-    benchmark:
-        layout.benchmark("shar_shard", "{dataset}", "{shard}")
-    params:
-        settings=get_encode_settings,
-    threads: SHAR_THREADS
-    resources:
-        mem_mb=4000,
-    script:
-        "../workflow_scripts/shar_block.py"
-
-
-workflow.ruleorder(*(block_rule("shar", size) for size in SHAR_BLOCK_SIZES), "shar_shard")
+workflow.ruleorder(*(name for name, _, _ in job_kinds("shar")))
 
 
 rule shar_merge:
     input:
-        stats=get_shard_files("stats"),
+        jobs=get_job_records("shar"),
+        plan=DS.shard_plan,
         context_stats=DS.context_stats,
     output:
         stats=DS.shar_stats,

@@ -46,6 +46,23 @@ EFFECTS: dict[str, str] = {
     "datasets.<name>.speaker_regex_field": "test_grouping.py::test_regex_over_path_or_speaker",
     "datasets.<name>.weight": f"{HERE}::test_the_training_keys_are_written_into_input_cfg",
     "datasets.<name>.tags": f"{HERE}::test_the_training_keys_are_written_into_input_cfg",
+    "datasets.<name>.splits": "test_splits.py::"
+    "test_splits_in_the_workflow_keep_held_out_audio_out_of_train_and_its_contexts",
+    "splits.seed": "test_splits.py::test_adding_utterances_and_speakers_moves_no_earlier_assignment",
+    **{
+        f"splits.{split}.fraction": "test_splits.py::"
+        "test_unseen_speakers_are_never_in_train_and_seen_split_speakers_are"
+        for split in ("dev_unseen", "test_unseen", "dev_seen", "test_seen")
+    },
+    **{
+        f"splits.{split}.{listed}": "test_splits.py::test_listed_speakers_and_utterances_win_over_the_hash"
+        for split, listed in (
+            ("dev_unseen", "speakers"),
+            ("test_unseen", "speakers"),
+            ("dev_seen", "utterances"),
+            ("test_seen", "utterances"),
+        )
+    },
     "prepare.workers": "test_prepare.py::test_serial_and_parallel_runs_are_byte_identical",
     "prepare.duration_tolerance": "test_manifest.py::"
     "test_duration_tolerance_at_the_value_and_one_ulp_either_side",
@@ -92,7 +109,7 @@ EFFECTS: dict[str, str] = {
     "codes.workers": "test_codes.py::test_codes_do_not_depend_on_batching_ranks_or_shards_per_job",
     "codes.shards_per_job": "test_codes.py::test_codes_do_not_depend_on_batching_ranks_or_shards_per_job",
     "shar.shards_per_job": "test_workflow.py::"
-    "test_blocks_of_a_hundred_end_in_blocks_of_ten_then_single_shards",
+    "test_blocks_of_a_hundred_end_in_blocks_of_ten_then_one_job_for_the_rest",
     "buckets.num_buckets": "test_buckets.py::test_duration_bins_equal_lhotses_estimator_on_any_durations",
     "buckets.sub_buckets": "test_buckets.py::test_2d_bins_split_each_duration_bucket_by_tokens",
     "buckets.z_threshold": "test_buckets.py::test_outliers_are_dropped_above_a_z_score_of_4_by_default",

@@ -16,6 +16,7 @@ from sharflow.prepare.manifest import REASONS as PREPARE_REASONS
 from sharflow.quality.filter import REASONS as QUALITY_REASONS
 from sharflow.report.reference import write_pages
 from sharflow.shar.shard import REASONS as SHAR_REASONS
+from sharflow.splits.stage import REASONS as SPLITS_REASONS
 from testkit import README, REPO
 
 DOCS = REPO / "docs"
@@ -68,7 +69,8 @@ def test_the_config_reference_lists_every_schema_key_with_its_default():
     rows = table_rows("config.md")
     assert {"context.min_similarity", "datasets.<name>.manifest", "codecs.<name>.backend"} <= set(keys)
     sections = {path for path, shown in rows.items() if shown[0] == "(section)"}
-    assert set(rows) - sections == set(keys) and sections == {"quality.asr"}
+    held_out = {f"splits.{split}" for split in ("dev_unseen", "test_unseen", "dev_seen", "test_seen")}
+    assert set(rows) - sections == set(keys) and sections == {"quality.asr", *held_out}
     for path, node in keys.items():
         shown = rows[path][0]
         if "default" in node:
@@ -79,7 +81,7 @@ def test_the_config_reference_lists_every_schema_key_with_its_default():
 
 def test_the_reference_lists_every_reason_metric_and_column():
     reasons = table_rows("reasons.md")
-    for stage in (PREPARE_REASONS, QUALITY_REASONS, CONTEXT_REASONS, SHAR_REASONS):
+    for stage in (PREPARE_REASONS, QUALITY_REASONS, SPLITS_REASONS, CONTEXT_REASONS, SHAR_REASONS):
         assert set(stage) <= set(reasons)
     assert set(table_rows("metrics.md")) == {m.name for m in METRICS}
     columns = table_rows("catalog.md")

@@ -14,7 +14,19 @@ import sharflow
 from testkit import REPO
 
 SRC = REPO / "src" / "sharflow"
-PACKAGES = ("core", "prepare", "quality", "context", "shar", "codes", "models", "dataset", "verify", "report")
+PACKAGES = (
+    "core",
+    "prepare",
+    "quality",
+    "splits",
+    "context",
+    "shar",
+    "codes",
+    "models",
+    "dataset",
+    "verify",
+    "report",
+)
 HEAVY = ("torch", "lhotse", "nemo", "pandas", "pyarrow", "matplotlib", "onnxruntime")
 MAX_FUNCTION_LINES = 60
 MAX_ADAPTER_LINES = 25

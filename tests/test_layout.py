@@ -16,6 +16,7 @@ from snakemake.settings.types import (
 )
 
 from sharflow.core import layout
+from sharflow.core.errors import SharflowError
 from sharflow.core.layout import DatasetFiles, rejected_beside, shard_key
 from testkit import REPO, demo_config
 
@@ -28,6 +29,7 @@ EXPECTED = {
     "quality_part": DS.quality_part("{part}").named(),
     "quality_merge": {"metrics": DS.quality_metrics, "stats": DS.quality_metrics_stats},
     "quality_filter": {"kept": DS.quality_kept, "rejected": DS.quality_rejected, "stats": DS.quality_stats},
+    "splits": {"records": DS.split_records, "rejected": DS.split_rejected, "stats": DS.split_stats},
     "context_plan": {"plan": DS.context_plan},
     "context_part": DS.context_part("{part}").named(),
     "context_merge": {
@@ -37,12 +39,20 @@ EXPECTED = {
     },
     "shar_plan": {"plan": DS.shard_plan, "index": DS.shar_index},
     "shar_block": DS.shard_block("{block}", 10),
-    "shar_shard": {f"{name}_0": path for name, path in DS.shard("{shard}").named().items()},
+    **{f"shar_tail{n}": DS.shard_block("{block}", 10, n) for n in range(2, 10)},
+    "shar_shard": {
+        **{f"{name}_0": path for name, path in DS.shard("{block}").named().items()},
+        "job": DS.shar_job("{block}", 1),
+    },
     "shar_merge": {"stats": DS.shar_stats, "rejected": DS.shar_rejected},
     "build_random_codec": {"model": layout.codec_model("{codec}")},
     "codec_model": {"spec": layout.codec_spec("{codec}")},
     "codes_block": DS.codes_block("{codec}", "{block}", 10),
-    "codes_shard": {f"{name}_0": path for name, path in DS.codes("{codec}", "{shard}").named().items()},
+    **{f"codes_tail{n}": DS.codes_block("{codec}", "{block}", 10, n) for n in range(2, 10)},
+    "codes_shard": {
+        **{f"{name}_0": path for name, path in DS.codes("{codec}", "{block}").named().items()},
+        "job": DS.codes_job("{codec}", "{block}", 1),
+    },
     "codes_merge": {"stats": DS.codes_stats("{codec}")},
     "catalog": {"catalog": DS.catalog},
     "dataset_card": {"card": DS.dataset_card},
@@ -157,4 +167,43 @@ def test_blocks_are_shard_keys_sharing_all_digits_but_the_last():
         assert shard_key(shard) in layout.block_members(shard_key(shard)[:5])  # its block of 10
     files = DatasetFiles("results/demo").codes_block("c", "00001", 10)
     assert files["target_0"] == "results/demo/shar/codes_c/target_codes/codes.000010.tar"
-    assert files["stats_9"] == "results/demo/codes_jobs/c/shard-000019.stats.json" and len(files) == 30
+    assert files["stats_9"] == "results/demo/codes_jobs/c/shard-000019.stats.json" and len(files) == 31
+    assert files["job"] == "results/demo/codes_jobs/c/shards-000010-000019.json"
+    tail = DatasetFiles("results/demo").shard_block("00002", 10, 3)
+    assert tail["job"] == "results/demo/shar_jobs/shards-000020-000022.json" and "cuts_3" not in tail
+    assert layout.block_members("00002", count=3) == ["000020", "000021", "000022"]
+
+
+def test_a_plan_is_made_by_blocks_then_smaller_blocks_then_one_job_for_the_rest():
+    assert layout.plan_jobs(123, 100) == [("0000", 100), ("00010", 10), ("00011", 10), ("00012", 3)]
+    assert layout.plan_jobs(21, 10) == [("00000", 10), ("00001", 10), ("000020", 1)]
+    assert layout.plan_jobs(16, 10) == [("00000", 10), ("00001", 6)]
+    assert layout.plan_jobs(1011, 1000) == [("000", 1000), ("00100", 10), ("001010", 1)]
+    assert layout.plan_jobs(3, 1) == [("000000", 1), ("000001", 1), ("000002", 1)]
+    assert layout.plan_jobs(9, 10) == [("00000", 9)] and layout.plan_jobs(0, 10) == []
+    for n, per_job in ((1, 10), (2, 10), (10, 10), (99, 100), (1234, 1000), (12, 1)):
+        jobs = layout.plan_jobs(n, per_job)  # every shard in exactly one job, in order
+        shards = [s for key, count in jobs for s in layout.block_members(key, layout.block_size(key), count)]
+        assert shards == [shard_key(s) for s in range(n)]
+        assert all(count <= per_job for _, count in jobs)
+    assert layout.job_file_name("00002", 10, 3) == "shards-000020-000022.json"
+    assert layout.job_file_name("{shard}", 1) == "shards-{shard}-{shard}.json"
+
+
+def test_a_shard_file_deleted_after_its_job_is_named_with_the_command_that_makes_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    files = layout.dataset_files("demo")
+    Path(files.shard_plan).parent.mkdir(parents=True)
+    Path(files.shard_plan).write_text('{"num_shards": 2}')
+    for shard in (files.shard(0), files.shard(1)):
+        for path in shard.named().values():
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text("x")
+    assert [s.stats for s in files.planned()] == [files.shard(0).stats, files.shard(1).stats]
+    Path(files.shard(1).catalog).unlink()
+    with pytest.raises(
+        SharflowError, match=rf"{files.shard(1).catalog} is missing.*snakemake {files.shard(1).catalog}$"
+    ):
+        files.planned()
+    with pytest.raises(SharflowError, match=r"codes\.000000\.tar is missing"):
+        files.planned("c")

@@ -46,7 +46,9 @@ def test_slurm_profile_shape():
 def test_slurm_profile_bundles_shard_jobs_in_series():
     profile = load_profile("slurm")
     blocks = {
-        f"{stage}_block{size}": f"{stage}_blocks" for stage in ("shar", "codes") for size in ("", 100, 10)
+        f"{stage}_{kind}": f"{stage}_blocks"
+        for stage in ("shar", "codes")
+        for kind in ("block", "block100", "block10", *(f"tail{n}" for n in range(2, 10)))
     }
     assert profile["groups"] == {**blocks, "shar_shard": "shar_shards", "codes_shard": "codes_shards"}
     assert all(profile["group-components"][g] >= 2 for g in profile["groups"].values())

@@ -29,6 +29,7 @@ def stats_files(with_context, demo_shards, tmp_path):
     shar = merge_shar_stats(
         shard_stats,
         context_stats=str(with_context[1]),
+        plan=DatasetFiles(str(shards_dir)).shard_plan,
         stats=str(tmp_path / "shar.json"),
         rejected_dir=str(tmp_path / "shar_rejected"),
         dataset="demo",

@@ -269,6 +269,7 @@ def test_round_trip_through_from_shar(demo_shards, with_context):
     merged = merge_shar_stats(
         stats,
         context_stats=str(with_context[1]),
+        plan=DatasetFiles(str(out)).shard_plan,
         stats=str(out / "s.json"),
         rejected_dir=str(out / "rej"),
         dataset="demo",
@@ -316,6 +317,7 @@ def test_failing_cut_goes_to_rejects_and_fields_stay_aligned(with_context, tmp_p
     merged = merge_shar_stats(
         stats,
         context_stats=str(with_context[1]),
+        plan=DatasetFiles(str(tmp_path)).shard_plan,
         stats=str(tmp_path / "s.json"),
         rejected_dir=str(tmp_path / "r"),
         dataset="demo",

@@ -120,28 +120,36 @@ def partitions(state: Path) -> dict[str, str]:
 def test_slurm_profile_runs_the_demo_like_a_local_run(slurm_run, two_datasets):
     work, output, state, real = slurm_run
 
-    def rule_of(log_dir: str) -> str:  # rule_<rule> or group_<group>_<rule> (each group here runs one rule)
-        if log_dir.startswith("group_"):
-            group = next(g for g in set(real["groups"].values()) if log_dir.startswith(f"group_{g}_"))
-            return log_dir.removeprefix(f"group_{group}_")
-        return log_dir.removeprefix("rule_")
+    def rules_of(log_dir: str) -> list[str]:  # rule_<rule>, or group_<group>_<rule>_<rule>... (sorted)
+        if not log_dir.startswith("group_"):
+            return [log_dir.removeprefix("rule_")]
+        group = next(g for g in set(real["groups"].values()) if log_dir.startswith(f"group_{g}_"))
+        rest, rules = log_dir.removeprefix(f"group_{group}_"), []
+        while rest:
+            rule = max((r for r in real["groups"] if rest == r or rest.startswith(f"{r}_")), key=len)
+            rules.append(rule)
+            rest = rest.removeprefix(rule).removeprefix("_")
+        return rules
 
-    subs = [(jobid, rule_of(name)) for jobid, name in submissions(output)]
-    submitted = Counter(rule for _, rule in subs)
+    subs = [(jobid, rules_of(name)) for jobid, name in submissions(output)]
+    submitted = Counter(rule for _, rules in subs for rule in rules)
     ran = Counter(re.findall(r"Finished jobid: \d+ \(Rule: (\w+)\)", output))
-    # every job but the local target went through sbatch; 12 shards: one group submission per rule
-    # (a block of shards 0-9 and one job for each of shards 10 and 11, for shar and for codes)
+    # every job but the local target went through sbatch; 12 shards: one group submission per stage
+    # (the block of shards 0-9 and the job of the short last block, shards 10 and 11)
     assert set(submitted) == set(ran) - {"all"}, (submitted, ran)
-    assert submitted["shar_block"] == 1 and ran["shar_block"] == 1
-    assert submitted["shar_shard"] == 1 and ran["shar_shard"] == 2
-    assert submitted["codes_block"] == 1 and ran["codes_block"] == 1
-    assert submitted["codes_shard"] == 1 and ran["codes_shard"] == 2
+    for stage in ("shar", "codes"):
+        jobs = (f"{stage}_block", f"{stage}_tail")
+        assert [rules for _, rules in subs if rules[0].startswith(jobs)] == [
+            [f"{stage}_block", f"{stage}_tail2"]
+        ]
+        assert ran[f"{stage}_block"] == ran[f"{stage}_tail2"] == 1
 
     where = partitions(state)
     gpu_rules = {rule for rule, res in real["set-resources"].items() if res.get("slurm_partition") == "gpu"}
     assert gpu_rules == GPU_RULES
-    for jobid, rule in subs:
-        assert where[jobid] == ("gpu" if rule in gpu_rules else "cpu"), (rule, jobid, where[jobid])
+    for jobid, rules in subs:
+        for rule in rules:
+            assert where[jobid] == ("gpu" if rule in gpu_rules else "cpu"), (rule, jobid, where[jobid])
 
     # the GPU-stage jobs logged what they were granted
     assert (

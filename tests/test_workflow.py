@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from sharflow.core import layout
+from sharflow.core.config import validate_config
 from sharflow.core.layout import DatasetFiles
 from sharflow.report.dag import parse_dot, render_dag
 from testkit import (
@@ -92,7 +93,8 @@ def test_rerun_is_a_no_op_a_new_codec_runs_alone_and_a_named_shard_reruns_alone(
         "build_random_codec": 1,
         "codec_model": 1,
         "codes_block": 1,  # demo: shards 0-9 (codes.shards_per_job 10)
-        "codes_shard": 3,  # demo: shards 10 and 11 (a short last block), dirty: its one shard
+        "codes_tail2": 1,  # demo: shards 10 and 11 (a short last block)
+        "codes_shard": 1,  # dirty: its one shard
         "codes_merge": 2,
         "catalog": 2,
         "buckets": 2,
@@ -196,22 +198,32 @@ def test_codes_stage_in_the_workflow(two_datasets):
     }
     log = (work / "logs" / "build_random_codec" / "tiny_nemo.log").read_text()
     assert "RANDOMLY INITIALISED" in log
-    # the codec is loaded once per rank and job (one rank here): a block of 10 shards, then one job
-    # for each shard of the short last block (10, 11) and the dirty dataset's one shard
+    # the codec is loaded once per rank and job (one rank here): a block of 10 shards, one job for
+    # the short last block (10, 11) and one for the dirty dataset's one shard
     logs = {
         p.relative_to(work / "logs").as_posix(): p.read_text()
         for p in (work / "logs").glob("codes_*/*/*/*.log")
     }
     assert sorted(logs) == [
         "codes_block/demo/tiny_nemo/00000.log",
-        "codes_shard/demo/tiny_nemo/000010.log",
-        "codes_shard/demo/tiny_nemo/000011.log",
         "codes_shard/dirty/tiny_nemo/000000.log",
+        "codes_tail2/demo/tiny_nemo/00001.log",
     ]
     assert all(text.count("codec tiny_nemo loaded on cpu") == 1 for text in logs.values()), logs
     block = logs["codes_block/demo/tiny_nemo/00000.log"]
     assert block.count("codes tiny_nemo, shard 0000") == 10 and "shards 000000-000009 (10): " in block
     assert re.search(r"start-up [\d.]+ s \(process [\d.]+ s, framework import [\d.]+ s, model restore", block)
+    # the quality and speaker models too: at most once per rank and job (a rank with no records
+    # loads none)
+    for rule, loaded in (
+        ("quality_part", r"quality models loaded on"),
+        ("context_part", r"speaker model \S+ loaded on"),
+    ):
+        part_logs = [p.read_text() for p in (work / "logs" / rule).rglob("*.log")]
+        assert part_logs
+        for text in part_logs:
+            ranks = re.search(r"records on ranks \[(.*)\]", text).group(1).split(", ")
+            assert 1 <= len(re.findall(loaded, text)) <= len(ranks), text
 
 
 def test_training_hand_off_in_the_workflow(two_datasets):
@@ -338,7 +350,8 @@ def test_dry_run_dag_renders(tmp_path):
 def test_rule_graph_after_the_plan_shows_shard_jobs(two_datasets):
     work, _, _ = two_datasets
     proc = run_snakemake(work, yaml.safe_load((work / "config.yaml").read_text()), "--rulegraph")
-    assert {"shar_shard", "codes_shard", "build_random_codec"} <= set(parse_dot(proc.stdout)[0].values())
+    rules = set(parse_dot(proc.stdout)[0].values())
+    assert {"shar_block", "shar_tail2", "codes_block", "codes_tail2", "build_random_codec"} <= rules
 
 
 def test_bad_config_fails_at_parse_time_naming_the_key(tmp_path):
@@ -360,7 +373,9 @@ def test_job_error_is_readable(tmp_path):
 
 def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
     work, _, _ = two_datasets
-    config = yaml.safe_load((work / "config.yaml").read_text())
+    config = validate_config(
+        yaml.safe_load((work / "config.yaml").read_text()), REPO / "config" / "schema.yaml"
+    )
     codecs = list(config["codecs"])
     expected, folders = set(), []
     for ds in ("demo", "dirty"):
@@ -393,6 +408,10 @@ def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
         expected |= {path for s in shards for path in files.shard(s).named().values()}
         expected |= {path for c in codecs for s in shards for path in files.codes(c, s).named().values()}
         expected |= {files.codes_stats(c) for c in codecs}
+        jobs = layout.plan_jobs(len(shards), config["shar"]["shards_per_job"])  # one record per job
+        expected |= {files.shar_job(key, layout.block_size(key), n) for key, n in jobs}
+        jobs = layout.plan_jobs(len(shards), config["codes"]["shards_per_job"])
+        expected |= {files.codes_job(c, key, layout.block_size(key), n) for c in codecs for key, n in jobs}
         folders += [
             files.prepare_rejected,
             files.quality_rejected,
@@ -534,9 +553,9 @@ def test_asr_check_in_the_workflow(tmp_path):
     assert planned == {"build_random_asr": 1, "quality_part": 1, "quality_merge": 1, "quality_filter": 1}
 
 
-def test_blocks_of_a_hundred_end_in_blocks_of_ten_then_single_shards(two_datasets, tmp_path):
+def test_blocks_of_a_hundred_end_in_blocks_of_ten_then_one_job_for_the_rest(two_datasets, tmp_path):
     """shar and codes shards_per_job 100 over a plan of 123 shards (the run's plan, rewritten; a dry
-    run): one job for shards 0-99, <stage>_block10 for 100-109 and 110-119, one job each for 120-122."""
+    run): one job for shards 0-99, <stage>_block10 for 100-109 and 110-119, one job for 120-122."""
     work, _, _ = two_datasets
     copy = tmp_path / "copy"
     shutil.copytree(work, copy, symlinks=True)  # keeps mtimes
@@ -551,9 +570,15 @@ def test_blocks_of_a_hundred_end_in_blocks_of_ten_then_single_shards(two_dataset
     proc = run_snakemake(copy, config, "-n", "results/demo/codes_stats/tiny_nemo.json")
     counts = job_counts(proc.stdout + proc.stderr)
     for stage in ("shar", "codes"):
-        assert [counts[f"{stage}_{rule}"] for rule in ("block", "block10", "shard")] == [1, 2, 3], counts
+        assert [counts.get(f"{stage}_{rule}") for rule in ("block", "block10", "tail3", "shard")] == [
+            1,
+            2,
+            1,
+            None,
+        ], counts
     out = proc.stdout + proc.stderr
-    for rule, block in (("codes_block", "0000"), ("codes_block10", "00010"), ("codes_block10", "00011")):
+    blocks = (("block", "0000"), ("block10", "00010"), ("block10", "00011"), ("tail3", "00012"))
+    for rule, block in ((f"codes_{kind}", block) for kind, block in blocks):
         assert re.search(
             rf"rule {rule}:(?:\n    .*)*\n    wildcards: dataset=demo, codec=tiny_nemo, block={block}\n", out
         )

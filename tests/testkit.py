@@ -34,11 +34,17 @@ from sharflow.shar.shard import write_shard
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "demo"
-# The workflow runs' shards (two_datasets, Slurm): the demo's 56 cuts in 12 shards, so that its codes
-# are a block of 10 shards (codes.shards_per_job) and a short last block of 2 (codes_shard jobs).
+# The workflow runs' shards (two_datasets, Slurm): the demo's 56 cuts in 12 shards, so that its shar
+# and codes jobs are a block of 10 shards (<stage>.shards_per_job) and a short last block of 2 (one
+# <stage>_tail2 job).
 SMALL_SHARDS = {"shard_size": 5}
 # The rules profiles/slurm sends to partition gpu: every model stage (codes at each block size).
-GPU_RULES = {"quality_part", "context_part", "codes_block", "codes_block100", "codes_block10", "codes_shard"}
+GPU_RULES = {
+    "quality_part",
+    "context_part",
+    *(f"codes_{kind}" for kind in ("block", "block100", "block10", "shard")),
+    *(f"codes_tail{n}" for n in range(2, 10)),
+}
 README = REPO / "README.md"
 
 

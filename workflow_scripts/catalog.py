@@ -1,12 +1,13 @@
 """Snakemake adapter: sharflow.dataset.catalog.build_catalog."""
 
+from sharflow.core.layout import dataset_files
 from sharflow.core.logs import job_log
 from sharflow.dataset.catalog import build_catalog
 
 with job_log(snakemake.log[0]):
     build_catalog(
         snakemake.wildcards.dataset,
-        fragments=list(snakemake.input.fragments),
+        fragments=[shard.catalog for shard in dataset_files(snakemake.wildcards.dataset).planned()],
         plan=snakemake.input.plan,
         codes_stats=snakemake.params.codes_stats,
         out=snakemake.output.catalog,

@@ -1,7 +1,9 @@
-"""Snakemake adapter: sharflow.codes.shard.merge_codes_stats."""
+"""Snakemake adapter: sharflow.codes.merge.merge_codes_stats over the planned shards' stats."""
 
 from sharflow.codes.merge import merge_codes_stats
+from sharflow.core.layout import dataset_files
 from sharflow.core.logs import job_log
 
 with job_log(snakemake.log[0]):
-    merge_codes_stats(snakemake.input.stats, snakemake.output.stats)
+    shards = dataset_files(snakemake.wildcards.dataset).planned(snakemake.wildcards.codec)
+    merge_codes_stats([shard.stats for shard in shards], snakemake.output.stats)

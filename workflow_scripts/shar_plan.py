@@ -10,4 +10,5 @@ with job_log(snakemake.log[0]):
         index=snakemake.output.index,
         shard_size=snakemake.params.shard_size,
         seed=snakemake.params.seed,
+        split=snakemake.params.split,
     )

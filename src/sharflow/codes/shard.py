@@ -39,7 +39,7 @@ from sharflow.codes.batches import Item, padding_efficiency, plan_batches, sampl
 from sharflow.codes.spec import LOAD_TIMES, CodecSpec, cached_codec
 from sharflow.core.atomic import write_json
 from sharflow.core.errors import SharflowError
-from sharflow.core.layout import CodesFiles, shard_key
+from sharflow.core.layout import CodesFiles, require_made, shard_key
 from sharflow.core.logs import seconds_since_process_start
 from sharflow.core.parallel import ahead
 from sharflow.core.ranks import Rank, RankResult, rank_job
@@ -67,18 +67,17 @@ class _Plan:
     batches: list[list[Item]]
 
 
-def job_shards(members: list[str], inputs, outputs) -> list[ShardCodes]:
-    """The shards of a codes job from its block's member keys and its named inputs (target_<m>,
-    context_<m>) and outputs (target_<m>, context_<m>, stats_<m>): a Snakemake job's, or a mapping."""
-    return [
-        ShardCodes(
-            int(shard),
-            inputs[f"target_{m}"],
-            inputs[f"context_{m}"],
-            CodesFiles.of_member(outputs, m),
-        )
-        for m, shard in enumerate(members)
-    ]
+def job_shards(members: list[str], shar_files, outputs) -> list[ShardCodes]:
+    """The shards of a codes job from its block's member keys, shar_files(shard) (the shar files of
+    a shard: layout.DatasetFiles.shard) and the job's named outputs (target_<m>, context_<m>,
+    stats_<m>: a Snakemake job's, or a mapping). A missing audio file is named with the way to make
+    it again: the job lists its shar jobs' records, not every shard's files."""
+    shards = []
+    for m, shard in enumerate(members):
+        files = shar_files(shard)
+        require_made((files.target, files.context))
+        shards.append(ShardCodes(int(shard), files.target, files.context, CodesFiles.of_member(outputs, m)))
+    return shards
 
 
 def audio_members(tar_path: str) -> list[tuple[str, str, dict]]:

@@ -13,6 +13,7 @@ from sharflow.context.keyed_lines import merge_sorted
 from sharflow.context.part import HIST_EDGES, REASONS
 from sharflow.core.atomic import atomic_dir, atomic_file, read_json, write_json
 from sharflow.core.ledger import Ledger, RejectWriter, reject_row
+from sharflow.core.splits import SPLITS
 
 log = logging.getLogger(__name__)
 
@@ -31,10 +32,11 @@ def merge_context(
     """Merge the parts into with_context.jsonl + rejected/<reason>.jsonl + stats.json, checking accounting."""
     records_in = read_json(records_stats)["records_out"]  # what quality (or prepare) kept
     parts = [read_json(p) for p in part_stats]
+    by_split: dict[str, Ledger] = {}
     with atomic_dir(rejected_dir) as rej_dir, RejectWriter(rej_dir) as rejects:
         ledger = Ledger("context", dataset, rejects)
-        _merge_records(part_records, with_context, ledger)
-        _merge_rejects(part_rejected, ledger)
+        _merge_records(part_records, with_context, ledger, by_split)
+        _merge_rejects(part_rejected, ledger, by_split)
         ledger.check(records_in, fix="the parts are out of date: rerun with --forcerun context_plan")
     hist = np.sum([r["similarity_hist"] for p in parts for r in p["ranks"]], axis=0).tolist() if parts else []
     summary = {
@@ -42,6 +44,7 @@ def merge_context(
         **ledger.counts(),
         "hours_out": ledger.hours()["hours_out"],
         "similarity_histogram": {"edges": HIST_EDGES.tolist(), "counts": hist},
+        **({"splits": {s: by_split[s].counts() for s in SPLITS if s in by_split}} if by_split else {}),
         "parts": [_part_summary(p) for p in parts],
     }
     write_json(stats, summary)
@@ -59,21 +62,35 @@ def merge_context(
     return summary
 
 
-def _merge_records(part_records: list[str], with_context: str, ledger: Ledger) -> None:
+def _split_ledger(by_split: dict[str, Ledger], record: dict, dataset: str) -> Ledger | None:
+    """The ledger of a record's split (records carry one with splits configured), else None."""
+    split = record.get("split")
+    if split is None:
+        return None
+    return by_split.setdefault(split, Ledger(f"context {split}", dataset))
+
+
+def _merge_records(part_records: list[str], with_context: str, ledger: Ledger, by_split: dict) -> None:
     """The parts' records, merged by (group, line), into with_context.jsonl."""
     with atomic_file(with_context, "w", encoding="utf-8") as out:
         for text in merge_sorted(part_records):
             record = json.loads(text)["record"]
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
             ledger.keep(record["duration"])
+            if split := _split_ledger(by_split, record, ledger.dataset):
+                split.keep(record["duration"])
 
 
-def _merge_rejects(part_rejected: list[str], ledger: Ledger) -> None:
+def _merge_rejects(part_rejected: list[str], ledger: Ledger, by_split: dict) -> None:
     """The parts' rejects, merged by (group, line), into the ledger's reject files."""
     for text in merge_sorted(part_rejected):
         item = json.loads(text)
         row = reject_row(item["reason"], item["detail"], item["record"], line=item["line"])
         ledger.reject(item["reason"], row=row)
+        if isinstance(item["record"], dict) and (
+            split := _split_ledger(by_split, item["record"], ledger.dataset)
+        ):
+            split.reject(item["reason"])
 
 
 _RANK_KEYS = (

@@ -29,6 +29,7 @@ from sharflow.core.layout import ContextPartFiles
 from sharflow.core.ledger import totals
 from sharflow.core.parallel import ahead
 from sharflow.core.ranks import Rank, rank_job
+from sharflow.core.splits import TRAIN, context_pool
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +179,10 @@ def process_groups(
 
     start = time.perf_counter()
     embedder = load_embedder(settings.embedder, device, **settings.embedder_options) if groups else None
+    if groups:  # once per rank and job (tests/test_workflow.py counts these lines)
+        log.info(
+            "speaker model %s loaded on %s in %.1f s", settings.embedder, device, time.perf_counter() - start
+        )
     rules = SelectionRules(
         settings.min_similarity, settings.min_context_duration, settings.max_context_duration, settings.top_k
     )
@@ -283,31 +288,56 @@ def _select_and_write(
     out,
     tally: _Tally,
 ) -> list[Reject]:
-    """Pick each record's context among the group; write the records that got one, return the rest."""
+    """Pick each record's context among the group; write the records that got one, return the rest.
+
+    With splits, a record takes its context from its split's pool only (core.splits.context_pool):
+    the group is selected pool by pool, each pool's own split's records the only candidates.
+    """
+    splits = [r.get("split", TRAIN) for _, r in good]
+    pools = np.array([context_pool(s) for s in splits])
+    chosen, rejects = [], []
+    for pool in sorted(set(pools.tolist())):
+        rows = np.flatnonzero(pools == pool).tolist()
+        # without splits there is one pool, the whole group, and no pool is named in a reject
+        where = "" if set(splits) == {TRAIN} else f" among the group's {pool} utterances"
+        candidates = [splits[i] == pool for i in rows]
+        picked, missed = _select_pool(
+            [good[i] for i in rows], embeddings[rows], candidates, rules, device, block_rows, tally, where
+        )
+        chosen += picked
+        rejects += missed
+    out.writelines(keyed_line(key, ln, record=record) for ln, record in sorted(chosen, key=lambda t: t[0]))
+    tally.kept += len(chosen)
+    return rejects
+
+
+def _select_pool(sub, embeddings, candidates, rules, device, block_rows, tally, where):
+    """select_context over one pool: ([(line, record with context)], rejects)."""
     from sharflow.context.selection import select_context
 
-    durations = np.array([r["duration"] for _, r in good])
-    eligible = np.array([r.get("validation_status") != "fail" for _, r in good])
-    sel = select_context(embeddings, durations, rules, _segment_ids(good), device, block_rows, eligible)
+    durations = np.array([r["duration"] for _, r in sub])
+    eligible = np.array(
+        [r.get("validation_status") != "fail" and c for (_, r), c in zip(sub, candidates, strict=True)]
+    )
+    sel = select_context(embeddings, durations, rules, _segment_ids(sub), device, block_rows, eligible)
     tally.widened += sel.widened_rows
     tally.hist += np.histogram(np.clip(sel.similarity[sel.choice >= 0], 0, 1), HIST_EDGES)[0]
-    rejects = []
-    for i, (ln, rec) in enumerate(good):
+    chosen, rejects = [], []
+    for i, (ln, rec) in enumerate(sub):
         j = int(sel.choice[i])
-        if j < 0:
-            best = sel.best_seen[i]
-            detail = (
-                f"best similarity {best:.4f} < {rules.min_similarity}"
-                if np.isfinite(best)
-                else "no other utterance"
-            )
-            rejects.append(
-                (ln, "no_context_above_threshold", detail + " or no candidate of suitable duration", rec)
-            )
+        if j >= 0:
+            chosen.append((ln, _with_context(rec, sub[j][1], sel.similarity[i])))
             continue
-        out.write(keyed_line(key, ln, record=_with_context(rec, good[j][1], sel.similarity[i])))
-        tally.kept += 1
-    return rejects
+        best = sel.best_seen[i]
+        detail = (
+            f"best similarity {best:.4f} < {rules.min_similarity}"
+            if np.isfinite(best)
+            else "no other utterance"
+        )
+        rejects.append(
+            (ln, "no_context_above_threshold", f"{detail}{where} or no candidate of suitable duration", rec)
+        )
+    return chosen, rejects
 
 
 def _segment_ids(good: list[tuple[int, dict]]) -> np.ndarray:

@@ -10,6 +10,7 @@ import yaml
 from sharflow.core.audio import OPUS_RATES
 from sharflow.core.errors import SharflowError
 from sharflow.core.metrics import FILTERABLE
+from sharflow.core.splits import SplitRules
 
 
 def _with_defaults(validator_class):
@@ -74,6 +75,13 @@ def _cross_checks(config: dict) -> list[str]:
             problems.append(f"  codecs.{name}: give exactly one of model or random_from_config")
         elif codec.get("random_from_config") and codec["backend"] != "nemo":
             problems.append(f"  codecs.{name}.random_from_config: only the nemo backend builds random codecs")
+    for where, block in [("splits", config.get("splits"))] + [
+        (f"datasets.{name}.splits", ds.get("splits")) for name, ds in config.get("datasets", {}).items()
+    ]:
+        try:
+            SplitRules.from_config(block or {}, where)
+        except SharflowError as e:
+            problems.append(f"  {e}")
     quality = config.get("quality", {})
     asr = quality.get("asr", {})
     if asr.get("model") is not None and asr.get("random_from_config") is not None:

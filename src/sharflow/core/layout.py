@@ -2,6 +2,8 @@
 
 results/<dataset>/
     prepare/{prepared.jsonl, rejected/, stats.json}
+    quality/{parts/part-NNNN.*, metrics.jsonl, kept.jsonl, rejected/, stats.json}
+    splits/{records.jsonl, rejected/, stats.json}     with splits configured (docs: splits)
     context/{plan.json, parts/part-NNNN.*, with_context.jsonl, rejected/, stats.json}
     shard_plan.json  shar_index.npy          the shar_plan checkpoint
     shar/
@@ -9,22 +11,28 @@ results/<dataset>/
         target_audio/recording.NNNNNN.tar      context_audio/recording.NNNNNN.tar
         codes_<codec>/target_codes/codes.NNNNNN.tar    codes_<codec>/context_codes/codes.NNNNNN.tar
     shar_jobs/shard-NNNNNN.{stats.json, rejected.jsonl, catalog.parquet}
+    shar_jobs/shards-NNNNNN-NNNNNN.json      one per shar job: its completion record
     shar_stats.json  shar_rejected/
-    codes_jobs/<codec>/shard-NNNNNN.stats.json               codes_stats/<codec>.json
+    codes_jobs/<codec>/shard-NNNNNN.stats.json   codes_jobs/<codec>/shards-NNNNNN-NNNNNN.json
+    codes_stats/<codec>.json
     catalog.parquet  buckets.yaml  verify.json  DATASET.md
 results/models/<codec>.{nemo, json}   results/input_cfg.yaml   results/report/
 
 `DatasetFiles("results/{dataset}")` gives the rules their patterns ("{shard}" stays a wildcard);
 `DatasetFiles("results/demo")` and an int shard give one job's files. Jobs after the shard jobs
 (buckets, verify, report, input_cfg) find the shard files from the plan here instead of listing
-them as Snakemake inputs: only the merge jobs depend on the shar_plan checkpoint, which keeps a
-10,000-shard DAG quick to build (benchmarks/bench_dag.py).
+them as Snakemake inputs: only the merge jobs depend on the shar_plan checkpoint, and they, and the
+codes jobs after the shar jobs, list one completion record per job (plan_jobs), not every shard's
+files, which keeps a 10,000-shard DAG quick to build (benchmarks/bench_dag.py).
 """
 
+import os
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
-from sharflow.core.atomic import read_json
+from sharflow.core.atomic import read_json, write_json
+from sharflow.core.errors import SharflowError
 
 RESULTS = "results"
 STATS_SUFFIX = ".stats.json"
@@ -51,21 +59,72 @@ def block_size(block: str) -> int:
     return 10 ** (len(shard_key(0)) - len(block))
 
 
-def block_members(block: str, shards_per_job: int | None = None) -> list[str]:
+def block_members(block: str, shards_per_job: int | None = None, count: int | None = None) -> list[str]:
     """The shard keys of a block, in order (block 00012: 000120 ... 000129; a shard key: itself); a
-    wildcard pattern such as "{block}" gives patterns ("{block}0" ...) for the `shards_per_job` given."""
+    wildcard pattern such as "{block}" gives patterns ("{block}0" ...) for the `shards_per_job` given.
+    `count`: only the first `count` (the last block of a plan, where it ends inside a block of 10)."""
     shards_per_job = block_size(block) if shards_per_job is None else shards_per_job
     digits = block_digits(shards_per_job)
-    return [f"{block}{m:0{digits}d}" if digits else block for m in range(shards_per_job)]
+    count = shards_per_job if count is None else count
+    return [f"{block}{m:0{digits}d}" if digits else block for m in range(count)]
 
 
-def block_outputs(job_files, block: str, shards_per_job: int) -> dict[str, str]:
+def plan_jobs(num_shards: int, shards_per_job: int) -> list[tuple[str, int]]:
+    """(block key, shards) of every job that makes a plan's shards, in order: blocks of
+    `shards_per_job`, then blocks a tenth the size down to 10 where the plan ends inside a block,
+    then one job for the last 2-9 shards (a block key of 10 with fewer members) or the last one
+    (its shard key). 123 shards at 100 per job: 000 (100), 00010, 00011 (10 each), 00012 (3)."""
+    if shards_per_job == 1:
+        return [(shard_key(s), 1) for s in range(num_shards)]
+    jobs, start = [], 0
+    for digits in range(block_digits(shards_per_job), 0, -1):
+        size = 10**digits
+        while start + size <= num_shards:
+            jobs.append((shard_key(start)[:-digits], size))
+            start += size
+    rest = num_shards - start
+    if rest == 1:
+        jobs.append((shard_key(start), 1))
+    elif rest:
+        jobs.append((shard_key(start)[:-1], rest))
+    return jobs
+
+
+def job_file_name(block: str, shards_per_job: int, count: int | None = None) -> str:
+    """The file that records a block job's completion, named by its first and last shard
+    (shards-000120-000129.json): one name per job, so that it matches one rule only."""
+    members = block_members(block, shards_per_job, count)
+    return f"shards-{members[0]}-{members[-1]}.json"
+
+
+def write_job_record(path: str, members: list[str]) -> None:
+    """A block job's completion record, written last: the shards it made and when. Jobs after it
+    list these records, not the shards' files (rules/common.smk: get_job_records). The time makes
+    each run's record differ: Snakemake passes over an input newer than its job's outputs whose
+    checksum it has seen before, and a rerun block (say, with a new codec) must rerun what lists it."""
+    write_json(path, {"shards": members, "finished": datetime.now(UTC).isoformat()})
+
+
+def require_made(paths) -> None:
+    """Each of a finished block job's `paths` exists, else a SharflowError names the first missing
+    one with the way to make it again (jobs after a block job list its record, not its files)."""
+    for path in paths:
+        if not os.path.exists(path):
+            raise SharflowError(
+                f"{path} is missing, though the job that makes it finished: it was deleted since. "
+                f"Make it (with the other shards of its job) again by naming it: snakemake {path}"
+            )
+
+
+def block_outputs(
+    job_files, job_file: str, block: str, shards_per_job: int, count: int | None = None
+) -> dict[str, str]:
     """The outputs of a job over a block: each member shard's files (job_files(shard key).named()),
-    named <name>_<m> for member m."""
+    named <name>_<m> for member m, and `job`, the job's completion record (written last)."""
     out = {}
-    for m, shard in enumerate(block_members(block, shards_per_job)):
+    for m, shard in enumerate(block_members(block, shards_per_job, count)):
         out.update({f"{name}_{m}": path for name, path in job_files(shard).named().items()})
-    return out
+    return {**out, "job": job_file}
 
 
 def part_key(part: int | str) -> str:
@@ -234,6 +293,18 @@ class DatasetFiles:
         return self._path("quality", "stats.json")
 
     @property
+    def split_records(self) -> str:
+        return self._path("splits", "records.jsonl")
+
+    @property
+    def split_rejected(self) -> str:
+        return self._path("splits", "rejected")
+
+    @property
+    def split_stats(self) -> str:
+        return self._path("splits", "stats.json")
+
+    @property
     def context_plan(self) -> str:
         return self._path("context", "plan.json")
 
@@ -281,9 +352,15 @@ class DatasetFiles:
             job + CATALOG_SUFFIX,
         )
 
-    def shard_block(self, block: str, shards_per_job: int) -> dict[str, str]:
-        """A shar_block job's outputs: cuts_<m>, target_<m>, ... catalog_<m> of each member m of the block."""
-        return block_outputs(self.shard, block, shards_per_job)
+    def shar_job(self, block: str, shards_per_job: int, count: int | None = None) -> str:
+        """A shar job's completion record (layout.job_file_name)."""
+        return self._path("shar_jobs", job_file_name(block, shards_per_job, count))
+
+    def shard_block(self, block: str, shards_per_job: int, count: int | None = None) -> dict[str, str]:
+        """A shar job's outputs: cuts_<m>, target_<m>, ... catalog_<m> of each member m of the block,
+        and its completion record `job`."""
+        job = self.shar_job(block, shards_per_job, count)
+        return block_outputs(self.shard, job, block, shards_per_job, count)
 
     @property
     def shar_stats(self) -> str:
@@ -299,15 +376,34 @@ class DatasetFiles:
             target, context, self._path("codes_jobs", codec, f"shard-{shard_key(shard)}{STATS_SUFFIX}")
         )
 
-    def codes_block(self, codec: str, block: str, shards_per_job: int) -> dict[str, str]:
-        """A codes_block job's outputs: target_<m>, context_<m>, stats_<m> of each member m of the block."""
-        return block_outputs(lambda shard: self.codes(codec, shard), block, shards_per_job)
+    def codes_job(self, codec: str, block: str, shards_per_job: int, count: int | None = None) -> str:
+        """A codes job's completion record (layout.job_file_name)."""
+        return self._path("codes_jobs", codec, job_file_name(block, shards_per_job, count))
+
+    def codes_block(
+        self, codec: str, block: str, shards_per_job: int, count: int | None = None
+    ) -> dict[str, str]:
+        """A codes job's outputs: target_<m>, context_<m>, stats_<m> of each member m of the block,
+        and its completion record `job`."""
+        job = self.codes_job(codec, block, shards_per_job, count)
+        return block_outputs(lambda shard: self.codes(codec, shard), job, block, shards_per_job, count)
 
     def beyond_the_plan(self, stage: str, block: str) -> str:
-        """A file no rule makes: the input of a block job (stage shar or codes_<codec>) for a block
-        that reaches past the last shard, so that Snakemake gives that block's shards to the rule of
-        the next size down (rules/common.smk: get_block_inputs)."""
+        """A file no rule makes: the input of a block job (stage shar or codes_<codec>) whose block is
+        not one of the plan's jobs (layout.plan_jobs), so that Snakemake gives a shard file named on
+        the command line to the rule of the job that the plan has (rules/common.smk: get_block_inputs)."""
         return self._path("blocks_past_the_plan", stage, f"{block}.none")
+
+    def planned(self, codec: str | None = None) -> list:
+        """Every planned shard's files (the plan must exist): ShardFiles, or with `codec` its
+        CodesFiles. A merge job lists its stage's job records, not these files (rules/common.smk:
+        get_job_records), so it checks them here: a file deleted after its job ran is named, with
+        the way to make it again."""
+        shards = [
+            self.codes(codec, s) if codec else self.shard(s) for s in range(planned_shards(self.shard_plan))
+        ]
+        require_made(path for files in shards for path in files.named().values())
+        return shards
 
     def codes_stats(self, codec: str) -> str:
         return self._path("codes_stats", f"{codec}.json")

@@ -159,6 +159,11 @@ def measure_records(
     start = time.perf_counter()
     meters = Meters.load(rank.device, settings.dnsmos_max_windows) if lines else None
     transcriber = _transcriber(settings.asr, rank.device) if lines else None
+    if lines:  # once per rank and job (tests/test_workflow.py counts these lines)
+        models = "DNSMOS, VAD" + (", ASR" if transcriber else "")
+        log.info(
+            "quality models loaded on %s in %.1f s: %s", rank.device, time.perf_counter() - start, models
+        )
     unreadable, seconds = 0, 0.0
     with (
         open(prepared, "rb") as src,

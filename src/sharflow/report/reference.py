@@ -87,10 +87,12 @@ def reasons_page() -> str:
     from sharflow.prepare.manifest import REASONS as PREPARE
     from sharflow.quality.filter import REASONS as QUALITY
     from sharflow.shar.shard import REASONS as SHAR
+    from sharflow.splits.stage import REASONS as SPLITS
 
     stages = (
         ("prepare", "results/<dataset>/prepare/rejected/<reason>.jsonl", PREPARE),
         ("quality", "results/<dataset>/quality/rejected/<reason>.jsonl", QUALITY),
+        ("splits", "results/<dataset>/splits/rejected/<reason>.jsonl", SPLITS),
         ("context", "results/<dataset>/context/rejected/<reason>.jsonl", CONTEXT),
         ("shar", "results/<dataset>/shar_rejected/<reason>.jsonl", SHAR),
     )

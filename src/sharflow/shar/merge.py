@@ -25,14 +25,16 @@ FIGURES = (
 
 
 def merge_shar_stats(
-    shard_stats: list[str], *, context_stats: str, stats: str, rejected_dir: str, dataset: str
+    shard_stats: list[str], *, context_stats: str, plan: str, stats: str, rejected_dir: str, dataset: str
 ) -> dict:
-    """Sum the shards' stats, gather their rejects by reason, and check records in = cuts + rejected.
+    """Sum the shards' stats, gather their rejects by reason, and check records in = cuts + rejected
+    (records in: the context stage's records out, less those the plan holds out for other splits).
 
     Each shard's rejects are read from beside its stats (rejected_beside): listing them as
     inputs too would double the merge job's inputs, which Snakemake pays for per file.
     """
-    records_in = read_json(context_stats)["records_out"]
+    held_out = read_json(plan).get("held_out")  # with splits: the held-out splits' records
+    records_in = read_json(context_stats)["records_out"] - sum((held_out or {}).values())
     shards = [read_json(path) for path in shard_stats]
     ledger = Ledger("shar", dataset)
     for s in shards:
@@ -44,6 +46,7 @@ def merge_shar_stats(
         "dataset": dataset,
         **ledger.counts(out="cuts"),
         "shards": len(shards),
+        **({"held_out": held_out} if held_out is not None else {}),
         "hours": round(figures["target_seconds"] / 3600, 6),
         "context_hours": round(figures["context_seconds"] / 3600, 6),
         **{k: figures[k] for k in FIGURES[2:]},

@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import math
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -41,21 +42,28 @@ def cut_id(record: dict) -> str:
 # ---- plan ---------------------------------------------------------------------------------------
 
 
-def plan_shards(with_context: str, *, plan: str, index: str, shard_size: int, seed: int) -> dict:
+def plan_shards(
+    with_context: str, *, plan: str, index: str, shard_size: int, seed: int, split: str | None = None
+) -> dict:
     """Shuffle the records with `seed` into shards of `shard_size`; write the `plan` JSON and the `index`.
 
-    Raises SharflowError if two records would get the same cut id.
+    With `split` (splits configured), only that split's records: the others are counted in the
+    plan's `held_out` by split. Raises SharflowError if two records would get the same cut id.
     """
     offsets, hashes, seconds = [], [], []
+    held_out: Counter[str] = Counter()
     with open(with_context, "rb") as f:
         offset = 0
         for raw in f:
             record = json.loads(raw)
-            offsets.append(offset)
-            hashes.append(
-                int.from_bytes(hashlib.blake2b(cut_id(record).encode(), digest_size=8).digest(), "little")
-            )
-            seconds.append(record["duration"])
+            if split is None or record["split"] == split:
+                offsets.append(offset)
+                hashes.append(
+                    int.from_bytes(hashlib.blake2b(cut_id(record).encode(), digest_size=8).digest(), "little")
+                )
+                seconds.append(record["duration"])
+            else:
+                held_out[record["split"]] += 1
             offset += len(raw)
     offsets_arr = np.asarray(offsets, dtype=np.int64)
     del offsets
@@ -69,6 +77,7 @@ def plan_shards(with_context: str, *, plan: str, index: str, shard_size: int, se
         "shard_size": shard_size,
         "seed": seed,
         "num_shards": num_shards,
+        **({"split": split, "held_out": dict(sorted(held_out.items()))} if split is not None else {}),
         "shards": [
             {
                 "index": s,

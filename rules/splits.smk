@@ -1,0 +1,17 @@
+rule splits:
+    input:
+        unpack(get_splits_inputs),
+    output:
+        records=DS.split_records,
+        rejected=directory(DS.split_rejected),
+        stats=DS.split_stats,
+    log:
+        layout.log("splits", "{dataset}"),
+    benchmark:
+        layout.benchmark("splits", "{dataset}")
+    params:
+        datasets=get_split_datasets,
+    resources:
+        mem_mb=4000,
+    script:
+        "../workflow_scripts/splits.py"

@@ -1,0 +1,15 @@
+"""Snakemake adapter: sharflow.splits.stage.assign_splits."""
+
+from sharflow.core.atomic import read_json
+from sharflow.core.logs import job_log
+from sharflow.splits.stage import DatasetSplits, assign_splits
+
+with job_log(snakemake.log[0]):
+    assign_splits(
+        snakemake.wildcards.dataset,
+        {name: DatasetSplits(**ds) for name, ds in snakemake.params.datasets.items()},
+        records_in=read_json(snakemake.input.records_stats)["records_out"],
+        out_records=snakemake.output.records,
+        rejected_dir=snakemake.output.rejected,
+        stats=snakemake.output.stats,
+    )
