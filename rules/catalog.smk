@@ -1,6 +1,7 @@
 rule catalog:
     input:
         shar_jobs=get_job_records("shar"),
+        held_out_shar_jobs=get_held_out_job_records,
         codes_stats=lambda wildcards: list(get_codes_stats(wildcards).values()),
         plan=DS.shard_plan,
     output:
@@ -12,6 +13,7 @@ rule catalog:
     params:
         codes_stats=get_codes_stats,
         tokenizer=config["training"]["tokenizer"],
+        held_out=get_held_out_plans,
     resources:
         mem_mb=4000,
     script:

@@ -9,7 +9,7 @@ from sharflow.core.config import validate_config
 from sharflow.core.errors import SharflowError
 from sharflow.core.parallel import resolve_workers
 from sharflow.core.ranks import host_shows_gpu
-from sharflow.core.splits import SplitRules
+from sharflow.core.splits import HELD_OUT, SplitRules
 
 try:
     validate_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
@@ -35,6 +35,32 @@ def split_block(dataset):
 # With splits configured for any dataset, every dataset goes through the splits job: a span held
 # out in one dataset is rejected from another's train (sharflow.splits.stage).
 SPLITS = any(SplitRules.from_config(split_block(ds)).enabled for ds in DATASETS)
+# Each held-out split of a dataset whose own splits are on is a Shar set of its own,
+# "<dataset>/<split>" (results/<dataset>/<split>/): the shar, codes and verify rules make it as
+# they make the dataset's own (train) Shar, from the dataset's context records (docs: splits).
+HELD_OUT_SETS = [
+    layout.split_set(ds, split)
+    for ds in DATASETS
+    if SplitRules.from_config(split_block(ds)).enabled
+    for split in HELD_OUT
+]
+
+
+TEST_SETS = [name for name in HELD_OUT_SETS if layout.set_of(name)[1].startswith("test_")]
+
+
+def dataset_of(name):
+    """The dataset of a Shar set (itself, or the dataset of a held-out split)."""
+    return layout.set_of(name)[0]
+
+
+def split_of(name):
+    """The split a Shar set holds: its held-out split, train for a dataset with splits, else None."""
+    return layout.set_of(name)[1] or ("train" if SPLITS else None)
+
+
+def held_out_sets(dataset):
+    return [name for name in HELD_OUT_SETS if dataset_of(name) == dataset]
 
 
 # Shar and codes jobs work on blocks of <stage>.shards_per_job shards (a power of ten, the schema's
@@ -52,7 +78,7 @@ def job_kinds(stage):
 
 
 wildcard_constraints:
-    dataset="|".join(re.escape(d) for d in DATASETS),
+    dataset="|".join(re.escape(d) for d in DATASETS + HELD_OUT_SETS),
     part=r"\d{4}",
     shard=r"\d{6}",
     codec="|".join(re.escape(c) for c in CODECS) or "(?!)",
@@ -68,6 +94,13 @@ def get_final_outputs():
         + [f.codes_stats(codec) for f in files for codec in CODECS]
         + [path for f in files for path in (f.catalog, f.buckets, f.verify, f.dataset_card)]
         + [layout.INPUT_CFG, f"{layout.REPORT_DIR}/summary.html"]
+        + ([layout.VALIDATION_DS] if HELD_OUT_SETS else [])
+        + [layout.dataset_files(name).evaluation for name in TEST_SETS]
+        + [
+            path
+            for f in map(layout.dataset_files, HELD_OUT_SETS)
+            for path in (f.shar_stats, f.verify, *(f.codes_stats(codec) for codec in CODECS))
+        ]
     )
 
 
@@ -239,8 +272,8 @@ def get_embedding_outputs():
 
 # ---- shar -------------------------------------------------------------------------------------
 def get_encode_settings(wildcards):
-    """Fields of sharflow.shar.audio.EncodeSettings for the dataset."""
-    audio_root = config["datasets"][wildcards.dataset]["audio_root"]
+    """Fields of sharflow.shar.audio.EncodeSettings for the Shar set's dataset."""
+    audio_root = config["datasets"][dataset_of(wildcards.dataset)]["audio_root"]
     return {
         "audio_root": audio_root,
         **{k: config["shar"][k] for k in ("audio_format", "sample_rate", "copy_through")},
@@ -281,24 +314,24 @@ def get_shar_block_inputs(shards):
     """Input function of the shar jobs of `shards` shards: the records and the plan (get_block_inputs)."""
 
     def inputs(wildcards, files, block):
-        return {"with_context": files.with_context, "plan": files.shard_plan, "index": files.shar_index}
+        with_context = layout.dataset_files(dataset_of(wildcards.dataset)).with_context
+        return {"with_context": with_context, "plan": files.shard_plan, "index": files.shar_index}
 
     return get_block_inputs(shards, "shar", inputs)
 
 
+def job_records(name, stage, codec=None):
+    """The completion record of every `stage` job (shar, or codes of `codec`) of a Shar set's plan."""
+    files = layout.dataset_files(name)
+    job = files.shar_job if stage == "shar" else functools.partial(files.codes_job, codec)
+    return [job(block, layout.block_size(block), shards) for block, shards in plan_jobs(name, stage).jobs]
+
+
 def get_job_records(stage):
-    """Input function: the completion record of every `stage` job (shar, or codes of the codec
-    wildcard) of the dataset's plan. Jobs after the shar and codes jobs list these instead of
-    every shard's files (a 10,000-shard DAG lists ~1,000 files per stage, not 10,000 or more), and
-    find the shards' files from the plan (layout.DatasetFiles.planned_shards)."""
-
-    def records(wildcards):
-        files = layout.dataset_files(wildcards.dataset)
-        job = files.shar_job if stage == "shar" else functools.partial(files.codes_job, wildcards.codec)
-        jobs = plan_jobs(wildcards.dataset, stage).jobs
-        return [job(block, layout.block_size(block), shards) for block, shards in jobs]
-
-    return records
+    """Input function: job_records of the Shar set. Jobs after the shar and codes jobs list these
+    instead of every shard's files (a 10,000-shard DAG lists ~1,000 files per stage, not 10,000 or
+    more), and find the shards' files from the plan (layout.DatasetFiles.planned)."""
+    return lambda wildcards: job_records(wildcards.dataset, stage, wildcards.get("codec"))
 
 
 # ---- codes ------------------------------------------------------------------------------------
@@ -351,6 +384,26 @@ def get_codes_block_inputs(shards):
     return get_block_inputs(shards, "codes", inputs)
 
 
+def get_dataset_file(kind):
+    """Input function: the dataset's file `kind` (with_context, context_stats, catalog) for a Shar set."""
+    return lambda wildcards: getattr(layout.dataset_files(dataset_of(wildcards.dataset)), kind)
+
+
+def get_held_out_plans(wildcards):
+    """[(split, shard plan)] of the dataset's held-out Shar sets (None without splits): the catalog's
+    rows after the dataset's own."""
+    if not held_out_sets(wildcards.dataset):
+        return None
+    return [
+        [split_of(name), layout.dataset_files(name).shard_plan] for name in held_out_sets(wildcards.dataset)
+    ]
+
+
+def get_held_out_job_records(wildcards):
+    """The shar job records of the dataset's held-out Shar sets (their catalog fragments are done)."""
+    return [path for name in held_out_sets(wildcards.dataset) for path in job_records(name, "shar")]
+
+
 def get_codes_stats(wildcards):
     """{codec: codes stats file} of the dataset."""
     return {codec: layout.dataset_files(wildcards.dataset).codes_stats(codec) for codec in CODECS}
@@ -360,6 +413,15 @@ def get_codes_stats(wildcards):
 def get_training_codec():
     """The codec input_cfg points at: training.codec, else the first codec as listed, else none."""
     return config["training"]["codec"] or next(iter(config["codecs"]), None)
+
+
+def get_validation_codes_stats(wildcards):
+    codec = get_training_codec()
+    return (
+        [layout.dataset_files(name).codes_stats(codec) for name in get_validation_sets(wildcards)]
+        if codec
+        else []
+    )
 
 
 def get_training_codes_stats(wildcards):
@@ -374,6 +436,24 @@ def get_training_datasets(wildcards):
         files = layout.dataset_files(ds)
         out[ds] = {"shar_dir": files.shar_dir, "plan": files.shard_plan, "catalog": files.catalog}
         out[ds].update({k: config["datasets"][ds][k] for k in ("weight", "tags")})
+    return out
+
+
+def get_validation_sets(wildcards):
+    """Arguments of sharflow.dataset.training.write_input_cfg for every dev split's Shar set."""
+    out = {}
+    for name in HELD_OUT_SETS:
+        dataset, split = layout.set_of(name)
+        if split.startswith("dev_"):
+            files = layout.dataset_files(name)
+            out[name] = {
+                "shar_dir": files.shar_dir,
+                "plan": files.shard_plan,
+                "catalog": layout.dataset_files(dataset).catalog,
+                "split": split,
+                "weight": None,
+                "tags": {"dataset": dataset, **config["datasets"][dataset]["tags"], "split": split},
+            }
     return out
 
 

@@ -1,6 +1,6 @@
 checkpoint shar_plan:
     input:
-        with_context=DS.with_context,
+        with_context=get_dataset_file("with_context"),
     output:
         plan=DS.shard_plan,
         index=DS.shar_index,
@@ -11,7 +11,7 @@ checkpoint shar_plan:
     params:
         shard_size=config["shar"]["shard_size"],
         seed=config["shar"]["seed"],
-        split="train" if SPLITS else None,
+        split=lambda wildcards: split_of(wildcards.dataset),
     resources:
         mem_mb=4000,
     script:
@@ -52,7 +52,7 @@ rule shar_merge:
     input:
         jobs=get_job_records("shar"),
         plan=DS.shard_plan,
-        context_stats=DS.context_stats,
+        context_stats=get_dataset_file("context_stats"),
     output:
         stats=DS.shar_stats,
         rejected=directory(DS.shar_rejected),

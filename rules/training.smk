@@ -35,3 +35,45 @@ rule input_cfg:
         mem_mb=2000,
     script:
         "../workflow_scripts/input_cfg.py"
+
+
+rule validation_ds:
+    input:
+        shar_stats=lambda wildcards: [
+            layout.dataset_files(n).shar_stats for n in get_validation_sets(wildcards)
+        ],
+        plans=lambda wildcards: [v["plan"] for v in get_validation_sets(wildcards).values()],
+        catalogs=lambda wildcards: [v["catalog"] for v in get_validation_sets(wildcards).values()],
+        codes=get_validation_codes_stats,
+    output:
+        validation_ds=layout.VALIDATION_DS,
+    log:
+        layout.log("validation_ds"),
+    params:
+        datasets=get_validation_sets,
+        codec=get_training_codec(),
+        path_prefix=config["training"]["path_prefix"],
+        settings={"shuffle": False},
+    resources:
+        mem_mb=2000,
+    script:
+        "../workflow_scripts/validation_ds.py"
+
+
+rule evaluation_set:
+    input:
+        shar_stats=DS.shar_stats,
+        verify=DS.verify,
+    output:
+        evaluation=directory(DS.evaluation),
+    log:
+        layout.log("evaluation_set", "{dataset}"),
+    params:
+        name=lambda wildcards: layout.evaluation_name(wildcards.dataset),
+        path_prefix=config["training"]["path_prefix"],
+    resources:
+        mem_mb=2000,
+    wildcard_constraints:
+        dataset="|".join(re.escape(name) for name in TEST_SETS) or "(?!)",
+    script:
+        "../workflow_scripts/evaluation_set.py"

@@ -1,7 +1,7 @@
 rule verify:
     input:
         codes_stats=lambda wildcards: list(get_codes_stats(wildcards).values()),
-        catalog=DS.catalog,
+        catalog=get_dataset_file("catalog"),
         plan=DS.shard_plan,
         shar_stats=DS.shar_stats,
     output:
@@ -10,6 +10,7 @@ rule verify:
         layout.log("verify", "{dataset}"),
     params:
         codes_stats=get_codes_stats,
+        split=lambda wildcards: layout.set_of(wildcards.dataset)[1],
     threads: threads_of("verify")
     resources:
         mem_mb=2000,

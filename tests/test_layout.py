@@ -59,6 +59,8 @@ EXPECTED = {
     "buckets": {"buckets": DS.buckets},
     "verify": {"verify": DS.verify},
     "input_cfg": {"input_cfg": layout.INPUT_CFG},
+    "validation_ds": {"validation_ds": layout.VALIDATION_DS},
+    "evaluation_set": {"evaluation": DS.evaluation},
     "report": {
         **{
             plot: f"{layout.REPORT_DIR}/{plot}.png" for plot in ("durations", "buckets", "similarity", "load")

@@ -6,7 +6,10 @@ import os
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
+import yaml
 
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import DatasetFiles
@@ -192,20 +195,21 @@ def test_a_span_is_its_file_name_size_offset_and_duration(tmp_path):
     assert key != span_key(str(tmp_path / "x" / "a.wav"), 0.5, 0.5)
 
 
-def test_splits_in_the_workflow_keep_held_out_audio_out_of_train_and_its_contexts(tmp_path):
-    """The demo and degraded datasets through prepare, splits, context and shar with splits on for
-    demo (its own block: two unseen speakers by list, seen utterances by fraction) and off for
-    degraded (the workflow's block), checked against the split lists."""
-    config = demo_config(degraded=True, quality={"enabled": False}, shar={"shard_size": 8})
-    config["datasets"]["demo"]["splits"] = {
-        "seed": 1,
-        "dev_unseen": {"speakers": ["kal"]},
-        "test_unseen": {"speakers": ["us_m3"]},
-        "dev_seen": {"fraction": 0.15},
-        "test_seen": {"fraction": 0.15},
-    }
-    work = tmp_path / "w"
-    run_snakemake(work, config, *(DatasetFiles(f"results/{ds}").shar_stats for ds in ("demo", "degraded")))
+@pytest.fixture(scope="module")
+def split_run(tmp_path_factory):
+    """(work dir, config) of a whole workflow run of the shipped config's demo and degraded datasets,
+    with their splits: on for demo (its own block: two unseen speakers by list, seen utterances by
+    fraction) and off for degraded (the workflow's block); quality off, 8-cut shards."""
+    config = demo_config(degraded=True, splits=True, quality={"enabled": False}, shar={"shard_size": 8})
+    assert config["datasets"]["demo"]["splits"]["dev_unseen"] and "splits" not in config
+    work = tmp_path_factory.mktemp("splits") / "w"
+    run_snakemake(work, config)
+    return work, config
+
+
+def test_splits_in_the_workflow_keep_held_out_audio_out_of_train_and_its_contexts(split_run):
+    """No held-out audio in train or as a train record's context, checked against the split lists."""
+    work, config = split_run
 
     def real(ds, rel):
         return os.path.realpath(os.path.join(config["datasets"][ds]["audio_root"], rel))
@@ -254,3 +258,140 @@ def test_splits_in_the_workflow_keep_held_out_audio_out_of_train_and_its_context
         assert shar["held_out"] == {s: n for s, n in sorted(kept.items()) if s != TRAIN}
         context_stats = json.loads(Path(files.context_stats).read_text())["splits"]
         assert {s: c["records_out"] for s, c in context_stats.items()} == dict(kept)
+
+
+def test_each_split_is_its_own_verified_shar_in_one_catalog_and_training_sees_train_only(split_run):
+    work, _ = split_run
+    results = work / "results"
+    catalog = pd.read_parquet(results / "demo" / "catalog.parquet")
+    context = json.loads((results / "demo" / "context" / "stats.json").read_text())["splits"]
+    for split in SPLITS:
+        files = (
+            DatasetFiles(str(results / "demo" / split))
+            if split != TRAIN
+            else DatasetFiles(str(results / "demo"))
+        )
+        verified = json.loads(Path(files.verify).read_text())
+        shar = json.loads(Path(files.shar_stats).read_text())
+        rows = catalog[catalog.split == split]
+        assert verified["ok"] and verified["cuts"] == len(rows) == shar["cuts"] > 0, split
+        assert "context_codes[tiny_nemo]" in verified["fields"]
+        # the records accounting per split: what context kept = cuts + rejected in that split's Shar
+        assert context[split]["records_out"] == shar["cuts"] + shar["rejected_total"]
+        # shard and position are within the split's own Shar
+        assert rows.shard.max() == shar["shards"] - 1 and (rows.groupby("shard").position.min() == 0).all()
+    assert catalog.cut_id.is_unique
+    card = (results / "demo" / "DATASET.md").read_text()  # hours and speakers per split
+    for split, rows in catalog.groupby("split", observed=True):
+        hours, speakers = rows.duration.sum() / 3600, rows.speaker.nunique()
+        assert f"| {split} | {len(rows):,} | {hours:.3f} | {speakers:,} |" in card
+    # training sees train only: input_cfg's demo entry and the bucket bins' cuts
+    train = catalog[catalog.split == TRAIN]
+    input_cfg = yaml.safe_load((results / "input_cfg.yaml").read_text())
+    entry = next(e for e in input_cfg["input_cfg"] if e["tags"]["dataset"] == "demo")
+    assert "/demo/shar/cuts/" in entry["shar_path"]["cuts"]
+    assert entry["weight"] == pytest.approx(train.duration.sum() / 3600, abs=1e-6)
+    buckets = yaml.safe_load((results / "demo" / "buckets.yaml").read_text())
+    assert buckets["cuts"] == len(train) < len(catalog)
+
+
+def test_nemo_reads_every_cut_of_the_dev_splits_through_validation_ds(split_run):
+    import torch
+    from lhotse import CutSet
+    from nemo.collections.common.data.lhotse.dataloader import get_lhotse_dataloader_from_config
+    from omegaconf import OmegaConf
+
+    work, _ = split_run
+    validation = yaml.safe_load((work / "results" / "validation_ds.yaml").read_text())
+    assert [e["tags"]["split"] for e in validation["input_cfg"]] == ["dev_seen", "dev_unseen"]
+    assert not validation["use_bucketing"]
+
+    class Ids(torch.utils.data.Dataset):
+        def __getitem__(self, batch: CutSet):
+            assert all(c.has_custom("target_codes") and c.has_custom("context_audio") for c in batch)
+            return [(c.supervisions[0].custom.get("split"), c.id) for c in batch]
+
+    loader_cfg = {**validation, "batch_size": 4, "num_workers": 0, "seed": 0, "force_finite": True}
+    loader = get_lhotse_dataloader_from_config(
+        OmegaConf.create(loader_cfg), global_rank=0, world_size=1, dataset=Ids()
+    )
+    seen = [cut_id for batch in loader for _, cut_id in batch]
+    catalog = pd.read_parquet(work / "results" / "demo" / "catalog.parquet")
+    dev = catalog[catalog.split.isin(["dev_seen", "dev_unseen"])]
+    assert sorted(seen) == sorted(dev.cut_id) and len(seen) >= 8
+
+
+def test_an_evaluation_manifest_per_test_split_in_magpietts_form(split_run):
+    import soundfile as sf
+
+    work, _ = split_run
+    results = work / "results" / "demo"
+    catalog = pd.read_parquet(results / "catalog.parquet").set_index("cut_id")
+    records = read_jsonl(DatasetFiles(str(results)).split_records)  # every record, with context or not
+    speaker_of = {(r["audio_filepath"], r["offset"]): r["speaker"] for r in records}
+    for split in ("test_seen", "test_unseen"):
+        folder = Path(DatasetFiles(str(results / split)).evaluation)
+        meta = json.loads((folder / "dataset_meta_info.json").read_text())
+        (entry,) = meta.values()
+        assert list(meta) == [f"demo_{split}"] and Path(entry["audio_dir"]) == folder
+        records = read_jsonl(entry["manifest_path"])
+        assert len(records) == (catalog.split == split).sum() > 0
+        for r in records:
+            target, context = folder / r["audio_filepath"], folder / r["context_audio_filepath"]
+            assert target.is_file() and context.is_file() and target != context
+            assert sf.info(target).duration == pytest.approx(r["duration"], abs=1e-6)
+            assert sf.info(context).duration == pytest.approx(r["context_audio_duration"], abs=1e-6)
+            row = catalog.loc[r["cut_id"]]
+            assert (row.context_file, row.context_offset) != (row.source_file, row.offset)
+            assert speaker_of[row.context_file, row.context_offset] == row.speaker == r["speaker"]
+            assert abs(r["duration"] - row.duration) < 1e-3
+            assert not np.array_equal(sf.read(target)[0], sf.read(context)[0])  # other audio
+
+
+def test_contexts_of_ten_speakers_never_cross_into_train_nor_out_of_an_unseen_split():
+    """The context stage's selection over 10 speakers (one group each), splits from the rules:
+    every record's context checked against the split lists, not against the selection's pools."""
+    import io
+
+    from sharflow.context.part import _select_and_write, _Tally
+    from sharflow.context.selection import SelectionRules
+
+    rules = SplitRules.from_config(RULES)
+    rng = np.random.default_rng(0)
+    split_of, chosen = {}, []
+    for s in range(10):
+        speaker = f"spk{s:02d}"
+        good, centre = [], rng.normal(size=16)
+        for u in range(12):
+            path = f"{speaker}/u{u:03d}.wav"
+            split_of[path] = rules.split(speaker, path, f"u{s:02d}_{u:03d}.wav:{1000 + u}:0.000:3.000")
+            record = {
+                "audio_filepath": path,
+                "offset": 0.0,
+                "duration": 3.0,
+                "text": "a",
+                "split": split_of[path],
+            }
+            good.append((u, record))
+        embeddings = centre + 0.3 * rng.normal(size=(12, 16))
+        out = io.StringIO()
+        rejects = _select_and_write(
+            speaker, good, embeddings, SelectionRules(0.0, 1.0), "cpu", 4, out, _Tally()
+        )
+        chosen += [json.loads(line)["record"] for line in out.getvalue().splitlines()]
+        for _, _, _, record in rejects:  # only where the pool has no other utterance
+            pool = [
+                p for p, sp in split_of.items() if p.startswith(speaker) and p != record["audio_filepath"]
+            ]
+            want = record["split"] if record["split"] in ("dev_unseen", "test_unseen") else TRAIN
+            assert not [p for p in pool if split_of[p] == want]
+    assert (
+        set(split_of.values()) == set(SPLITS) and len(chosen) >= 100
+    )  # informative: every split, most chosen
+    for r in chosen:
+        context = r["context_audio_filepath"]
+        assert context != r["audio_filepath"] and context.split("/")[0] == r["audio_filepath"].split("/")[0]
+        if r["split"] in ("dev_unseen", "test_unseen"):
+            assert split_of[context] == r["split"]
+        else:  # train, dev_seen, test_seen: train audio only
+            assert split_of[context] == TRAIN

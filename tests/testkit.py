@@ -85,15 +85,20 @@ def read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
-def demo_config(degraded: bool = False, **overrides) -> dict:
+def demo_config(degraded: bool = False, splits: bool = False, **overrides) -> dict:
     """The shipped config with absolute demo paths, for runs in a temp working directory.
 
     Without the `degraded` dataset unless asked for: workflow tests run the demo corpus (its files
-    and the shipped filters are checked in test_quality, without a workflow run).
+    and the shipped filters are checked in test_quality, without a workflow run). Without the demo's
+    splits unless asked for: the other workflow tests are about the whole demo in one Shar
+    (test_splits runs them).
     """
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     if not degraded:
         config["datasets"].pop("degraded", None)
+    if not splits:
+        for ds in config["datasets"].values():
+            ds.pop("splits", None)
     for ds in config["datasets"].values():
         ds["manifest"] = str(REPO / ds["manifest"])
         ds["audio_root"] = str(REPO / ds["audio_root"])

@@ -12,4 +12,5 @@ with job_log(snakemake.log[0]):
         codes_stats=snakemake.params.codes_stats,
         out=snakemake.output.catalog,
         tokenizer=snakemake.params.tokenizer,
+        held_out=snakemake.params.held_out,
     )

@@ -15,4 +15,5 @@ if __name__ == "__main__":  # verify.workers > 1 spawns processes that re-import
             catalog=snakemake.input.catalog,
             out=snakemake.output.verify,
             workers=snakemake.threads,
+            split=snakemake.params.split,
         )

@@ -16,6 +16,8 @@ results/<dataset>/
     codes_jobs/<codec>/shard-NNNNNN.stats.json   codes_jobs/<codec>/shards-NNNNNN-NNNNNN.json
     codes_stats/<codec>.json
     catalog.parquet  buckets.yaml  verify.json  DATASET.md
+    <split>/...       with splits: each held-out split's Shar set, as above from shard_plan.json
+                      to verify.json; a test split's evaluation/ too
 results/models/<codec>.{nemo, json}   results/input_cfg.yaml   results/report/
 
 `DatasetFiles("results/{dataset}")` gives the rules their patterns ("{shard}" stays a wildcard);
@@ -424,6 +426,29 @@ class DatasetFiles:
     def verify(self) -> str:
         return self._path("verify.json")
 
+    @property
+    def evaluation(self) -> str:
+        """A test split's evaluation set (sharflow.dataset.evaluation): manifest.json, audio/, context/."""
+        return self._path("evaluation")
+
+
+def split_set(dataset: str, split: str) -> str:
+    """A held-out split of a dataset as a Shar set of its own: "<dataset>/<split>", whose files are
+    under results/<dataset>/<split>/ (shard plan, shar/, shar_jobs/, codes, verify.json)."""
+    return f"{dataset}/{split}"
+
+
+def set_of(name: str) -> tuple[str, str | None]:
+    """(dataset, held-out split or None) of a Shar set's name (split_set)."""
+    dataset, _, split = name.partition("/")
+    return dataset, split or None
+
+
+def evaluation_name(name: str) -> str:
+    """A test split's name in MagpieTTS's dataset_meta_info: "<dataset>_<split>"."""
+    dataset, split = set_of(name)
+    return f"{dataset}_{split}"
+
 
 def dataset_files(dataset: str) -> DatasetFiles:
     return DatasetFiles(f"{RESULTS}/{dataset}")
@@ -442,6 +467,7 @@ def codec_spec(codec: str) -> str:
 
 
 INPUT_CFG = f"{RESULTS}/input_cfg.yaml"
+VALIDATION_DS = f"{RESULTS}/validation_ds.yaml"
 REPORT_DIR = f"{RESULTS}/report"
 LOGS = "logs"
 

@@ -42,19 +42,17 @@ TOKENS = "tokens (training.tokenizer)"
 
 
 def read_catalog_lengths(catalog: str) -> tuple[np.ndarray, np.ndarray, str]:
-    """Durations and lengths of every cut from the catalog's columns, and what the lengths count.
+    """Durations and lengths of every train cut from the catalog's columns (bins are estimated on
+    train only), and what the lengths count.
 
     Read a batch at a time into two arrays (8 bytes per cut each), not as a whole table.
     """
-    import pyarrow.parquet as pq
+    from sharflow.dataset.catalog import column_names, iter_batches
 
-    source = pq.ParquetFile(catalog)
-    tokens = "tokens" in source.schema_arrow.names
+    tokens = "tokens" in column_names(catalog)
     columns = ["duration", "tokens"] if tokens else ["duration", "text_chars", "normalized_text_chars"]
-    n = source.metadata.num_rows
-    durations, lengths = np.empty(n), np.empty(n)
-    at = 0
-    for batch in source.iter_batches(batch_size=65536, columns=columns, use_threads=False):
+    parts_d, parts_l = [], []
+    for batch in iter_batches(catalog, columns, batch_rows=65536):  # train rows (splits: train only)
         d = batch.column(0).to_numpy()
         if tokens:
             length = batch.column(1).to_numpy()
@@ -62,8 +60,10 @@ def read_catalog_lengths(catalog: str) -> tuple[np.ndarray, np.ndarray, str]:
             # (nulls read as NaN; arrow's fill_null would start its compute kernels, ~0.4 s)
             normalized = np.nan_to_num(batch.column(2).to_numpy(zero_copy_only=False), nan=0.0)
             length = np.where(normalized > 0, normalized, batch.column(1).to_numpy())
-        durations[at : at + len(d)], lengths[at : at + len(d)] = d, length
-        at += len(d)
+        parts_d.append(d)
+        parts_l.append(np.asarray(length, dtype=np.float64))
+    durations = np.concatenate(parts_d) if parts_d else np.empty(0)
+    lengths = np.concatenate(parts_l) if parts_l else np.empty(0)
     return durations, lengths, TOKENS if tokens else CHARACTERS
 
 

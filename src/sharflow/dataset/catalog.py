@@ -16,6 +16,7 @@ import logging
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +25,7 @@ from tqdm import tqdm
 
 from sharflow.core.atomic import atomic_path
 from sharflow.core.metrics import CATALOG_METRICS, METRICS
+from sharflow.core.splits import TRAIN
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +66,8 @@ COLUMN_DOCS: dict[str, str] = {
     "cut_id": "the cut's id, as in the Shar (recording id, offset and duration in units of 10 µs)",
     "shard": "the shard that holds the cut",
     "position": "the cut's position in its shard, from 0",
+    "split": "train, dev_seen, dev_unseen, test_seen or test_unseen (shard and position are in that "
+    "split's Shar)",
     "speaker": "the standardized speaker, in NeMo's form (Language, Dataset and Speaker between bars)",
     "language": "the supervision's language",
     "source_file": "the source audio, relative to the dataset's audio root",
@@ -187,8 +191,12 @@ def kept_optional_columns(fragments: list[str]) -> list[str]:
     return [c for c in OPTIONAL_COLUMNS if c in found]
 
 
-def catalog_schema(optional: list[str], codecs: list[CodecFrames], tokens: bool) -> pa.Schema:
+def catalog_schema(
+    optional: list[str], codecs: list[CodecFrames], tokens: bool, split: bool = False
+) -> pa.Schema:
     fields = [pa.field(name, kind) for name, kind in BASE_COLUMNS]
+    if split:  # after cut_id, shard, position: where a cut is
+        fields.insert(3, pa.field("split", STRING))
     fields += [FRAGMENT_SCHEMA.field(c) for c in optional]
     if tokens:
         fields.append(pa.field("tokens", pa.int32()))
@@ -217,21 +225,25 @@ def merge_catalog(
     *,
     codecs: list[CodecFrames],
     token_counts: Callable[[int], list[int]] | None = None,
+    splits: list[str] | None = None,
 ) -> dict:
     """Merge the shard fragments, in shard order, into `out`; returns {rows, columns}.
 
-    `token_counts(shard) -> list[int]`, when given, counts the tokens of a shard's cuts (in order).
-    Rows are written in row groups of about ROW_GROUP_ROWS; at most one shard's rows and one row
-    group are held.
+    `token_counts(i) -> list[int]`, when given, counts the tokens of fragment i's cuts (in order).
+    `splits` (with splits configured): each fragment's split, written in a `split` column. Rows are
+    written in row groups of about ROW_GROUP_ROWS; at most one shard's rows and one row group are
+    held.
     """
     optional = kept_optional_columns(fragments)
-    schema = catalog_schema(optional, codecs, token_counts is not None)
+    schema = catalog_schema(optional, codecs, token_counts is not None, splits is not None)
     rows = pending_rows = 0
     pending: list[pa.Table] = []
     columns = [name for name, _ in BASE_COLUMNS] + optional
     with atomic_path(out) as tmp, pq.ParquetWriter(tmp, schema) as writer:
         for shard, path in enumerate(tqdm(fragments, desc="catalog", unit="shard", mininterval=5)):
             table = pq.read_table(path, columns=columns, use_threads=False)  # (see iter_batches)
+            if splits is not None:
+                table = table.add_column(3, "split", pa.array([splits[shard]] * table.num_rows, pa.string()))
             if token_counts is not None:
                 counts = token_counts(shard)
                 if len(counts) != table.num_rows:
@@ -271,14 +283,17 @@ def build_catalog(
     codes_stats: dict[str, str],
     out: str,
     tokenizer: dict | None = None,
+    held_out: list[tuple[str, str]] | None = None,
 ) -> dict:
     """results/<dataset>/catalog.parquet from the shard jobs' fragments and the codes stats.
 
     `codes_stats`: {codec: codes stats file} (each gives the codec's rate and samples per frame);
-    `tokenizer`: training.tokenizer, to add a `tokens` column counted from the shards' cuts files.
+    `tokenizer`: training.tokenizer, to add a `tokens` column counted from the shards' cuts files;
+    `held_out` (with splits configured): (split, shard plan) of each held-out split's Shar set,
+    whose rows follow the dataset's own (train) rows, with a `split` column.
     """
     from sharflow.core.atomic import read_json
-    from sharflow.core.layout import cut_files, shar_dir_of_plan
+    from sharflow.core.layout import DatasetFiles, cut_files, shar_dir_of_plan
 
     codecs = []
     for name, path in sorted(codes_stats.items()):
@@ -290,11 +305,17 @@ def build_catalog(
 
         counter = TokenCounter(tokenizer)
         cuts = cut_files(shar_dir_of_plan(plan), plan)
+        cuts += [c for _, p in held_out or () for c in cut_files(shar_dir_of_plan(p), p)]
 
-        def token_counts(shard: int) -> list[int]:
-            return counter.count_cuts(cuts[shard])
+        def token_counts(i: int) -> list[int]:
+            return counter.count_cuts(cuts[i])
 
-    summary = merge_catalog(fragments, out, codecs=codecs, token_counts=token_counts)
+    splits = None
+    if held_out is not None:
+        sets = [(split, DatasetFiles(str(Path(p).parent)).planned()) for split, p in held_out]
+        splits = ["train"] * len(fragments) + [split for split, shards in sets for _ in shards]
+        fragments = list(fragments) + [shard.catalog for _, shards in sets for shard in shards]
+    summary = merge_catalog(fragments, out, codecs=codecs, token_counts=token_counts, splits=splits)
     log.info("catalog %s: %d cuts", dataset, summary["rows"])
     return summary
 
@@ -302,15 +323,40 @@ def build_catalog(
 # ---- reading ------------------------------------------------------------------------------------
 
 
-def iter_batches(path: str, columns: list[str], batch_rows: int = ROW_GROUP_ROWS) -> Iterator[pa.RecordBatch]:
-    """The catalog's `columns`, one batch at a time (bounded memory). One thread: arrow's thread
-    pool costs ~0.4 s to start and more memory than these narrow reads save."""
-    yield from pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=columns, use_threads=False)
+def iter_batches(
+    path: str, columns: list[str], batch_rows: int = ROW_GROUP_ROWS, split: str | None = TRAIN
+) -> Iterator[pa.RecordBatch]:
+    """The catalog's `columns` of the rows of `split`, one batch at a time (bounded memory). The
+    default is train, what training, buckets and the card's figures are about (a catalog without a
+    `split` column is all train); None gives every row. One thread: arrow's thread pool costs ~0.4 s
+    to start and more memory than these narrow reads save."""
+    has_split = "split" in column_names(path)
+    if split is not None and not has_split and split != TRAIN:
+        return
+    by_split = split is not None and has_split
+    read = [*columns, "split"] if by_split and "split" not in columns else columns
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=read, use_threads=False):
+        if by_split:
+            batch = batch.filter(pa.array(_is(batch.column("split"), split))).select(columns)
+        yield batch
 
 
-def read_columns(path: str, columns: list[str]) -> dict[str, np.ndarray]:
-    """Whole numeric columns as numpy arrays (4-8 bytes per cut each)."""
-    table = pq.read_table(path, columns=columns, use_threads=False)  # (see iter_batches)
+def _is(column: pa.Array, value: str) -> np.ndarray:
+    """column == value, row by row, as booleans (a dictionary column by its indices: no decoding)."""
+    if pa.types.is_dictionary(column.type):
+        codes = [i for i, v in enumerate(column.dictionary.to_pylist()) if v == value]
+        return np.isin(column.indices.to_numpy(zero_copy_only=False), codes)
+    return np.asarray(column.to_pylist(), dtype=object) == value
+
+
+def read_columns(path: str, columns: list[str], split: str | None = TRAIN) -> dict[str, np.ndarray]:
+    """Whole numeric columns of the rows of `split` (as iter_batches) as numpy arrays (4-8 bytes per
+    cut each)."""
+    batches = list(iter_batches(path, columns, split=split))
+    if not batches:
+        schema = pq.read_schema(path)
+        return {c: np.zeros(0, dtype=schema.field(c).type.to_pandas_dtype()) for c in columns}
+    table = pa.Table.from_batches(batches)
     return {c: table.column(c).to_numpy() for c in columns}
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from sharflow.core.metrics import CATALOG_METRICS
+from sharflow.core.splits import SPLITS
 from sharflow.dataset.buckets import read_catalog_lengths, sampler_bin_2d_of, sampler_bucket_of
 from sharflow.dataset.catalog import column_names, iter_batches, read_columns
 
@@ -99,6 +100,29 @@ def bucket_occupancy(catalog: str, buckets: dict) -> tuple[pd.DataFrame, pd.Data
     return table_1d, table_2d
 
 
+def split_table(catalog: str) -> pd.DataFrame | None:
+    """One row per split of a catalog with splits (None without): utterances, hours, speakers. Read a
+    batch at a time; memory grows with the speakers."""
+    if "split" not in column_names(catalog):
+        return None
+    utterances, seconds, speakers = {}, {}, {}
+    for batch in iter_batches(catalog, ["split", "speaker", "duration"], split=None):
+        df = batch.to_pandas().astype({"split": str, "speaker": str})
+        for split, group in df.groupby("split", sort=False):
+            utterances[split] = utterances.get(split, 0) + len(group)
+            seconds[split] = seconds.get(split, 0.0) + float(group.duration.sum())
+            speakers.setdefault(split, set()).update(group.speaker)
+    order = [s for s in SPLITS if s in utterances]
+    return pd.DataFrame(
+        {
+            "utterances": [utterances[s] for s in order],
+            "hours": [seconds[s] / 3600 for s in order],
+            "speakers": [len(speakers[s]) for s in order],
+        },
+        index=order,
+    )
+
+
 def percentiles(values: np.ndarray) -> dict[str, float]:
     values = values[~np.isnan(values)] if values.dtype.kind == "f" else values
     if len(values) == 0:
@@ -138,7 +162,8 @@ def dataset_card(dataset: str, catalog: str, buckets: dict, verify: dict) -> str
         + ", ".join(f"{r} Hz: {n}" for r, n in shar_rates.items()),
         f"- **buckets**: {buckets['num_buckets']} duration buckets, bins {buckets['bucket_duration_bins']}",
         "",
-        "## Percentiles",
+        *_splits_section(catalog),
+        "## Percentiles" + (" (train)" if "split" in column_names(catalog) else ""),
         "",
         markdown_table(frame),
         "",
@@ -146,6 +171,18 @@ def dataset_card(dataset: str, catalog: str, buckets: dict, verify: dict) -> str
         "",
     ]
     return "\n".join(lines)
+
+
+def _splits_section(catalog: str) -> list[str]:
+    """The card's splits table (docs: splits); the figures above it are train's."""
+    splits = split_table(catalog)
+    if splits is None:
+        return []
+    rows = ["| split | utterances | hours | speakers |", "|---|---|---|---|"]
+    rows += [
+        f"| {r.Index} | {r.utterances:,} | {r.hours:.3f} | {r.speakers:,} |" for r in splits.itertuples()
+    ]
+    return ["## Splits", "", "The figures above are the train split's.", "", *rows, ""]
 
 
 def markdown_table(frame: pd.DataFrame) -> str:

@@ -1,4 +1,5 @@
-"""The training hand-off: a NeMo Lhotse dataloader config (`input_cfg`) over every dataset.
+"""The training hand-off: a NeMo Lhotse dataloader config (`input_cfg`) over every dataset, and with
+splits configured the same form over the dev splits (`validation_ds`).
 
 One `lhotse_shar` entry per dataset with `shar_path` as a dict of fields (cuts, target_audio,
 context_audio, and the chosen codec's target_codes / context_codes) as brace-expanded shard
@@ -14,6 +15,7 @@ import yaml
 
 from sharflow.core import layout
 from sharflow.core.atomic import atomic_file
+from sharflow.core.splits import TRAIN
 from sharflow.dataset.buckets import duration_bins
 from sharflow.dataset.catalog import read_columns
 
@@ -25,6 +27,23 @@ def shard_range(folder: str, stem: str, suffix: str, num_shards: int) -> str:
     return f"{folder}/{stem}.{indices}{suffix}"
 
 
+def _entry(name: str, ds: dict, weight: float, num_shards: int, codec: str | None, path_prefix: str | None):
+    """One `lhotse_shar` entry: every field's shard range, the weight and the tags."""
+    shar = os.path.abspath(ds["shar_dir"])
+    if path_prefix:
+        shar = path_prefix.rstrip("/") + "/" + Path(ds["shar_dir"]).as_posix()
+    fields = {
+        f.field: shard_range(f"{shar}/{f.folder}", f.prefix, f.suffix, num_shards)
+        for f in layout.fields([codec] if codec else [])
+    }
+    return {
+        "type": "lhotse_shar",
+        "shar_path": fields,
+        "weight": weight,
+        "tags": {"dataset": name, **(ds.get("tags") or {})},
+    }
+
+
 def write_input_cfg(
     datasets: dict[str, dict],
     out: str,
@@ -33,35 +52,25 @@ def write_input_cfg(
     num_buckets: int,
     settings: dict,
     path_prefix: str | None = None,
+    use: str = "model.train_ds",
 ) -> dict:
     """Write the NeMo dataloader config for `datasets` ({name: {shar_dir, plan (its shard plan),
-    catalog, weight (None = hours), tags}}) and return it.
+    catalog, weight (None = hours), tags, and split: the catalog rows it is (default train)}}) and
+    return it. A Shar set with no shards (an empty held-out split) is left out.
 
     Paths are absolute, or start with `path_prefix` in place of this machine's results folder (for a
-    cluster that mounts it elsewhere).
+    cluster that mounts it elsewhere). `use`: what the header comment says the file is for.
     """
     entries, all_durations, all_weights = [], [], []
     for name in sorted(datasets):
         ds = datasets[name]
         num_shards = layout.planned_shards(ds["plan"])
-        durations = read_columns(ds["catalog"], ["duration"])["duration"]
+        if num_shards == 0:
+            continue
+        durations = read_columns(ds["catalog"], ["duration"], split=ds.get("split", TRAIN))["duration"]
         hours = float(durations.sum()) / 3600
         weight = ds.get("weight") if ds.get("weight") is not None else round(hours, 6)
-        shar = os.path.abspath(ds["shar_dir"])
-        if path_prefix:
-            shar = path_prefix.rstrip("/") + "/" + Path(ds["shar_dir"]).as_posix()
-        fields = {
-            f.field: shard_range(f"{shar}/{f.folder}", f.prefix, f.suffix, num_shards)
-            for f in layout.fields([codec] if codec else [])
-        }
-        entries.append(
-            {
-                "type": "lhotse_shar",
-                "shar_path": fields,
-                "weight": weight,
-                "tags": {"dataset": name, **(ds.get("tags") or {})},
-            }
-        )
+        entries.append(_entry(name, ds, weight, num_shards, codec, path_prefix))
         if len(durations) and weight:
             all_durations.append(durations)
             all_weights.append(np.full(len(durations), weight / len(durations)))
@@ -78,8 +87,8 @@ def write_input_cfg(
     }
     with atomic_file(out, "w", encoding="utf-8") as f:
         f.write(
-            "# NeMo Lhotse dataloader config written by sharflow: use it as model.train_ds (with "
-            "your batch settings).\n"
+            f"# NeMo Lhotse dataloader config written by sharflow: use it as {use} (with your batch "
+            "settings).\n"
         )
         yaml.safe_dump(config, f, sort_keys=False)
     return config

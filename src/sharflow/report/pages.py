@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from sharflow.core.atomic import atomic_file
-from sharflow.dataset.tables import bucket_occupancy, speaker_table
+from sharflow.dataset.tables import bucket_occupancy, speaker_table, split_table
 from sharflow.report.quality_costs import QualityView, removed_table
 from sharflow.report.stats import COLUMNS, DatasetStats
 
@@ -62,6 +62,10 @@ def write_tables(datasets: list[DatasetStats], out: Path, shown_speakers: int = 
         bucket_frames.append(one.assign(dataset=ds.name))
         more = len(speakers) - shown_speakers
         parts.append(f"<h2>{html.escape(ds.name)}</h2>")
+        splits = split_table(ds.catalog)
+        if splits is not None:  # docs: splits; the tables below are train's
+            parts.append("<h3>Splits (hours and speakers; the tables below are train's)</h3>")
+            parts.append(_html_table(splits.rename_axis("split").reset_index()))
         parts.append(
             f"<h3>Speakers ({len(speakers)}; most hours first"
             + (f", {more} more in speakers.tsv" if more > 0 else "")

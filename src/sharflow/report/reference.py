@@ -154,6 +154,8 @@ def catalog_page() -> str:
     for name, text in COLUMN_DOCS.items():
         kind = FRAGMENT_SCHEMA.field(name).type if name in FRAGMENT_SCHEMA.names else "int32"
         when = "always" if name in base else "when some cut has it"
+        if name == "split":
+            kind, when = "string (dictionary)", "with splits configured"
         rows.append(
             (
                 f"`{name}`",
@@ -166,8 +168,9 @@ def catalog_page() -> str:
         GENERATED,
         "# Catalog columns",
         "",
-        "`results/<dataset>/catalog.parquet` has one row per cut of the final Shar, in shard order. Optional "
-        "columns are there only when some cut has a value; codes frames come per codec.",
+        "`results/<dataset>/catalog.parquet` has one row per cut of the final Shar, in shard order (with "
+        "splits configured: the train Shar's, then each held-out split's). Optional columns are there "
+        "only when some cut has a value; codes frames come per codec.",
         "",
         *_table(("column", "type", "present", "what it holds"), rows),
         "",

@@ -70,7 +70,10 @@ def plan_shards(
     _check_unique_ids(np.asarray(hashes, dtype=np.uint64), with_context)
     n = len(offsets_arr)
     order = np.random.default_rng(seed).permutation(n)
-    num_shards = max(1, math.ceil(n / shard_size))
+    # a held-out split may be empty: no shards; a dataset's own (train) Shar has at least one
+    num_shards = (
+        math.ceil(n / shard_size) if split not in (None, "train") else max(1, math.ceil(n / shard_size))
+    )
     durations = np.asarray(seconds)[order]
     planned = {
         "records": n,

@@ -9,7 +9,7 @@ class CatalogCheck:
     """Walks the catalog along the shards' results: same ids in shard order, shard and position
     columns, and codes frames per cut equal to the codes themselves. Reads a batch at a time."""
 
-    def __init__(self, dataset: str, path: str, codecs: tuple[CodecInfo, ...]):
+    def __init__(self, dataset: str, path: str, codecs: tuple[CodecInfo, ...], split: str | None = None):
         from sharflow.dataset.catalog import column_names, iter_batches
 
         self.dataset, self.path = dataset, path
@@ -24,7 +24,7 @@ class CatalogCheck:
         if missing:
             self.problems.append(f"dataset {dataset}, catalog {path}: no column(s) {', '.join(missing)}")
             self.columns = [c for c in self.columns if c not in missing]
-        self._batches = iter_batches(path, self.columns)
+        self._batches = iter_batches(path, self.columns, split=split or "train")  # the set's own rows
         self._buffer: dict[str, list] = {c: [] for c in self.columns}
         self._at = 0
         self.rows = 0

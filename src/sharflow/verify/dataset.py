@@ -109,7 +109,13 @@ def _missing_files(dataset: str, root: Path, all_fields: list[Field], num_shards
 
 
 def _walk_shards(
-    dataset: str, root: Path, codecs: tuple[CodecInfo, ...], catalog: str, num_shards: int, workers: int
+    dataset: str,
+    root: Path,
+    codecs: tuple[CodecInfo, ...],
+    catalog: str,
+    num_shards: int,
+    workers: int,
+    split: str | None,
 ) -> _Walk:
     """Check every shard in `workers` processes, in shard order, and the catalog along them."""
     from tqdm import tqdm
@@ -119,7 +125,7 @@ def _walk_shards(
         ShardCheck(dataset, s, {fd.label: str(root / fd.folder / fd.name(s)) for fd in all_fields}, codecs)
         for s in range(num_shards)
     )
-    walk, rows = _Walk(), CatalogCheck(dataset, catalog, codecs)
+    walk, rows = _Walk(), CatalogCheck(dataset, catalog, codecs, split)
     with tqdm(total=num_shards, desc=f"verify {dataset}", unit="shard", mininterval=5) as progress:
         for _, result in ordered_map(verify_shard, checks, resolve_workers(workers)):
             walk.add(dataset, result)
@@ -155,17 +161,23 @@ def verify_dataset(
     catalog: str,
     out: str,
     workers: int = 0,
+    split: str | None = None,
 ) -> dict:
-    """Check every shard of every field and the catalog; write `out` (verify.json) only when nothing
-    is wrong."""
+    """Check every shard of every field and the catalog (with `split`, that split's rows of the
+    dataset's catalog); write `out` (verify.json) only when nothing is wrong. An empty held-out split
+    has no shards and nothing to check."""
     num_shards = planned_shards(plan)
+    if num_shards == 0:
+        summary = {"dataset": dataset, "ok": True, "shards": 0, "cuts": 0, "hours": 0.0}
+        write_json(out, summary)
+        return summary
     codec_stats = {name: read_json(path) for name, path in sorted(codes_stats.items())}
     codecs = tuple(codec_info(name, s) for name, s in codec_stats.items())
     all_fields = fields([c.name for c in codecs])
     problems = _missing_files(dataset, Path(shar_dir), all_fields, num_shards)
     if problems:  # a missing file would only repeat itself in every shard
         _fail(dataset, shar_dir, problems)
-    walk = _walk_shards(dataset, Path(shar_dir), codecs, catalog, num_shards, workers)
+    walk = _walk_shards(dataset, Path(shar_dir), codecs, catalog, num_shards, workers, split)
     problems = walk.problems or _compare_totals(
         dataset, walk.totals, read_json(shar_stats), codec_stats, num_shards
     )
