@@ -395,3 +395,14 @@ def test_contexts_of_ten_speakers_never_cross_into_train_nor_out_of_an_unseen_sp
             assert split_of[context] == r["split"]
         else:  # train, dev_seen, test_seen: train audio only
             assert split_of[context] == TRAIN
+
+
+def test_the_report_counts_the_train_shar_from_the_train_split(split_run):
+    work, _ = split_run
+    summary = pd.read_csv(work / "results" / "report" / "summary.tsv", sep="\t")
+    context = json.loads((work / "results" / "demo" / "context" / "stats.json").read_text())
+    shar = summary[(summary.dataset == "demo") & (summary.stage == "shar")].iloc[0]
+    assert shar.hours_in == pytest.approx(context["splits"][TRAIN]["hours_out"])
+    assert shar.hours_in < context["hours_out"]
+    tables = (work / "results" / "report" / "tables.html").read_text()
+    assert "Splits (hours and speakers" in tables and "test_unseen" in tables

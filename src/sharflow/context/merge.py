@@ -44,7 +44,7 @@ def merge_context(
         **ledger.counts(),
         "hours_out": ledger.hours()["hours_out"],
         "similarity_histogram": {"edges": HIST_EDGES.tolist(), "counts": hist},
-        **({"splits": {s: by_split[s].counts() for s in SPLITS if s in by_split}} if by_split else {}),
+        **({"splits": {s: _split_counts(by_split[s]) for s in SPLITS if s in by_split}} if by_split else {}),
         "parts": [_part_summary(p) for p in parts],
     }
     write_json(stats, summary)
@@ -60,6 +60,10 @@ def merge_context(
     for reason, n in sorted(ledger.rejected.items()):
         log.info("  %-28s %7d  %s", reason, n, REASONS[reason])
     return summary
+
+
+def _split_counts(ledger: Ledger) -> dict:
+    return {**ledger.counts(), "hours_out": ledger.hours()["hours_out"]}
 
 
 def _split_ledger(by_split: dict[str, Ledger], record: dict, dataset: str) -> Ledger | None:

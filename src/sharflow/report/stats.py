@@ -67,9 +67,11 @@ def summary_rows(ds: DatasetStats) -> list[dict]:
     rows = [counted("prepare", p, p["hours_in"])]
     if q:
         rows.append(counted("quality", q, q["hours_in"]))
+    # with splits, the dataset's Shar is train: its hours in are the context stage's train hours
+    shar_in = c["splits"]["train"]["hours_out"] if "splits" in c else c["hours_out"]
     rows += [
         counted("context", c, (q or p)["hours_out"]),
-        ("shar", s["records_in"], s["cuts"], s["rejected_total"], c["hours_out"], s["hours"]),
+        ("shar", s["records_in"], s["cuts"], s["rejected_total"], shar_in, s["hours"]),
     ]
     for codec, k in ds.codes.items():
         rows.append(
