@@ -391,7 +391,7 @@ class DatasetFiles:
         return block_outputs(lambda shard: self.codes(codec, shard), job, block, shards_per_job, count)
 
     def beyond_the_plan(self, stage: str, block: str) -> str:
-        """A file no rule makes: the input of a block job (stage shar or codes_<codec>) whose block is
+        """A file no rule makes: the input of a block job (stage shar or codes) whose block is
         not one of the plan's jobs (layout.plan_jobs), so that Snakemake gives a shard file named on
         the command line to the rule of the job that the plan has (rules/common.smk: get_block_inputs)."""
         return self._path("blocks_past_the_plan", stage, f"{block}.none")
