@@ -13,7 +13,7 @@ import yaml
 
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import DatasetFiles
-from sharflow.core.splits import HELD_OUT, SPLITS, TRAIN, SplitRules, context_pool, span_key
+from sharflow.core.splits import HELD_OUT, SPLITS, TRAIN, SplitRules, context_pool, span_key, unit_hash
 from sharflow.splits.stage import CONFLICT, DatasetSplits, assign_splits
 from testkit import demo_config, read_jsonl, run_snakemake, write_jsonl, write_tone
 
@@ -99,13 +99,37 @@ def test_listed_speakers_and_utterances_win_over_the_hash():
     assert not SplitRules.from_config({}).enabled and listed.enabled
 
 
+def test_the_assignment_is_pinned_to_its_values():
+    """A split depends on blake2b of (seed, kind, id) only, and that is a contract: a change to the
+    hash would move every user's held-out speakers and utterances (into train among them). Pinned."""
+    assert unit_hash(0, "speaker", "awb") == 0.15718865986308206
+    assert unit_hash(1, "utterance", "a.wav:10:0.000:1.000") == 0.45856404866521605
+    rules = SplitRules.from_config(RULES)
+    assert [rules.speaker_split(f"spk{s:02d}") for s in range(10)] == [
+        *("test_unseen", "test_unseen", None, "test_unseen", None),
+        *(None, "dev_unseen", "dev_unseen", None, "dev_unseen"),
+    ]
+    spk02 = [rules.split("spk02", path, span) for speaker, path, span in corpus(10, 30) if speaker == "spk02"]
+    held = {u: s for u, s in enumerate(spk02) if s != TRAIN}
+    assert held == {0: "dev_seen", 8: "dev_seen", 10: "dev_seen", 11: "test_seen", 15: "dev_seen"}
+    default_seed = SplitRules.from_config({"dev_unseen": {"fraction": 0.5}})
+    assert [default_seed.speaker_split(f"spk{s:02d}") for s in range(6)] == [None, *["dev_unseen"] * 5]
+
+
 def test_contradicting_split_settings_are_named():
     with pytest.raises(SharflowError, match=r"datasets\.a\.splits: the unseen fractions"):
         SplitRules.from_config(
             {"dev_unseen": {"fraction": 0.5}, "test_unseen": {"fraction": 0.5}}, "datasets.a.splits"
         )
+    with pytest.raises(SharflowError, match=r"splits\.b: the seen fractions \(dev_seen, test_seen\)"):
+        SplitRules.from_config({"dev_seen": {"fraction": 0.5}, "test_seen": {"fraction": 0.5}}, "splits.b")
+    with pytest.raises(SharflowError, match=r"^datasets\.x\.splits: 'u\.wav' is listed under both dev_seen"):
+        SplitRules.from_config(
+            {"dev_seen": {"utterances": ["u.wav"]}, "test_seen": {"utterances": ["u.wav"]}},
+            "datasets.x.splits",
+        )
     with pytest.raises(
-        SharflowError, match=r"'spk1' is listed under both dev_unseen\.speakers and test_unseen"
+        SharflowError, match=r"^splits: 'spk1' is listed under both dev_unseen\.speakers and test_unseen"
     ):
         SplitRules.from_config({"dev_unseen": {"speakers": ["spk1"]}, "test_unseen": {"speakers": ["spk1"]}})
 
