@@ -478,3 +478,52 @@ def test_catalog_readers_give_columns_batches_and_names(tmp_path):
     batches = list(iter_batches(str(path), ["cut_id", "position"], batch_rows=3))
     assert [b.num_rows for b in batches] == [3, 3, 1] and batches[0].schema.names == ["cut_id", "position"]
     assert [p for b in batches for p in b.column(1).to_pylist()] == list(range(7))
+
+
+def test_held_out_splits_follow_train_in_one_catalog_and_readers_take_train_unless_asked(tmp_path):
+    """build_catalog with held-out Shar sets: their rows after the dataset's own, a `split` column
+    after cut_id, shard, position; iter_batches and read_columns give train by default, a split when
+    asked, every row with None; a catalog without the column is all train."""
+    files = DatasetFiles(str(tmp_path / "ds"))
+    write_fragment(synthetic_rows(0, 3), files.shard(0).catalog)
+    (tmp_path / "ds" / "shard_plan.json").write_text(json.dumps({"num_shards": 1}))
+    held = {}
+    for split, n in (("dev_seen", 2), ("test_unseen", 4)):
+        sub = DatasetFiles(str(tmp_path / "ds" / split))
+        rows = synthetic_rows(0, n)
+        for row in rows:
+            row["cut_id"] = f"{split}-{row['cut_id']}"
+        write_fragment(rows, sub.shard(0).catalog)
+        for path in sub.shard(0).named().values():  # the shard's other files, as its job left them
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).touch()
+        Path(sub.shard_plan).write_text(json.dumps({"num_shards": 1}))
+        held[split] = sub.shard_plan
+    summary = build_catalog(
+        "ds",
+        fragments=[files.shard(0).catalog],
+        plan=files.shard_plan,
+        codes_stats={},
+        out=files.catalog,
+        held_out=list(held.items()),
+    )
+    assert summary["rows"] == 9 and summary["columns"][:4] == ["cut_id", "shard", "position", "split"]
+    table = pd.read_parquet(files.catalog)
+    assert table.split.astype(str).tolist() == ["train"] * 3 + ["dev_seen"] * 2 + ["test_unseen"] * 4
+    assert table.position.tolist() == [0, 1, 2, 0, 1, 0, 1, 2, 3]
+    durations = table.duration.to_numpy()
+    assert np.array_equal(read_columns(files.catalog, ["duration"])["duration"], durations[:3])
+    assert np.array_equal(
+        read_columns(files.catalog, ["duration"], split="test_unseen")["duration"], durations[5:]
+    )
+    assert np.array_equal(read_columns(files.catalog, ["duration"], split=None)["duration"], durations)
+    assert len(read_columns(files.catalog, ["duration"], split="dev_unseen")["duration"]) == 0
+    batches = list(iter_batches(files.catalog, ["cut_id"], batch_rows=2, split="dev_seen"))
+    assert [c for b in batches for c in b.column("cut_id").to_pylist()] == table.cut_id[3:5].tolist()
+    assert all(b.schema.names == ["cut_id"] for b in batches)
+    # a catalog without splits is all train
+    plain = str(tmp_path / "plain.parquet")
+    merge_catalog([files.shard(0).catalog], plain, codecs=[])
+    assert len(read_columns(plain, ["duration"])["duration"]) == 3
+    assert len(read_columns(plain, ["duration"], split="dev_seen")["duration"]) == 0
+    assert "split" not in column_names(plain)
