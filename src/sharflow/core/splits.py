@@ -16,6 +16,7 @@ in bytes, offset and duration (to the millisecond), so the same audio in two dat
 another folder) gets the same decision, whatever its path relative to each dataset's audio root.
 """
 
+import functools
 import hashlib
 import os
 from collections.abc import Mapping
@@ -45,9 +46,15 @@ def unit_hash(seed: int, kind: str, key: str) -> float:
     return int.from_bytes(digest, "little") / 2**64
 
 
+@functools.lru_cache(maxsize=65536)
+def _file_size(path: str) -> int:
+    """A file's size, stat'ed once for the many utterances of one long file (bounded cache)."""
+    return os.path.getsize(path)
+
+
 def span_key(path: str, offset: float, duration: float) -> str:
     """An utterance's identity for splits: file name, its size in bytes, offset and duration (ms)."""
-    return f"{os.path.basename(path)}:{os.path.getsize(path)}:{offset:.3f}:{duration:.3f}"
+    return f"{os.path.basename(path)}:{_file_size(path)}:{offset:.3f}:{duration:.3f}"
 
 
 @dataclass(frozen=True)
