@@ -92,7 +92,6 @@ def main() -> None:
                 "audio_filepath": rel,
                 "duration": round(len(damaged) / rate, 6),
                 "text": text,
-                "normalized_text": " ".join(text.lower().replace(".", "").split()),
                 "speaker": SPEAKER,
             }
         )

@@ -120,10 +120,6 @@ def utterance_text(voice_index: int, utt_index: int) -> str:
     return text
 
 
-def normalize(text: str) -> str:
-    return " ".join(text.lower().replace(",", "").replace(".", "").split())
-
-
 def main() -> None:
     if AUDIO.exists():
         shutil.rmtree(AUDIO)
@@ -161,7 +157,8 @@ def _record(rel: str, text: str, speaker: str, duration: float, offset: float | 
     record = {"audio_filepath": rel, "duration": round(duration, 6)}
     if offset is not None:
         record["offset"] = round(offset, 6)
-    record.update(text=text, normalized_text=normalize(text), speaker=speaker)
+    # no normalized_text: the text stage gives each record NeMo's normalizer's spoken form (docs: text)
+    record.update(text=text, speaker=speaker)
     return record
 
 

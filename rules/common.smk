@@ -5,11 +5,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from sharflow.core import layout
+from sharflow.core.cache import cache_root
 from sharflow.core.config import validate_config
 from sharflow.core.errors import SharflowError
 from sharflow.core.parallel import resolve_workers
 from sharflow.core.ranks import host_shows_gpu
 from sharflow.core.splits import HELD_OUT, SplitRules
+from sharflow.text.normalizer import normalizer_key
 
 try:
     validate_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
@@ -25,6 +27,8 @@ ASR = config["quality"]["asr"]
 # Every path comes from sharflow.core.layout; DS gives a dataset's files as patterns of {dataset}.
 DS = layout.dataset_files("{dataset}")
 HOST_SHOWS_GPU = host_shows_gpu()
+# The cache of the normalizer's grammars, resolved once here so that every job uses the same one.
+TEXT_CACHE = str(cache_root(config["text"]["cache_dir"]))
 
 
 def split_block(dataset):
@@ -81,6 +85,7 @@ wildcard_constraints:
     dataset="|".join(re.escape(d) for d in DATASETS + HELD_OUT_SETS),
     part=r"\d{4}",
     shard=r"\d{6}",
+    language=r"\w+",
     codec="|".join(re.escape(c) for c in CODECS) or "(?!)",
 
 
@@ -88,7 +93,7 @@ def get_final_outputs():
     """Every file the default target builds, for every dataset (and codec)."""
     files = [layout.dataset_files(ds) for ds in DATASETS]
     return (
-        [path for f in files for path in (f.prepare_stats, f.context_stats, f.shar_stats)]
+        [path for f in files for path in (f.prepare_stats, f.text_stats, f.context_stats, f.shar_stats)]
         + [f.split_stats for f in files if SPLITS]
         + [f.quality_stats for f in files if QUALITY]
         + [f.codes_stats(codec) for f in files for codec in CODECS]
@@ -158,6 +163,31 @@ def get_prepare_settings(wildcards):
     }
 
 
+# ---- text -------------------------------------------------------------------------------------
+TEXT_SETTINGS = (
+    "require_text",
+    "normalized_text",
+    "unnormalizable",
+    "tokenizer_names",
+    "context_text",
+    "ipa",
+)
+
+
+def get_text_settings(wildcards):
+    """Fields of sharflow.text.fields.TextSettings for the dataset."""
+    return {k: config["datasets"][wildcards.dataset][k] for k in TEXT_SETTINGS}
+
+
+def get_text_normalizers(wildcards):
+    """The text_normalizer job of the dataset's language, when its records may need the normalizer
+    (records in other languages load theirs in the text job, from the same cache)."""
+    ds = config["datasets"][wildcards.dataset]
+    if ds["normalized_text"] in ("keep_manifest", "normalizer"):
+        return [layout.text_normalizer(ds["language"])]
+    return []
+
+
 # ---- parts of the quality and context stages -------------------------------------------------
 def get_part_files(stage, kind):
     """Input function: file `kind` (records, rejected, metrics, stats) of every part of `stage`."""
@@ -200,9 +230,9 @@ def get_asr_options(wildcards):
 
 # ---- splits -----------------------------------------------------------------------------------
 def measured_records(dataset):
-    """(records, stats) of the stage before splits and context: quality's, or prepare's without it."""
+    """(records, stats) of the stage before splits and context: quality's, or text's without it."""
     files = layout.dataset_files(dataset)
-    return (files.quality_kept, files.quality_stats) if QUALITY else (files.prepared, files.prepare_stats)
+    return (files.quality_kept, files.quality_stats) if QUALITY else (files.text_records, files.text_stats)
 
 
 def get_splits_inputs(wildcards):
@@ -464,6 +494,7 @@ def get_report_datasets(wildcards):
         files = layout.dataset_files(ds)
         out[ds] = {
             "prepare": files.prepare_stats,
+            "text": files.text_stats,
             "context": files.context_stats,
             "shar": files.shar_stats,
             "codes": {codec: files.codes_stats(codec) for codec in CODECS},
@@ -473,7 +504,7 @@ def get_report_datasets(wildcards):
         }
         if QUALITY:
             out[ds].update(
-                quality=files.quality_stats, prepared=files.prepared, quality_metrics=files.quality_metrics
+                quality=files.quality_stats, records=files.text_records, quality_metrics=files.quality_metrics
             )
     return out
 

@@ -13,7 +13,7 @@ rule build_random_asr:
 
 rule quality_part:
     input:
-        prepared=DS.prepared,
+        records=DS.text_records,
         asr_model=get_asr_model_file,
     output:
         **DS.quality_part("{part}").named(),
@@ -39,7 +39,7 @@ rule quality_merge:
     input:
         metrics=get_part_files("quality", "metrics"),
         stats=get_part_files("quality", "stats"),
-        prepare_stats=DS.prepare_stats,
+        records_stats=DS.text_stats,
     output:
         metrics=DS.quality_metrics,
         stats=DS.quality_metrics_stats,
@@ -55,9 +55,9 @@ rule quality_merge:
 
 rule quality_filter:
     input:
-        prepared=DS.prepared,
+        records=DS.text_records,
         metrics=DS.quality_metrics,
-        prepare_stats=DS.prepare_stats,
+        records_stats=DS.text_stats,
     output:
         kept=DS.quality_kept,
         rejected=directory(DS.quality_rejected),

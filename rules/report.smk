@@ -11,6 +11,7 @@ rule report:
         ),
         load=report(f"{layout.REPORT_DIR}/load.png", caption="report/load.rst", category="Context"),
         rejects=report(f"{layout.REPORT_DIR}/rejects.png", caption="report/rejects.rst", category="Records"),
+        text=report(f"{layout.REPORT_DIR}/text.png", caption="report/text.rst", category="Text"),
         quality=report(f"{layout.REPORT_DIR}/quality.png", caption="report/quality.rst", category="Quality"),
         quality_kept=report(
             f"{layout.REPORT_DIR}/quality_kept.png", caption="report/quality_kept.rst", category="Quality"

@@ -3,7 +3,9 @@
 import faulthandler
 import multiprocessing
 import os
+import shutil
 import signal
+import tempfile
 import threading
 
 import pytest
@@ -38,6 +40,9 @@ def _fresh_tqdm_lock() -> None:
 
 os.register_at_fork(after_in_child=_fresh_tqdm_lock)
 
+_SESSION_CACHE = "SHARFLOW_TEST_SESSION_CACHE"
+_OWN_CACHE = pytest.StashKey[str]()
+
 
 @pytest.fixture(autouse=True)
 def hang_guard():
@@ -51,12 +56,25 @@ def hang_guard():
 
 def pytest_configure(config):
     """SIGTERM (`timeout`, a CI runner giving up) ends the session as Ctrl-C does, so that its teardown
-    still runs: the Slurm daemons this session started are stopped (early_runs)."""
+    still runs: the Slurm daemons this session started are stopped (early_runs). sharflow's cache (the
+    text normalizer's grammars) is a folder of this session's, shared by every test and workflow run
+    in it (built once), and removed when the session ends."""
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, interrupt)
+    if not os.environ.get(_SESSION_CACHE):  # a mutmut child keeps its parent's
+        os.environ["SHARFLOW_CACHE_DIR"] = os.environ[_SESSION_CACHE] = tempfile.mkdtemp(
+            prefix="sharflow-cache-"
+        )
+        config.stash[_OWN_CACHE] = os.environ[_SESSION_CACHE]
+
+
+def pytest_unconfigure(config):
+    if config.stash.get(_OWN_CACHE, None):
+        shutil.rmtree(config.stash[_OWN_CACHE], ignore_errors=True)
+        os.environ.pop(_SESSION_CACHE, None)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -108,7 +126,14 @@ def run_two_datasets(tmp):
     # no quality filter: the dirty dataset's tones hold no speech, and the default filter would
     # leave its context and shar stages nothing to show (test_quality covers the filter's rejects)
     config = demo_config(prepare={"max_rejected_fraction": 0.9}, quality={"filters": {}}, shar=SMALL_SHARDS)
-    config["datasets"]["dirty"] = {"manifest": str(manifest), "audio_root": str(root), "language": "de"}
+    # German, with its text read as it is: building the German normalizer's grammars (47-114 s) would
+    # add minutes to the suite; the English ones are built once per session (test_text: German text)
+    config["datasets"]["dirty"] = {
+        "manifest": str(manifest),
+        "audio_root": str(root),
+        "language": "de",
+        "normalized_text": "text",
+    }
     work = tmp / "work"
     proc = run_snakemake(work, config)
     return work, proc, manifest

@@ -13,6 +13,7 @@ from sharflow.core.config import validate_config
 from sharflow.core.errors import SharflowError
 from sharflow.core.jsonl import merge_by_line
 from sharflow.core.metrics import MEASURED as METRICS
+from sharflow.core.metrics import TEXT_METRICS
 from sharflow.core.ranks import Rank
 from sharflow.models.asr import Transcriber, build_random_asr
 from sharflow.quality.filter import with_metrics
@@ -184,7 +185,7 @@ def test_a_cer_filter_drops_at_its_threshold_and_needs_the_asr_check(tmp_path):
     assert view.histograms["cer"].seconds.sum() == 3.0
     absent = _files(tmp_path / "absent", ["absent"])
     view = quality_view("t", str(absent[0]), str(absent[1]), {"filters": {}, "action": "drop"}, bins=4)
-    assert set(view.histograms) == set(METRICS)
+    assert set(view.histograms) == {*METRICS, *TEXT_METRICS}  # without the ASR check: no cer, wer
 
 
 def test_config_refuses_a_cer_filter_without_the_asr_check_and_two_models():

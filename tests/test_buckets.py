@@ -67,7 +67,8 @@ def test_2d_bins_split_each_duration_bucket_by_tokens():
     assert all(0 < tps < 100 for tps in max_tps)
 
 
-def test_cut_lengths_count_normalized_text_else_text_else_nothing(tmp_path):
+def test_cut_lengths_count_normalized_text_wherever_it_is_else_text_else_nothing(tmp_path):
+    """MagpieTTS reads normalized_text wherever the supervision has the key, even an empty one."""
     cuts = [
         {"duration": 1.5, "supervisions": [{"text": "abc", "custom": {"normalized_text": "a b c d"}}]},
         {"duration": 2.0, "supervisions": [{"text": "abc", "custom": {"normalized_text": ""}}]},
@@ -82,7 +83,7 @@ def test_cut_lengths_count_normalized_text_else_text_else_nothing(tmp_path):
         paths.append(str(tmp_path / f"cuts.{i}.jsonl.gz"))
         with gzip.open(paths[-1], "wt", encoding="utf-8") as f:
             f.writelines(json.dumps(c) + "\n" for c in part)
-    expected = [(1.5, 7), (2.0, 3), (2.5, 4), (3.0, 5), (3.5, 0), (4.0, 0), (4.5, 0)]
+    expected = [(1.5, 7), (2.0, 0), (2.5, 4), (3.0, 5), (3.5, 0), (4.0, 0), (4.5, 0)]
     assert list(iter_cut_lengths(paths)) == expected
     durations, lengths = read_cut_lengths(paths)
     assert durations.tolist() == [d for d, _ in expected] and lengths.tolist() == [n for _, n in expected]
@@ -97,7 +98,8 @@ def test_written_buckets_yaml_is_bucket_bins_in_order_with_what_lengths_count(tm
     chars = rng.integers(5, 300, 300)
     normalized = [int(c) + 7 if i % 3 == 0 else (0 if i % 3 == 1 else None) for i, c in enumerate(chars)]
     normalized[0] = 1  # one character of normalized text still counts
-    lengths = np.array([n if n else c for n, c in zip(normalized, chars, strict=True)], dtype=float)
+    normalized[1] = 0  # and an empty one counts as empty (MagpieTTS reads it), not as the text
+    lengths = np.array([c if n is None else n for n, c in zip(normalized, chars, strict=True)], dtype=float)
     table = pa.table(
         {
             "duration": durations,

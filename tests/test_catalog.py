@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import sharflow.dataset.catalog
+from sharflow.core.errors import SharflowError
 from sharflow.core.layout import DatasetFiles
 from sharflow.core.metrics import CATALOG_METRICS
 from sharflow.dataset.buckets import bucket_bins, read_catalog_lengths, sampler_bin_2d_of
@@ -128,13 +129,14 @@ def test_tokens_are_counted_as_magpietts_counts_them(demo_shards, tmp_path):
     files = DatasetFiles(str(shards_dir))
     out = {}
     for name, target in (("english", CHARS), ("spanish", SPANISH)):
+        # these cuts name no tokenizer: MagpieTTS reads them with english_phoneme, whatever class that is
         build_catalog(
             "demo",
             fragments=[files.shard(s).catalog for s in range(4)],
             plan=files.shard_plan,
             codes_stats={},
             out=str(tmp_path / f"{name}.parquet"),
-            tokenizer={name: {"_target_": target}},
+            tokenizer={"english_phoneme": {"_target_": target}},
         )
         out[name] = pd.read_parquet(tmp_path / f"{name}.parquet")
     cuts = [c for _, _, c in all_cuts(shards_dir)]
@@ -150,10 +152,14 @@ def test_tokens_are_counted_as_magpietts_counts_them(demo_shards, tmp_path):
     _, lengths, counted = read_catalog_lengths(str(tmp_path / "english.parquet"))
     assert counted.startswith("tokens") and lengths.tolist() == out["english"].tokens.tolist()
 
+    # a cut's own tokenizers, the longest reading of them (MagpieTTS picks one at random per step)
     counter = TokenCounter({"a": {"_target_": CHARS}, "b": {"_target_": SPANISH}})
-    assert counter.name_for(None) == "a" and counter.name_for(["b"]) == "b" and counter.name_for("zz") == "a"
     text = "¿Dónde está el niño?"
-    assert counter.count(text, ["b"]) == len(spanish.encode(text)) + 1 != counter.count(text)
+    a, b = len(english.encode(text)) + 1, len(spanish.encode(text)) + 1
+    assert a != b and counter.count(text, ["b"]) == b and counter.count(text, ["a"]) == a
+    assert counter.count(text, ["a", "b"]) == counter.count(text, ["b", "a"]) == max(a, b)
+    with pytest.raises(SharflowError, match=r"cuts.x line 3 names tokenizers \['zz'\].*builds none"):
+        counter.count(text, ["zz"], where="cuts.x line 3")
 
 
 def test_speaker_table_and_bucket_occupancy_equal_a_direct_reading(demo_shards):
@@ -246,8 +252,8 @@ def test_the_tokenizer_target_sets_the_counts():
     from sharflow.dataset.tokens import TokenCounter
 
     text = "¿Qué año? Ñandú, señor."
-    english = TokenCounter({"english_phoneme": {"_target_": CHARS}}).count(text)
-    spanish = TokenCounter({"spanish": {"_target_": SPANISH}}).count(text)
+    english = TokenCounter({"english_phoneme": {"_target_": CHARS}}).count(text, ["english_phoneme"])
+    spanish = TokenCounter({"english_phoneme": {"_target_": SPANISH}}).count(text, ["english_phoneme"])
     assert english != spanish
 
 
@@ -403,8 +409,23 @@ def test_a_row_holds_every_field_of_its_cut():
         **dict.fromkeys(CATALOG_METRICS),
         "validation_status": None,
         "asr_text": None,
+        "tokenizer_names": None,
+        "normalized_text_source": None,
     }
     assert list(row) == FRAGMENT_SCHEMA.names  # the fragment's column order
+    # the text stage's fields: the cut's tokenizers (comma-separated) and where normalized_text came from
+    texted = {
+        **record,
+        "tokenizer_names": ["german_chars", "german_phoneme"],
+        "normalized_text_source": "manifest",
+    }
+    row = catalog_row(
+        texted, cut_id="c", shard=1, position=2, language="de", target=(22050, 44100), context=(16000, 48000)
+    )
+    assert (row["tokenizer_names"], row["normalized_text_source"]) == (
+        "german_chars,german_phoneme",
+        "manifest",
+    )
 
 
 def test_build_catalog_takes_each_codecs_frames_from_its_codes_stats(tmp_path):

@@ -41,6 +41,16 @@ EFFECTS: dict[str, str] = {
     "datasets.<name>.audio_root": f"{HERE}::test_manifest_and_audio_root_are_what_prepare_reads",
     "datasets.<name>.language": f"{HERE}::test_language_and_require_text_shape_the_prepared_records",
     "datasets.<name>.require_text": f"{HERE}::test_language_and_require_text_shape_the_prepared_records",
+    "datasets.<name>.tokenizer_names": "test_text.py::"
+    "test_lang_and_tokenizers_come_from_the_record_the_dataset_or_nemos_map",
+    "datasets.<name>.normalized_text": "test_text.py::test_who_wins_is_the_datasets_policy",
+    "datasets.<name>.unnormalizable": "test_text.py::test_each_bad_text_is_rejected_with_its_reason",
+    "datasets.<name>.ipa": "test_text.py::test_ipa_is_espeak_ngs_and_repeatable",
+    "datasets.<name>.context_text": "test_text.py::"
+    "test_context_text_is_the_records_or_the_datasets_never_invented",
+    "text.cache_dir": f"{HERE}::test_text_keys_reach_the_text_jobs",
+    "text.workers": "test_text.py::"
+    "test_the_stage_accounts_for_every_record_and_any_worker_count_gives_the_same_bytes",
     "datasets.<name>.speaker_preset": "test_grouping.py::test_libritts_is_speaker_by_chapter",
     "datasets.<name>.speaker_regex": "test_grouping.py::test_regex_over_path_or_speaker",
     "datasets.<name>.speaker_regex_field": "test_grouping.py::test_regex_over_path_or_speaker",
@@ -224,6 +234,21 @@ def test_keys_that_change_which_jobs_run(tmp_path):
     assert planned_jobs(tmp_path, given, spec) == {"codec_model": 1}
 
 
+def test_text_keys_reach_the_text_jobs(tmp_path):
+    """One text_normalizer job per language whatever the number of datasets, none where no record may
+    need it; the text jobs and it get text.cache_dir (as the parsed rules hold it)."""
+    two = demo_config(degraded=True)  # two English datasets: one build
+    assert planned_jobs(tmp_path, two)["text_normalizer"] == 1 and planned_jobs(tmp_path, two)["text"] == 2
+    for policy in ("require_manifest", "text"):
+        config = demo_config()
+        config["datasets"]["demo"]["normalized_text"] = policy
+        assert "text_normalizer" not in planned_jobs(tmp_path, config)
+    from test_layout import parsed_rules
+
+    rules = {r.name: r for r in parsed_rules(demo_config(text={"cache_dir": str(tmp_path / "c")}), tmp_path)}
+    assert rules["text"].params.cache_dir == rules["text_normalizer"].params.cache_dir == str(tmp_path / "c")
+
+
 # ---- quality and context ------------------------------------------------------------------------
 
 
@@ -239,7 +264,7 @@ def test_quality_device_leaves_the_metrics_as_they_are(tmp_path):
     for device in ("auto", "cpu"):
         run_quality_part(
             0,
-            prepared=str(prepared),
+            records=str(prepared),
             parts=1,
             out_metrics=str(tmp_path / f"{device}.jsonl"),
             out_stats=str(tmp_path / f"{device}.stats.json"),

@@ -1,7 +1,7 @@
 """kill -9 in the middle of the context, shar and codes stages, then rerun: the result is the same.
 
 One local run of the demo and the dirty dataset (the session's two_datasets config) on one core,
-started from the session run's prepare and quality outputs (copied with Snakemake's records of them,
+started from the session run's prepare, text and quality outputs (copied with Snakemake's records of them,
 so those jobs are complete: the kill points are in the later stages, and the quality stage's own
 worker-count check is tests/test_quality.py's), is killed three times (SIGKILL to snakemake and
 every job process): while a context part runs, while shard files are being written, and while codec
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import yaml
 
+from sharflow.core import layout
 from testkit import (
     assert_informative_codes,
     assert_same_outputs,
@@ -99,11 +100,16 @@ def mid_codes(work: Path) -> bool:
     )
 
 
-def seed(reference_work: Path, work: Path, datasets=("demo", "dirty"), stages=("prepare", "quality")) -> None:
-    """The reference run's outputs of `stages` (mtimes kept) and Snakemake's metadata, into `work`."""
+def seed(
+    reference_work: Path, work: Path, datasets=("demo", "dirty"), stages=("prepare", "text", "quality")
+) -> None:
+    """The reference run's outputs of `stages` (mtimes kept, the text normalizer's record with them)
+    and Snakemake's metadata, into `work`."""
     for ds in datasets:
         for stage in stages:
             shutil.copytree(reference_work / "results" / ds / stage, work / "results" / ds / stage)
+    normalizers = Path(layout.text_normalizer("en")).parent
+    shutil.copytree(reference_work / normalizers, work / normalizers)
     shutil.copytree(reference_work / ".snakemake" / "metadata", work / ".snakemake" / "metadata")
 
 

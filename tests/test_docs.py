@@ -17,6 +17,7 @@ from sharflow.quality.filter import REASONS as QUALITY_REASONS
 from sharflow.report.reference import write_pages
 from sharflow.shar.shard import REASONS as SHAR_REASONS
 from sharflow.splits.stage import REASONS as SPLITS_REASONS
+from sharflow.text.fields import REASONS as TEXT_REASONS
 from testkit import README, REPO
 
 DOCS = REPO / "docs"
@@ -81,7 +82,8 @@ def test_the_config_reference_lists_every_schema_key_with_its_default():
 
 def test_the_reference_lists_every_reason_metric_and_column():
     reasons = table_rows("reasons.md")
-    for stage in (PREPARE_REASONS, QUALITY_REASONS, SPLITS_REASONS, CONTEXT_REASONS, SHAR_REASONS):
+    stages = (PREPARE_REASONS, TEXT_REASONS, QUALITY_REASONS, SPLITS_REASONS, CONTEXT_REASONS, SHAR_REASONS)
+    for stage in stages:
         assert set(stage) <= set(reasons)
     assert set(table_rows("metrics.md")) == {m.name for m in METRICS}
     columns = table_rows("catalog.md")

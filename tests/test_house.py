@@ -17,6 +17,7 @@ SRC = REPO / "src" / "sharflow"
 PACKAGES = (
     "core",
     "prepare",
+    "text",
     "quality",
     "splits",
     "context",

@@ -25,6 +25,8 @@ DS = layout.dataset_files("{dataset}")
 # rule -> {output name: path}, everything from sharflow.core.layout
 EXPECTED = {
     "prepare": {"prepared": DS.prepared, "rejected": DS.prepare_rejected, "stats": DS.prepare_stats},
+    "text_normalizer": {"normalizer": layout.text_normalizer("{language}")},
+    "text": {"records": DS.text_records, "rejected": DS.text_rejected, "stats": DS.text_stats},
     "build_random_asr": {"model": layout.ASR_MODEL},
     "quality_part": DS.quality_part("{part}").named(),
     "quality_merge": {"metrics": DS.quality_metrics, "stats": DS.quality_metrics_stats},
@@ -66,6 +68,7 @@ EXPECTED = {
             plot: f"{layout.REPORT_DIR}/{plot}.png" for plot in ("durations", "buckets", "similarity", "load")
         },
         "rejects": f"{layout.REPORT_DIR}/rejects.png",
+        "text": f"{layout.REPORT_DIR}/text.png",
         "quality": f"{layout.REPORT_DIR}/quality.png",
         "quality_kept": f"{layout.REPORT_DIR}/quality_kept.png",
         "quality_table": f"{layout.REPORT_DIR}/quality.html",

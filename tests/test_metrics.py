@@ -6,7 +6,16 @@ import numpy as np
 import pyarrow as pa
 import soundfile as sf
 
-from sharflow.core.metrics import ASR_METRICS, CATALOG_METRICS, FILTERABLE, MEASURED, METRICS, SIDES
+from sharflow.core.metrics import (
+    ASR_METRICS,
+    CATALOG_METRICS,
+    FILTERABLE,
+    MEASURED,
+    METRICS,
+    NULL_PASSES,
+    SIDES,
+    TEXT_METRICS,
+)
 from sharflow.dataset.catalog import FRAGMENT_SCHEMA
 from sharflow.quality.filter import REASONS, check_filters
 from sharflow.quality.metrics import MODEL_RATE, Meters, measure
@@ -18,8 +27,10 @@ from testkit import DEMO
 
 def test_every_metric_is_named_once_and_documented():
     names = [m.name for m in METRICS]
-    assert len(names) == len(set(names)) == len(FILTERABLE) == 12
-    assert set(MEASURED) | set(ASR_METRICS) == set(FILTERABLE) == set(CATALOG_METRICS) == set(SIDES)
+    assert len(names) == len(set(names)) == len(FILTERABLE) == 13
+    assert set(MEASURED) | set(TEXT_METRICS) | set(ASR_METRICS) == set(FILTERABLE) == set(CATALOG_METRICS)
+    assert set(FILTERABLE) == set(SIDES) and TEXT_METRICS == ("tokenizer_dropped_chars",)
+    assert {"tokenizer_dropped_chars"} == NULL_PASSES  # a tokenizer that cannot be built here rejects nothing
     assert all(m.what for m in METRICS)
     assert all(set(m.sides) <= {"min", "max"} and m.sides for m in METRICS)
 

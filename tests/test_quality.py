@@ -378,7 +378,7 @@ def test_each_degraded_demo_utterance_fails_its_own_filter_and_the_clean_ones_pa
     assert json.loads((prep / "stats.json").read_text())["rejected_total"] == 0
     run_quality_part(
         0,
-        prepared=str(prep / "prepared.jsonl"),
+        records=str(prep / "prepared.jsonl"),
         parts=1,
         out_metrics=str(tmp_path / "metrics.jsonl"),
         out_stats=str(tmp_path / "stats.json"),
@@ -441,7 +441,7 @@ def test_metrics_are_byte_identical_for_any_parts_and_ranks(tmp_path):
         stats = [
             run_quality_part(
                 p,
-                prepared=str(prep / "prepared.jsonl"),
+                records=str(prep / "prepared.jsonl"),
                 parts=parts,
                 out_metrics=str(out / f"part-{p}.jsonl"),
                 out_stats=str(out / f"part-{p}.stats.json"),
@@ -455,7 +455,7 @@ def test_metrics_are_byte_identical_for_any_parts_and_ranks(tmp_path):
         summary = merge_quality(
             part_metrics=[str(out / f"part-{p}.jsonl") for p in range(parts)],
             part_stats=[str(out / f"part-{p}.stats.json") for p in range(parts)],
-            prepare_stats=str(prep / "stats.json"),
+            records_stats=str(prep / "stats.json"),
             metrics=str(out / "metrics.jsonl"),
             stats=str(out / "metrics_stats.json"),
         )

@@ -18,6 +18,8 @@ from sharflow.report.quality_costs import quality_view, removed_table
 from sharflow.report.report import write_report
 from sharflow.report.stats import COLUMNS, duration_histogram, load_dataset, summary_rows
 from sharflow.shar.merge import merge_shar_stats
+from sharflow.text.fields import TextSettings
+from sharflow.text.job import normalize_dataset
 from testkit import prepare_demo
 
 
@@ -44,6 +46,7 @@ def stats_files(with_context, demo_shards, tmp_path):
         "hours_out": hours,
     }
     (tmp_path / "prepare.json").write_text(json.dumps(prepare))
+    text_stats(tmp_path)
     catalog = DatasetFiles(str(shards_dir)).catalog
     (tmp_path / "codes.json").write_text(
         json.dumps({"cuts": shar["cuts"], "audio_hours": shar["hours"] + shar["context_hours"]})
@@ -62,6 +65,7 @@ def stats_files(with_context, demo_shards, tmp_path):
     return {
         **quality_files(tmp_path),
         "prepare": str(tmp_path / "prepare.json"),
+        "text": str(tmp_path / "text.json"),
         "context": str(with_context[1]),
         "shar": str(tmp_path / "shar.json"),
         "codes": {"tiny": str(tmp_path / "codes.json")},
@@ -70,6 +74,20 @@ def stats_files(with_context, demo_shards, tmp_path):
         "catalog": catalog,
         "shar_dir": str(shards_dir / "shar"),  # not read by the report: for the tests
     }
+
+
+def text_stats(tmp):
+    """The text stage's stats of the demo's prepared records (their text read as it is: no normalizer)."""
+    prepared = prepare_demo(tmp) / "prepared.jsonl"
+    normalize_dataset(
+        str(prepared),
+        records_stats=str(prepared.parent / "stats.json"),
+        out_records=str(tmp / "text" / "records.jsonl"),
+        rejected_dir=str(tmp / "text" / "rejected"),
+        stats=str(tmp / "text.json"),
+        dataset="demo",
+        settings=TextSettings(normalized_text="text"),
+    )
 
 
 def quality_files(tmp):
@@ -84,9 +102,9 @@ def quality_files(tmp):
             values = {m: round(float(rng.uniform(1, 5)), 6) for m in (*METRICS, "cer", "wer")}
             out.write(json.dumps({"line": line, **values, "asr_text": "x"}) + "\n")
     filter_quality(
-        prepared=str(prepared),
+        records=str(prepared),
         metrics=files.quality_metrics,
-        prepare_stats=str(prepared.parent / "stats.json"),
+        records_stats=str(prepared.parent / "stats.json"),
         kept=files.quality_kept,
         rejected_dir=files.quality_rejected,
         stats=files.quality_stats,
@@ -96,7 +114,7 @@ def quality_files(tmp):
     )
     return {
         "quality": files.quality_stats,
-        "prepared": str(prepared),
+        "records": str(prepared),
         "quality_metrics": files.quality_metrics,
     }
 
@@ -105,6 +123,7 @@ def test_summary_accounts_for_every_record_at_every_stage(stats_files):
     rows = summary_rows(load_dataset("demo", stats_files))
     assert [r["stage"] for r in rows] == [
         "prepare",
+        "text",
         "quality",
         "context",
         "shar",
@@ -116,6 +135,7 @@ def test_summary_accounts_for_every_record_at_every_stage(stats_files):
     assert rows[0]["rejected"] == 3 and rows[-1]["records_out"] == 56
     assert rows[1]["hours_in"] == rows[0]["hours_out"]  # each stage starts where the previous ended
     assert rows[2]["hours_in"] == rows[1]["hours_out"]
+    assert rows[3]["hours_in"] == rows[2]["hours_out"]
 
 
 def test_duration_histogram_is_streamed_and_exact(stats_files):
@@ -134,20 +154,20 @@ def test_duration_histogram_is_streamed_and_exact(stats_files):
 def test_report_plots_and_summary(stats_files, tmp_path):
     out = tmp_path / "report"
     without_quality = {
-        k: v for k, v in stats_files.items() if k not in ("quality", "prepared", "quality_metrics")
+        k: v for k, v in stats_files.items() if k not in ("quality", "records", "quality_metrics")
     }
     rows = write_report({"demo": stats_files, "again": without_quality}, str(out), min_similarity=0.6)
-    assert len(rows) == 11  # a quality row for demo only
-    for name in ("durations", "buckets", "similarity", "load", "rejects", "quality", "quality_kept"):
+    assert len(rows) == 13  # a quality row for demo only
+    for name in ("durations", "buckets", "similarity", "load", "rejects", "text", "quality", "quality_kept"):
         image = matplotlib.image.imread(out / f"{name}.png")
         assert image.shape[0] > 400  # one panel per dataset, or per metric
         assert (image[..., :3] < 0.9).any(axis=-1).mean() > 0.01, name  # something is drawn
     tsv = (out / "summary.tsv").read_text().splitlines()
-    assert tsv[0].split("\t") == list(COLUMNS) and len(tsv) == 12
+    assert tsv[0].split("\t") == list(COLUMNS) and len(tsv) == 14
 
     # the hours each filter costs, as the quality table and the filter job see them
     quality = json.loads(Path(stats_files["quality"]).read_text())
-    view = quality_view("demo", stats_files["prepared"], stats_files["quality_metrics"], quality)
+    view = quality_view("demo", stats_files["records"], stats_files["quality_metrics"], quality)
     table = pd.read_csv(out / "quality.tsv", sep="\t")
     assert table.to_dict("records") == removed_table([view]).to_dict("records")
     together = table.set_index("filter").loc["all filters together"]

@@ -47,6 +47,10 @@ def lhotse_cut(record: dict, audio_root: str) -> MonoCut:
         num_samples=src["num_samples"],
         duration=src["num_samples"] / src["sampling_rate"],
     )
+    # MagpieTTS reads lang and tokenizer_names (and validation_status) from the cut's own custom
+    language = record.get("lang") or parse_speaker(record["speaker"]).language
+    on_cut = {"lang": language}
+    on_cut.update({k: record[k] for k in ("tokenizer_names", "validation_status") if k in record})
     custom = {k: v for k, v in record.items() if k not in CUT_KEYS}
     custom["context_recording_id"] = recording_id(record["context_audio_filepath"])
     supervision = SupervisionSegment(
@@ -56,7 +60,7 @@ def lhotse_cut(record: dict, audio_root: str) -> MonoCut:
         duration=record["duration"],
         channel=0,
         text=record["text"],
-        language=parse_speaker(record["speaker"]).language,
+        language=language,
         speaker=record["speaker"],
         custom=custom,
     )
@@ -67,7 +71,7 @@ def lhotse_cut(record: dict, audio_root: str) -> MonoCut:
         channel=0,
         recording=recording,
         supervisions=[supervision],
-        custom={"validation_status": record["validation_status"]} if "validation_status" in record else None,
+        custom=on_cut,
     )
 
 
@@ -124,9 +128,13 @@ json_values = st.recursive(
     rate=st.sampled_from([8000, 16000, 22050, 44100]),
     text=st.text(max_size=30),
     status=st.one_of(st.none(), st.sampled_from(["OK", "bad", "Ünï"])),
+    lang=st.one_of(st.none(), st.sampled_from(["en", "de", "zh"])),
+    names=st.one_of(st.none(), st.lists(st.sampled_from(["english_phoneme", "german_chars"]), min_size=1)),
     name=st.text(st.characters(codec="utf-8", exclude_characters="/\\\x00"), min_size=1, max_size=10),
 )
-def test_any_record_gives_lhotses_cut_dict(extra, offset, duration, channels, rate, text, status, name):
+def test_any_record_gives_lhotses_cut_dict(
+    extra, offset, duration, channels, rate, text, status, lang, names, name
+):
     record = {
         **extra,
         "audio_filepath": f"d/{name}.flac",
@@ -139,6 +147,10 @@ def test_any_record_gives_lhotses_cut_dict(extra, offset, duration, channels, ra
     }
     if status is not None:
         record["validation_status"] = status
+    if lang is not None:
+        record["lang"] = lang
+    if names is not None:
+        record["tokenizer_names"] = names
     ours, theirs = cut_dict(record, "/root"), lhotse_cut(record, "/root").to_dict()
     assert ours == theirs
     assert cut_line(ours) == json.dumps(theirs, ensure_ascii=False) + "\n"  # key order too

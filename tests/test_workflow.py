@@ -1,6 +1,7 @@
 """The real snakemake CLI on the demo corpus (plus a dirty dataset) in a temp working directory."""
 
 import contextlib
+import gzip
 import json
 import os
 import re
@@ -150,6 +151,36 @@ def test_context_stage_in_the_workflow(two_datasets):
     assert dirty["rejected"].get("no_context_candidate") == 1  # speaker 12 has one utterance
 
 
+def test_text_stage_in_the_workflow(two_datasets):
+    """lang and tokenizer_names on every cut (NeMo's tokenizer for the dataset's language), NeMo's spoken
+    form as normalized_text, the grammars built once into the session's cache (outside results/)."""
+    work, _, _ = two_datasets
+    for ds, lang, names, source in (
+        ("demo", "en", ["english_phoneme"], "normalizer"),
+        ("dirty", "de", ["german_phoneme"], "text"),  # normalized_text: text (conftest)
+    ):
+        files = DatasetFiles(str(work / "results" / ds))
+        stats = json.loads(Path(files.text_stats).read_text())
+        prepared = json.loads(Path(files.prepare_stats).read_text())
+        assert (
+            stats["records_in"] == prepared["records_out"] == stats["records_out"] + stats["rejected_total"]
+        )
+        assert stats["normalized_text_source"] == {source: stats["records_out"]} and stats["languages"] == {
+            lang: stats["records_out"]
+        }
+        cut_files = sorted((Path(files.shar_dir) / "cuts").glob("*.jsonl.gz"))
+        cuts = [json.loads(line) for f in cut_files for line in gzip.decompress(f.read_bytes()).splitlines()]
+        assert cuts and all(
+            c["custom"]["lang"] == lang and c["custom"]["tokenizer_names"] == names for c in cuts
+        )
+        sources = {c["supervisions"][0]["custom"]["normalized_text_source"] for c in cuts}
+        assert sources == {source} and all(c["supervisions"][0]["language"] == lang for c in cuts)
+    normalizer = json.loads((work / layout.text_normalizer("en")).read_text())
+    assert normalizer["available"] and normalizer["folder"].startswith(os.environ["SHARFLOW_CACHE_DIR"])
+    assert not (work / layout.text_normalizer("de")).exists()  # dirty reads its text as it is
+    assert "spoken form" not in (work / "logs" / "text" / "demo.log").read_text()  # no symbols left
+
+
 def test_shar_stage_in_the_workflow(two_datasets):
     from lhotse import CutSet
 
@@ -268,7 +299,7 @@ def test_verify_and_report_in_the_workflow(two_datasets, tmp_path, chromium):
         str(work / "results" / "report"),
         browser=chromium,
     )
-    plots = {"durations", "buckets", "similarity", "load", "rejects", "quality", "quality_kept"}
+    plots = {"durations", "buckets", "similarity", "load", "rejects", "text", "quality", "quality_kept"}
     assert {k.rsplit("/", 1)[1].split(".")[0] for k in found} == plots | {"summary", "tables", "DATASET"}
     assert sum(k.endswith("DATASET.md") for k in found) == 2  # one card per dataset
     for key, info in found.items():
@@ -384,6 +415,8 @@ def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
         expected |= {
             files.prepared,
             files.prepare_stats,
+            files.text_records,
+            files.text_stats,
             files.quality_metrics,
             files.quality_metrics_stats,
             files.quality_kept,
@@ -414,6 +447,7 @@ def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
         expected |= {files.codes_job(c, key, layout.block_size(key), n) for c in codecs for key, n in jobs}
         folders += [
             files.prepare_rejected,
+            files.text_rejected,
             files.quality_rejected,
             files.context_rejected,
             files.shar_rejected,
@@ -421,7 +455,7 @@ def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
     expected |= {str(work / layout.codec_model(c)) for c in codecs} | {
         str(work / layout.codec_spec(c)) for c in codecs
     }
-    expected |= {str(work / layout.INPUT_CFG)}
+    expected |= {str(work / layout.INPUT_CFG), str(work / layout.text_normalizer("en"))}
     expected |= {
         str(work / layout.REPORT_DIR / name)
         for name in (
@@ -430,6 +464,7 @@ def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
             "similarity.png",
             "load.png",
             "rejects.png",
+            "text.png",
             "quality.png",
             "quality_kept.png",
             "quality.html",
@@ -484,11 +519,11 @@ def test_quality_measures_every_record_into_the_cuts_and_a_new_threshold_reruns_
     for ds in ("demo", "dirty"):
         files = DatasetFiles(str(work / "results" / ds))
         prepared = json.loads(Path(files.prepare_stats).read_text())
+        text = json.loads(Path(files.text_stats).read_text())
         quality = json.loads(Path(files.quality_stats).read_text())
         context = json.loads(Path(files.context_stats).read_text())
-        assert (
-            quality["records_in"] == prepared["records_out"] == len(read_jsonl(Path(files.quality_metrics)))
-        )
+        assert text["records_in"] == prepared["records_out"]
+        assert quality["records_in"] == text["records_out"] == len(read_jsonl(Path(files.quality_metrics)))
         assert quality["records_out"] + quality["rejected_total"] == quality["records_in"]
         assert context["records_in"] == quality["records_out"]
     files = DatasetFiles(str(work / "results" / "demo"))

@@ -198,9 +198,9 @@ def run_quality_filter(tmp, prepared, metrics, stats, action, filters):
     """sharflow.quality.filter.filter_quality into tmp/<action>: (summary, kept records, rejected dir)."""
     out = tmp / action
     summary = filter_quality(
-        prepared=str(prepared),
+        records=str(prepared),
         metrics=str(metrics),
-        prepare_stats=str(stats),
+        records_stats=str(stats),
         kept=str(out / "kept.jsonl"),
         rejected_dir=str(out / "rejected"),
         stats=str(out / "stats.json"),

@@ -5,9 +5,9 @@ from sharflow.quality.filter import filter_quality
 
 with job_log(snakemake.log[0]):
     filter_quality(
-        prepared=snakemake.input.prepared,
+        records=snakemake.input.records,
         metrics=snakemake.input.metrics,
-        prepare_stats=snakemake.input.prepare_stats,
+        records_stats=snakemake.input.records_stats,
         kept=snakemake.output.kept,
         rejected_dir=snakemake.output.rejected,
         stats=snakemake.output.stats,

@@ -7,7 +7,7 @@ with job_log(snakemake.log[0]):
     merge_quality(
         part_metrics=list(snakemake.input.metrics),
         part_stats=list(snakemake.input.stats),
-        prepare_stats=snakemake.input.prepare_stats,
+        records_stats=snakemake.input.records_stats,
         metrics=snakemake.output.metrics,
         stats=snakemake.output.stats,
     )

@@ -10,7 +10,7 @@ if __name__ == "__main__":
         out = QualityPartFiles.of(snakemake.output)
         run_quality_part(
             int(snakemake.wildcards.part),
-            prepared=snakemake.input.prepared,
+            records=snakemake.input.records,
             parts=snakemake.params.parts,
             out_metrics=out.metrics,
             out_stats=out.stats,

@@ -2,6 +2,7 @@
 
 results/<dataset>/
     prepare/{prepared.jsonl, rejected/, stats.json}
+    text/{records.jsonl, rejected/, stats.json}
     quality/{parts/part-NNNN.*, metrics.jsonl, kept.jsonl, rejected/, stats.json}
     splits/{records.jsonl, rejected/, stats.json}     with splits configured (docs: splits)
     context/{plan.json, parts/part-NNNN.*, with_context.jsonl, rejected/, stats.json}
@@ -19,6 +20,7 @@ results/<dataset>/
     <split>/...       with splits: each held-out split's Shar set, as above from shard_plan.json
                       to verify.json; a test split's evaluation/ too
 results/models/<codec>.{nemo, json}   results/input_cfg.yaml   results/report/
+results/text_normalizers/<language>.json   the normalizer's grammars for a language (in the cache)
 
 `DatasetFiles("results/{dataset}")` gives the rules their patterns ("{shard}" stays a wildcard);
 `DatasetFiles("results/demo")` and an int shard give one job's files. Jobs after the shard jobs
@@ -270,6 +272,18 @@ class DatasetFiles:
     def prepare_stats(self) -> str:
         return self._path("prepare", "stats.json")
 
+    @property
+    def text_records(self) -> str:
+        return self._path("text", "records.jsonl")
+
+    @property
+    def text_rejected(self) -> str:
+        return self._path("text", "rejected")
+
+    @property
+    def text_stats(self) -> str:
+        return self._path("text", "stats.json")
+
     def quality_part(self, part: int | str) -> QualityPartFiles:
         prefix = self._path("quality", "parts", f"part-{part_key(part)}")
         return QualityPartFiles(f"{prefix}.jsonl", prefix + STATS_SUFFIX)
@@ -464,6 +478,11 @@ ASR_MODEL = f"{RESULTS}/models/asr/random.nemo"  # where the workflow builds qua
 
 def codec_spec(codec: str) -> str:
     return f"{RESULTS}/models/{codec}.json"
+
+
+def text_normalizer(language: str) -> str:
+    """What the text_normalizer job of a language writes: where its grammars are in the cache."""
+    return f"{RESULTS}/text_normalizers/{language}.json"
 
 
 INPUT_CFG = f"{RESULTS}/input_cfg.yaml"

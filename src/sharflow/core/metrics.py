@@ -1,7 +1,8 @@
 """The metric registry: every per-utterance quality metric, named once.
 
 The quality stage measures MEASURED on every record (sharflow.quality.metrics) and ASR_METRICS with
-the ASR check; quality.filters may name any of FILTERABLE (the schema's list is filled from it,
+the ASR check; the text stage measures TEXT_METRICS (sharflow.text), which the quality stage passes
+on with its own; quality.filters may name any of FILTERABLE (the schema's list is filled from it,
 sharflow.core.config); the catalog has a float32 column for each of CATALOG_METRICS; the report
 draws one panel per metric with the threshold sides of SIDES; the docs' metrics table is generated
 from METRICS (sharflow.report.reference).
@@ -20,6 +21,8 @@ class Metric:
     how: str
     sides: tuple[str, ...]
     asr: bool = False  # measured only by the ASR check (quality.asr)
+    text: bool = False  # measured by the text stage, from the record's text
+    null_passes: bool = False  # a null (not measurable here) passes a threshold instead of failing it
 
 
 _DNSMOS = (
@@ -70,6 +73,16 @@ METRICS: tuple[Metric, ...] = (
         ("min", "max"),
     ),
     Metric(
+        "tokenizer_dropped_chars",
+        "symbols of `normalized_text` the cut's tokenizers skip (the most any one of them skips); 0: the "
+        "model reads all of it",
+        "NeMo's own tokenizers of `training.tokenizer`, built as MagpieTTS builds them, their skip warnings "
+        "counted; null (passes any threshold) where none of the cut's `tokenizer_names` can be built here",
+        ("max",),
+        text=True,
+        null_passes=True,
+    ),
+    Metric(
         "cer",
         "character error rate of the ASR transcript against the record's text",
         "jiwer, after one text normalization (docs: quality); null when the text normalizes to nothing",
@@ -85,10 +98,12 @@ METRICS: tuple[Metric, ...] = (
     ),
 )
 
-MEASURED: tuple[str, ...] = tuple(m.name for m in METRICS if not m.asr)  # every record, always
+MEASURED: tuple[str, ...] = tuple(m.name for m in METRICS if not (m.asr or m.text))  # every record's audio
+TEXT_METRICS: tuple[str, ...] = tuple(m.name for m in METRICS if m.text)  # every record's text
 ASR_METRICS: tuple[str, ...] = tuple(m.name for m in METRICS if m.asr)  # with the ASR check
-FILTERABLE: tuple[str, ...] = MEASURED + ASR_METRICS  # what quality.filters may name
+FILTERABLE: tuple[str, ...] = MEASURED + TEXT_METRICS + ASR_METRICS  # what quality.filters may name
 # The catalog's metric columns, in its published order: cer and wer first (a manifest may bring them
 # without the quality stage), then the measured ones.
-CATALOG_METRICS: tuple[str, ...] = ASR_METRICS + MEASURED
+CATALOG_METRICS: tuple[str, ...] = ASR_METRICS + MEASURED + TEXT_METRICS
+NULL_PASSES: frozenset[str] = frozenset(m.name for m in METRICS if m.null_passes)
 SIDES: dict[str, tuple[str, ...]] = {m.name: m.sides for m in METRICS}

@@ -5,9 +5,10 @@ durations; a bucket closes once its total exceeds total / num_buckets), optional
 per cut so that several datasets can be mixed by their sampling weights. 2D: each duration bucket
 split into sub-buckets of equal total tokens, giving [max_duration, max_tokens] pairs, plus the
 largest tokens-per-second of each bin after dropping outliers above a z-score. Tokens are the
-catalog's `tokens` (counted with training.tokenizer) when it has them, else characters of the
-normalized text (or text). The same lengths can be read from the Shar cuts files
-(read_cut_lengths), which gives the same bins, many times slower (benchmarks/bench_buckets.py).
+catalog's `tokens` (counted with training.tokenizer) when it has them, else characters of what the
+model reads: normalized_text wherever the cut has the key (even empty: NeMo's rule), else text. The
+same lengths can be read from the Shar cuts files (read_cut_lengths), which gives the same bins,
+many times slower (benchmarks/bench_buckets.py).
 """
 
 import gzip
@@ -21,13 +22,16 @@ from sharflow.core.atomic import atomic_file
 
 
 def iter_cut_lengths(cut_files: list[str]) -> Iterator[tuple[float, int]]:
-    """(duration in seconds, characters of the normalized text or text) of every cut, streamed."""
+    """(duration in seconds, characters of what the model reads) of every cut, streamed: the
+    supervision's normalized_text wherever it has the key, else its text (MagpieTTS's rule)."""
     for path in cut_files:
         with gzip.open(path, "rt", encoding="utf-8") as f:
             for line in f:
                 cut = json.loads(line)
                 sup = cut["supervisions"][0] if cut.get("supervisions") else {}
-                text = (sup.get("custom") or {}).get("normalized_text") or sup.get("text") or ""
+                custom = sup.get("custom") or {}
+                text = custom["normalized_text"] if "normalized_text" in custom else sup.get("text")
+                text = text or ""
                 yield cut["duration"], len(text)
 
 
@@ -56,10 +60,10 @@ def read_catalog_lengths(catalog: str) -> tuple[np.ndarray, np.ndarray, str]:
         d = batch.column(0).to_numpy()
         if tokens:
             length = batch.column(1).to_numpy()
-        else:  # characters of normalized_text when it is there and not empty, else of text
+        else:  # characters of normalized_text wherever the cut has one (even empty), else of text
             # (nulls read as NaN; arrow's fill_null would start its compute kernels, ~0.4 s)
-            normalized = np.nan_to_num(batch.column(2).to_numpy(zero_copy_only=False), nan=0.0)
-            length = np.where(normalized > 0, normalized, batch.column(1).to_numpy())
+            normalized = batch.column(2).to_numpy(zero_copy_only=False).astype(np.float64)
+            length = np.where(np.isnan(normalized), batch.column(1).to_numpy(), normalized)
         parts_d.append(d)
         parts_l.append(np.asarray(length, dtype=np.float64))
     durations = np.concatenate(parts_d) if parts_d else np.empty(0)

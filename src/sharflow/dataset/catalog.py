@@ -57,9 +57,13 @@ FRAGMENT_SCHEMA = pa.schema(
         *((m, pa.float32()) for m in CATALOG_METRICS),
         ("validation_status", STRING),
         ("asr_text", pa.string()),
+        ("tokenizer_names", STRING),
+        ("normalized_text_source", STRING),
     ]
 )
-OPTIONAL_COLUMNS = (*CATALOG_METRICS, "validation_status", "asr_text")  # dropped when null in every row
+TEXT_COLUMNS = ("tokenizer_names", "normalized_text_source")  # the text stage's (sharflow.text)
+# dropped when null in every row
+OPTIONAL_COLUMNS = (*CATALOG_METRICS, "validation_status", "asr_text", *TEXT_COLUMNS)
 ROW_GROUP_ROWS = 65536
 # What each column holds (the docs' catalog table is generated from this; <codec>: each codec's name).
 COLUMN_DOCS: dict[str, str] = {
@@ -69,7 +73,7 @@ COLUMN_DOCS: dict[str, str] = {
     "split": "train, dev_seen, dev_unseen, test_seen or test_unseen (shard and position are in that "
     "split's Shar)",
     "speaker": "the standardized speaker, in NeMo's form (Language, Dataset and Speaker between bars)",
-    "language": "the supervision's language",
+    "language": "the cut's `lang` (the language MagpieTTS reads the cut in), also the supervision's",
     "source_file": "the source audio, relative to the dataset's audio root",
     "offset": "where the utterance starts in the source file (s)",
     "duration": "the utterance's duration (s)",
@@ -87,6 +91,9 @@ COLUMN_DOCS: dict[str, str] = {
     **{m.name: f"{m.what} (when measured, or carried by the manifest)" for m in METRICS},
     "validation_status": "`pass` or `fail` (quality.action: mark; NeMo's dataloader filters on it)",
     "asr_text": "the ASR check's transcript",
+    "tokenizer_names": "the cut's `tokenizer_names` (MagpieTTS picks one per step), comma-separated",
+    "normalized_text_source": "where `normalized_text` came from: manifest, normalizer (NeMo's text "
+    "normalizer) or text (read as it is)",
     "tokens": "text tokens as MagpieTTS counts them (with training.tokenizer)",
     "frames_<codec>": "code frames of the target audio for that codec",
     "context_frames_<codec>": "code frames of the context audio for that codec",
@@ -138,6 +145,10 @@ def catalog_row(
     row["validation_status"] = status if isinstance(status, str) else None
     asr_text = record.get("asr_text")
     row["asr_text"] = asr_text if isinstance(asr_text, str) else None
+    names = record.get("tokenizer_names")
+    row["tokenizer_names"] = ",".join(names) if isinstance(names, list) else None
+    source = record.get("normalized_text_source")
+    row["normalized_text_source"] = source if isinstance(source, str) else None
     return row
 
 

@@ -1,4 +1,4 @@
-"""Stage 1b, quality: measure every prepared record, then keep, drop or mark it by thresholds.
+"""Stage 1b, quality: measure every record (the text stage's), then keep, drop or mark it by thresholds.
 
 quality_part jobs measure (DNSMOS, Silero VAD, signal measures, the optional ASR check) on the
 job's ranks and cache the metrics; quality_merge joins the parts; quality_filter applies

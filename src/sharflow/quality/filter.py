@@ -1,14 +1,15 @@
 """The quality stage's filter: apply the thresholds to the measured metrics (cheap; reruns alone).
 
-Reads prepared.jsonl and metrics.jsonl in step (one metrics line per prepared line) and writes
-every record with its metrics added. A threshold `{min: x}` keeps values >= x, `{max: y}` values
-<= y (the threshold value itself passes); a metric that could not be measured (null) fails any
-threshold on it. With action `drop`, a failing record is rejected with reason
-`quality_<metric>` (its first failing filter in config order; the detail names every failure);
-with `mark`, it is kept with `validation_status: fail` (others get `pass`), which NeMo's
-dataloader filters on, and the context stage never picks it as anyone's context. A record whose
-audio could not be decoded is rejected as `unreadable_audio`. A manifest's own value of a
-measured field is kept as `manifest_<field>`, never overwritten silently.
+Reads the text stage's records and metrics.jsonl in step (one metrics line per record) and writes
+every record with its metrics added. A threshold `{min: x}` keeps values >= x, `{max: y}` values <=
+y (the threshold value itself passes); a metric that could not be measured (null) fails any
+threshold on it, except one whose null passes (tokenizer_dropped_chars: a tokenizer that cannot be
+built here). With action `drop`, a failing record is rejected with reason `quality_<metric>` (its
+first failing filter in config order; the detail names every failure); with `mark`, it is kept with
+`validation_status: fail` (others get `pass`), which NeMo's dataloader filters on, and the context
+stage never picks it as anyone's context. A record whose audio could not be decoded is rejected as
+`unreadable_audio`. A manifest's own value of a measured field is kept as `manifest_<field>`, never
+overwritten silently.
 """
 
 import json
@@ -19,7 +20,7 @@ from itertools import zip_longest
 from sharflow.core.atomic import atomic_dir, atomic_file, read_json, write_json
 from sharflow.core.errors import SharflowError
 from sharflow.core.ledger import Ledger, RejectWriter, reject_row
-from sharflow.core.metrics import FILTERABLE, MEASURED
+from sharflow.core.metrics import FILTERABLE, MEASURED, NULL_PASSES
 from sharflow.quality.text import ASR_FIELDS
 
 log = logging.getLogger(__name__)
@@ -36,6 +37,8 @@ def failures(metrics: dict, filters: dict) -> list[tuple[str, str]]:
     out = []
     for metric, bounds in filters.items():
         value = metrics.get(metric)
+        if value is None and metric in NULL_PASSES:
+            continue
         if value is None:
             out.append((metric, f"{metric} not measurable (null); thresholds {bounds}"))
             continue
@@ -67,17 +70,17 @@ def _check_measured(filters: dict, measured: dict, path: str) -> None:
             )
 
 
-def in_step(prepared: str, metrics: str):
-    """(line, raw prepared line, its metrics) of every record, the two files read in step.
+def in_step(records: str, metrics: str):
+    """(line, raw record line, its metrics) of every record, the two files read in step.
 
-    Refuses files out of step (a metrics file left from other prepared records) naming the line.
+    Refuses files out of step (a metrics file left from other records) naming the line.
     """
-    with open(prepared, encoding="utf-8") as records, open(metrics, encoding="utf-8") as measured:
-        for line, (raw, mline) in enumerate(zip_longest(records, measured), start=1):
+    with open(records, encoding="utf-8") as lines, open(metrics, encoding="utf-8") as measured:
+        for line, (raw, mline) in enumerate(zip_longest(lines, measured), start=1):
             m = None if mline is None else json.loads(mline)
             if raw is None or m is None or m["line"] != line:
                 raise SharflowError(
-                    f"{metrics} does not match {prepared} at line {line}: rerun with --forcerun quality_part"
+                    f"{metrics} does not match {records} at line {line}: rerun with --forcerun quality_part"
                 )
             yield line, raw, m
 
@@ -98,9 +101,9 @@ def with_metrics(record: dict, metrics: dict) -> dict:
 
 def filter_quality(
     *,
-    prepared: str,
+    records: str,
     metrics: str,
-    prepare_stats: str,
+    records_stats: str,
     kept: str,
     rejected_dir: str,
     stats: str,
@@ -112,7 +115,7 @@ def filter_quality(
     check_filters(filters)
     if action not in ACTIONS:
         raise SharflowError(f"quality.action must be one of {ACTIONS}, got {action!r}")
-    records_in = read_json(prepare_stats)["records_out"]
+    records_in = read_json(records_stats)["records_out"]
     failing: Counter = Counter()
     marked = 0
     with (
@@ -121,7 +124,7 @@ def filter_quality(
         RejectWriter(rej_dir) as rejects,
     ):
         ledger = Ledger("quality", dataset, rejects)
-        for line, raw, m in in_step(prepared, metrics):
+        for line, raw, m in in_step(records, metrics):
             record, fails, reason, detail = _judge(json.loads(raw), m, filters, action, metrics)
             failing.update(metric for metric, _ in fails)
             if reason:

@@ -1,7 +1,7 @@
-"""The quality stage's merge: the parts' metrics, in prepared line order, into one file.
+"""The quality stage's merge: the parts' metrics, in record line order, into one file.
 
-Every prepared record must be measured exactly once: the merge checks the parts' lines run 1, 2, ...
-with nothing missing or repeated, and that they number what prepare kept.
+Every record must be measured exactly once: the merge checks the parts' lines run 1, 2, ...
+with nothing missing or repeated, and that they number what the text stage kept.
 """
 
 import json
@@ -15,15 +15,15 @@ log = logging.getLogger(__name__)
 
 
 def merge_quality(
-    *, part_metrics: list[str], part_stats: list[str], prepare_stats: str, metrics: str, stats: str
+    *, part_metrics: list[str], part_stats: list[str], records_stats: str, metrics: str, stats: str
 ) -> dict:
     """The parts' metrics into `metrics`, checked line by line; the parts' stats summed into `stats`."""
-    expected = read_json(prepare_stats)["records_out"]
+    expected = read_json(records_stats)["records_out"]
     with atomic_file(metrics, "w", encoding="utf-8") as out:
         line = _copy_in_line_order(part_metrics, out)
     if line != expected:
         raise SharflowError(
-            f"the quality parts hold {line} records but prepare kept {expected}: "
+            f"the quality parts hold {line} records but the text stage kept {expected}: "
             "rerun with --forcerun quality_part"
         )
     parts = [read_json(p) for p in part_stats]
@@ -54,7 +54,7 @@ def _copy_in_line_order(part_metrics: list[str], out) -> int:
                 line += 1
                 if json.loads(text)["line"] != line:
                     raise SharflowError(
-                        f"{path}: expected prepared line {line}, found {text[:60]!r}; the quality parts "
+                        f"{path}: expected record line {line}, found {text[:60]!r}; the quality parts "
                         "are out of date: rerun with --forcerun quality_part"
                     )
                 out.write(text)

@@ -1,14 +1,14 @@
-"""The quality stage's measuring jobs: metrics of every prepared record, cached per part.
+"""The quality stage's measuring jobs: metrics of every record, cached per part.
 
-Each part takes a contiguous run of prepared lines holding an equal share of the audio seconds
-(decided from the prepared file alone, so no plan job is needed); inside a part, records are
-bin-packed onto the job's ranks by seconds (sharflow.core.ranks.rank_job). Each rank reads a record
-one ahead of measuring it (sharflow.core.audio.load_span: the samples the shard stores), measures it
-(sharflow.quality.metrics) and writes one line per record, in line order; a record whose audio
-cannot be decoded gets an `error` instead of metrics (the filter rejects it). With the ASR check
-(quality.asr), a rank also transcribes its records in batches of about `batch_seconds` of audio
-(sharflow.models.asr) and adds asr_text, cer and wer. Metrics depend only on the record, so any
-number of parts and ranks gives the same bytes.
+Each part takes a contiguous run of record lines (the text stage's records) holding an equal share
+of the audio seconds (decided from the records file alone, so no plan job is needed); inside a part,
+records are bin-packed onto the job's ranks by seconds (sharflow.core.ranks.rank_job). Each rank
+reads a record one ahead of measuring it (sharflow.core.audio.load_span: the samples the shard
+stores), measures it (sharflow.quality.metrics) and writes one line per record, in line order; a
+record whose audio cannot be decoded gets an `error` instead of metrics (the filter rejects it).
+With the ASR check (quality.asr), a rank also transcribes its records in batches of about
+`batch_seconds` of audio (sharflow.models.asr) and adds asr_text, cer and wer. Metrics depend only
+on the record, so any number of parts and ranks gives the same bytes.
 """
 
 import json
@@ -22,6 +22,7 @@ from tqdm import tqdm
 from sharflow.core.atomic import atomic_file, write_json
 from sharflow.core.audio import load_span, resample, resolve_audio_path
 from sharflow.core.jsonl import merge_by_line, numbered_lines
+from sharflow.core.metrics import TEXT_METRICS
 from sharflow.core.parallel import ahead
 from sharflow.core.ranks import Rank, rank_job
 from sharflow.quality.metrics import MODEL_RATE
@@ -54,11 +55,16 @@ def part_of(start_seconds: float, total_seconds: float, parts: int) -> int:
     return min(parts - 1, int(parts * start_seconds / total_seconds))
 
 
-def part_records(prepared: str, part: int, parts: int) -> list[tuple[int, int, float]]:
+def text_metrics(record: dict) -> dict:
+    """The text stage's metrics of a record, passed on with the audio's (None where it has none)."""
+    return {name: record.get(name) for name in TEXT_METRICS}
+
+
+def part_records(records: str, part: int, parts: int) -> list[tuple[int, int, float]]:
     """(line, byte offset, duration) of the records of one part, in line order."""
-    total = sum(json.loads(raw)["duration"] for _, _, raw in numbered_lines(prepared))
+    total = sum(json.loads(raw)["duration"] for _, _, raw in numbered_lines(records))
     mine, start = [], 0.0
-    for line, offset, raw in numbered_lines(prepared):
+    for line, offset, raw in numbered_lines(records):
         duration = json.loads(raw)["duration"]
         if part_of(start, total, parts) == part:
             mine.append((line, offset, duration))
@@ -69,7 +75,7 @@ def part_records(prepared: str, part: int, parts: int) -> list[tuple[int, int, f
 def run_quality_part(
     part: int,
     *,
-    prepared: str,
+    records: str,
     parts: int,
     out_metrics: str,
     out_stats: str,
@@ -79,14 +85,14 @@ def run_quality_part(
     gpus: int = 0,
 ) -> dict:
     """Measure the records of one part on as many ranks as devices/workers allow."""
-    records = part_records(prepared, part, parts)
-    costs = {line: duration for line, _, duration in records}
-    offsets = {line: offset for line, offset, _ in records}
+    mine = part_records(records, part, parts)
+    costs = {line: duration for line, _, duration in mine}
+    offsets = {line: offset for line, offset, _ in mine}
     what = f"quality part {part}"
     with rank_job(what, device=device, workers=workers, gpus=gpus, scratch_beside=out_metrics) as job:
-        log.info("quality part %d of %d: %d records on ranks %s", part, parts, len(records), job.devices)
+        log.info("quality part %d of %d: %d records on ranks %s", part, parts, len(mine), job.devices)
         ranks = job.run(
-            measure_records, costs, unit=lambda line: (line, offsets[line]), args=(prepared, settings)
+            measure_records, costs, unit=lambda line: (line, offsets[line]), args=(records, settings)
         )
         with atomic_file(out_metrics, "w", encoding="utf-8") as out:
             out.writelines(merge_by_line([r.rank.file(".jsonl") for r in ranks]))
@@ -94,7 +100,7 @@ def run_quality_part(
     stats = {
         "part": part,
         "parts": parts,
-        "records": len(records),
+        "records": len(mine),
         "unreadable": sum(s["unreadable"] for s in rank_stats),
         "audio_seconds": round(sum(s["audio_seconds"] for s in rank_stats), 3),
         "seconds": max((s["seconds"] for s in rank_stats), default=0.0),
@@ -146,7 +152,7 @@ class _Pending:
 
 
 def measure_records(
-    rank: Rank, lines: list[tuple[int, int]], prepared: str, settings: MeasureSettings
+    rank: Rank, lines: list[tuple[int, int]], records: str, settings: MeasureSettings
 ) -> dict:
     """One rank: measure its records (line, byte offset); write {"line", metrics... | error} in line
     order to its scratch file `.jsonl`.
@@ -166,7 +172,7 @@ def measure_records(
         )
     unreadable, seconds = 0, 0.0
     with (
-        open(prepared, "rb") as src,
+        open(records, "rb") as src,
         open(rank.file(".jsonl"), "w", encoding="utf-8") as out,
         tqdm(
             total=len(lines), desc=f"quality rank {rank.index} ({rank.device})", unit="utt", mininterval=5
@@ -183,7 +189,7 @@ def measure_records(
                 continue
             audio, rate, audio_16k = loaded
             seconds += len(audio) / rate
-            entry = {"line": line, **measure(meters, record, audio, rate, audio_16k)}
+            entry = {"line": line, **measure(meters, record, audio, rate, audio_16k), **text_metrics(record)}
             pending.add(entry, record, _asr_wave(transcriber, audio, rate, audio_16k), len(audio) / rate)
         pending.flush()
     return {

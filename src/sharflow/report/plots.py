@@ -77,6 +77,7 @@ def plot_rejects(datasets: list[DatasetStats], path: str) -> None:
             labels = [f"{stage}: {reason}" for stage, reason in rejected]
             colors = {
                 "prepare": "tab:orange",
+                "text": "tab:cyan",
                 "quality": "tab:olive",
                 "context": "tab:purple",
                 "shar": "tab:brown",
@@ -188,4 +189,32 @@ def plot_quality_kept(views: list[QualityView], path: str) -> None:
         ax.set_ylabel("hours kept", fontsize=8)
         ax.tick_params(labelsize=7)
         ax.legend(fontsize=7, loc="lower left")
+    _save(fig, path)
+
+
+def plot_text(datasets: list[DatasetStats], path: str) -> None:
+    """Per dataset: where normalized_text came from, and the symbols the cuts' tokenizers skip most."""
+    fig, axes = _grid(len(datasets), 2, 11, 3.2)
+    for (left, right), ds in zip(axes, datasets, strict=True):
+        t = ds.text
+        sources = t["normalized_text_source"]
+        left.barh(list(sources), list(sources.values()), color="tab:cyan")
+        for y, n in enumerate(sources.values()):
+            left.text(n, y, f" {n}", va="center")
+        left.set_xlabel("records")
+        left.set_title(f"{ds.name}: normalized_text from ({t['symbols_left']} with symbols left)", fontsize=9)
+        dropped, cov = t["dropped_symbols"], t["coverage"]
+        title = (
+            f"{ds.name}: {cov['records_dropping']} records lose {cov['symbols_dropped']} symbols to the "
+            f"tokenizer ({cov['unmeasured']} not measured)"
+        )
+        if dropped:
+            labels = [repr(s) for s in list(dropped)[:15]]
+            right.barh(labels, list(dropped.values())[:15], color="tab:red")
+            right.invert_yaxis()
+            right.set_xlabel("times skipped")
+        else:
+            right.text(0.5, 0.5, "nothing skipped", ha="center", va="center", fontsize=12)
+            right.set_axis_off()
+        right.set_title(title, fontsize=9)
     _save(fig, path)

@@ -1,6 +1,6 @@
 """What the quality thresholds cost: metric histograms, hours kept vs threshold, hours removed per filter.
 
-Streams a dataset's prepared records and their metrics in step (one line each, as the filter
+Streams a dataset's records (the text stage's) and their metrics in step (one line each, as the filter
 reads them) twice: once for each metric's range, once for fixed-bin histograms of audio seconds,
 so memory does not grow with the dataset. The table of hours removed is exact (every record
 checked against the filters the quality_filter job used, taken from its stats); the curves are
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from sharflow.core.metrics import FILTERABLE, MEASURED
+from sharflow.core.metrics import FILTERABLE, MEASURED, TEXT_METRICS
 from sharflow.quality.filter import failures, in_step
 
 BINS = 60
@@ -49,23 +49,23 @@ class QualityView:
     removed: list[dict] = field(default_factory=list)
 
 
-def _measured(prepared: str, metrics: str):
+def _measured(records: str, metrics: str):
     """(duration, metrics or None when the audio was unreadable) of every record."""
-    for _, raw, m in in_step(prepared, metrics):
+    for _, raw, m in in_step(records, metrics):
         yield json.loads(raw)["duration"], (None if "error" in m else m)
 
 
-def quality_view(dataset: str, prepared: str, metrics: str, stats: dict, bins: int = BINS) -> QualityView:
+def quality_view(dataset: str, records: str, metrics: str, stats: dict, bins: int = BINS) -> QualityView:
     """Histograms of every metric and the hours each filter (alone, and all together) removes."""
     filters, lo, hi, asr = stats["filters"], {}, {}, False
-    for _, m in _measured(prepared, metrics):
+    for _, m in _measured(records, metrics):
         asr = asr or bool(m and "cer" in m)
         for name in FILTERABLE if m else ():
             if m.get(name) is not None:
                 lo[name] = min(lo.get(name, m[name]), m[name])
                 hi[name] = max(hi.get(name, m[name]), m[name])
     hists = {}
-    for name in FILTERABLE if asr else MEASURED:
+    for name in FILTERABLE if asr else MEASURED + TEXT_METRICS:
         a, b = lo.get(name, 0.0), hi.get(name, 1.0)
         edges = np.linspace(a, b if b > a else a + 1.0, bins + 1)
         hists[name] = MetricHistogram(edges, np.zeros(bins))
@@ -73,7 +73,7 @@ def quality_view(dataset: str, prepared: str, metrics: str, stats: dict, bins: i
     fail_alone_n = dict.fromkeys(filters, 0)
     fail_any = measured = unreadable = 0.0
     fail_any_n = unreadable_n = 0
-    for duration, m in _measured(prepared, metrics):
+    for duration, m in _measured(records, metrics):
         if m is None:
             unreadable += duration
             unreadable_n += 1

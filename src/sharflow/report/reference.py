@@ -88,9 +88,11 @@ def reasons_page() -> str:
     from sharflow.quality.filter import REASONS as QUALITY
     from sharflow.shar.shard import REASONS as SHAR
     from sharflow.splits.stage import REASONS as SPLITS
+    from sharflow.text.fields import REASONS as TEXT
 
     stages = (
         ("prepare", "results/<dataset>/prepare/rejected/<reason>.jsonl", PREPARE),
+        ("text", "results/<dataset>/text/rejected/<reason>.jsonl", TEXT),
         ("quality", "results/<dataset>/quality/rejected/<reason>.jsonl", QUALITY),
         ("splits", "results/<dataset>/splits/rejected/<reason>.jsonl", SPLITS),
         ("context", "results/<dataset>/context/rejected/<reason>.jsonl", CONTEXT),
@@ -118,7 +120,11 @@ def metrics_page() -> str:
             f"`{m.name}`",
             m.what,
             m.how or "",
-            "with the ASR check" if m.asr else "every record",
+            "with the ASR check"
+            if m.asr
+            else "every record's text (text stage)"
+            if m.text
+            else "every record",
             ", ".join(m.sides),
         )
         for m in METRICS

@@ -19,6 +19,7 @@ from sharflow.report.plots import (
     plot_quality_kept,
     plot_rejects,
     plot_similarity,
+    plot_text,
 )
 from sharflow.report.quality_costs import quality_view
 from sharflow.report.stats import duration_histogram, load_dataset, summary_rows
@@ -35,11 +36,10 @@ def write_report(datasets: dict[str, dict], out_dir: str, *, min_similarity: flo
     plot_durations(loaded, histograms, str(out / "durations.png"))
     plot_similarity(loaded, min_similarity, str(out / "similarity.png"))
     plot_rejects(loaded, str(out / "rejects.png"))
+    plot_text(loaded, str(out / "text.png"))
     plot_load(loaded, str(out / "load.png"))
     plot_buckets(loaded, histograms, str(out / "buckets.png"))
-    views = [
-        quality_view(ds.name, ds.prepared, ds.quality_metrics, ds.quality) for ds in loaded if ds.quality
-    ]
+    views = [quality_view(ds.name, ds.records, ds.quality_metrics, ds.quality) for ds in loaded if ds.quality]
     plot_quality(views, str(out / "quality.png"))
     plot_quality_kept(views, str(out / "quality_kept.png"))
     write_quality_table(views, str(out / "quality.html"), str(out / "quality.tsv"))

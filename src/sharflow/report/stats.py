@@ -19,6 +19,7 @@ class DatasetStats:
 
     name: str
     prepare: dict
+    text: dict
     context: dict
     shar: dict
     codes: dict[str, dict]
@@ -26,21 +27,22 @@ class DatasetStats:
     verify: dict
     catalog: str = ""
     quality: dict | None = None  # the quality filter's stats; None when the stage is off
-    prepared: str = ""
+    records: str = ""  # the text stage's records (what the quality metrics are measured on)
     quality_metrics: str = ""
 
 
 def load_dataset(name: str, files: dict) -> DatasetStats:
-    """`files`: prepare, context, shar, verify (json), buckets (yaml), codes {codec: json}, catalog;
-    with the quality stage on, also quality (the filter's stats), prepared and quality_metrics."""
+    """`files`: prepare, text, context, shar, verify (json), buckets (yaml), codes {codec: json},
+    catalog; with the quality stage on, also quality (the filter's stats), records and quality_metrics."""
     with open(files["buckets"], encoding="utf-8") as f:
         buckets = yaml.safe_load(f)
     return DatasetStats(
         name=name,
         quality=read_json(files["quality"]) if files.get("quality") else None,
-        prepared=files.get("prepared", ""),
+        records=files.get("records", ""),
         quality_metrics=files.get("quality_metrics", ""),
         prepare=read_json(files["prepare"]),
+        text=read_json(files["text"]),
         context=read_json(files["context"]),
         shar=read_json(files["shar"]),
         codes={codec: read_json(path) for codec, path in sorted(files["codes"].items())},
@@ -52,7 +54,7 @@ def load_dataset(name: str, files: dict) -> DatasetStats:
 
 def summary_rows(ds: DatasetStats) -> list[dict]:
     """Records and hours into and out of every stage (codes: target + context audio encoded)."""
-    p, q, c, s, v = ds.prepare, ds.quality, ds.context, ds.shar, ds.verify
+    p, t, q, c, s, v = ds.prepare, ds.text, ds.quality, ds.context, ds.shar, ds.verify
 
     def counted(stage: str, stats: dict, hours_in: float) -> tuple:
         return (
@@ -64,13 +66,13 @@ def summary_rows(ds: DatasetStats) -> list[dict]:
             stats["hours_out"],
         )
 
-    rows = [counted("prepare", p, p["hours_in"])]
+    rows = [counted("prepare", p, p["hours_in"]), counted("text", t, t["hours_in"])]
     if q:
         rows.append(counted("quality", q, q["hours_in"]))
     # with splits, the dataset's Shar is train: its hours in are the context stage's train hours
     shar_in = c["splits"]["train"]["hours_out"] if "splits" in c else c["hours_out"]
     rows += [
-        counted("context", c, (q or p)["hours_out"]),
+        counted("context", c, (q or t)["hours_out"]),
         ("shar", s["records_in"], s["cuts"], s["rejected_total"], shar_in, s["hours"]),
     ]
     for codec, k in ds.codes.items():
@@ -90,7 +92,13 @@ def summary_rows(ds: DatasetStats) -> list[dict]:
 
 def rejected_by_reason(ds: DatasetStats) -> dict[tuple[str, str], int]:
     out = {}
-    stages = (("prepare", ds.prepare), ("quality", ds.quality), ("context", ds.context), ("shar", ds.shar))
+    stages = (
+        ("prepare", ds.prepare),
+        ("text", ds.text),
+        ("quality", ds.quality),
+        ("context", ds.context),
+        ("shar", ds.shar),
+    )
     for stage, stats in stages:
         for reason, n in sorted(stats["rejected"].items()) if stats else ():
             out[(stage, reason)] = n

@@ -20,8 +20,10 @@ from sharflow.core.audio import resolve_audio_path
 from sharflow.core.speakers import parse_speaker
 from sharflow.shar.plan import cut_id, recording_id
 
-# Manifest keys the cut holds in its own fields (validation_status in cut.custom, where NeMo reads it);
-# every other key goes to supervision.custom.
+# Record keys NeMo's MagpieTTS dataset reads from the cut's own custom (cut.has_custom looks there only):
+# the language, the tokenizers to pick from, and the quality mark its dataloader filters on.
+CUT_CUSTOM_KEYS = ("lang", "tokenizer_names", "validation_status")
+# Record keys the cut holds in its own fields or custom; every other key goes to supervision.custom.
 CUT_KEYS = frozenset(
     {
         "audio_filepath",
@@ -31,7 +33,7 @@ CUT_KEYS = frozenset(
         "duration",
         "speaker",
         "source_audio",
-        "validation_status",
+        *CUT_CUSTOM_KEYS,
     }
 )
 _BLOCK = tarfile.BLOCKSIZE  # 512
@@ -54,14 +56,17 @@ def cut_dict(record: dict, audio_root: str) -> dict:
     """lhotse `MonoCut.to_dict()` of a with_context record's cut.
 
     The cut is the target span of its source recording (start = offset, channel 0) with one
-    supervision holding text, language, the standardized speaker and every other manifest field in
-    `custom` (plus `context_recording_id`); `validation_status` goes to the cut's own custom. lhotse
-    leaves a dataclass's None fields out: none of these is ever None (a None inside `custom` stays).
+    supervision holding text, language, the standardized speaker and every other record field in
+    `custom` (plus `context_recording_id`); `lang`, `tokenizer_names` and `validation_status` go to
+    the cut's own custom, where MagpieTTS reads them (`lang` the speaker's Language for a record the
+    text stage has not seen). lhotse leaves a dataclass's None fields out: none of these is ever None
+    (a None inside `custom` stays).
     """
     cid = cut_id(record)
     rid = recording_id(record["audio_filepath"])
     src = record["source_audio"]
     full, _ = resolve_audio_path(audio_root, record["audio_filepath"])
+    language = record.get("lang") or parse_speaker(record["speaker"]).language
     custom = {k: v for k, v in record.items() if k not in CUT_KEYS}
     custom["context_recording_id"] = recording_id(record["context_audio_filepath"])
     supervision = {
@@ -71,7 +76,7 @@ def cut_dict(record: dict, audio_root: str) -> dict:
         "duration": record["duration"],
         "channel": 0,
         "text": record["text"],
-        "language": parse_speaker(record["speaker"]).language,
+        "language": language,
         "speaker": record["speaker"],
         "custom": custom,
     }
@@ -86,8 +91,7 @@ def cut_dict(record: dict, audio_root: str) -> dict:
             rid, source, src["sampling_rate"], src["num_samples"], src["num_samples"] / src["sampling_rate"]
         ),
     }
-    if "validation_status" in record:
-        cut["custom"] = {"validation_status": record["validation_status"]}
+    cut["custom"] = {"lang": language, **{k: record[k] for k in CUT_CUSTOM_KEYS[1:] if k in record}}
     return {**cut, "type": "MonoCut"}
 
 

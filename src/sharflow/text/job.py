@@ -1,0 +1,238 @@
+"""The text job of one dataset: prepared records in, records with the text fields NeMo reads out.
+
+Records stream through in chunks; with several workers the chunks are decided in worker processes
+(each loads its normalizers and tokenizers once) and consumed in input order, so the output is
+byte-identical for any worker count (the normalizer is deterministic). Every record is written out
+with its text fields (sharflow.text.fields) or rejected with its reason; stats.json proves
+records in = out + rejected and counts where normalized_text came from, the records with no
+normalizer or with symbols left, the tokenizers, and the symbols the tokenizers skip.
+"""
+
+import itertools
+import json
+import logging
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import asdict
+from functools import partial
+
+from tqdm import tqdm
+
+from sharflow.core.atomic import atomic_dir, atomic_file, read_json, write_json
+from sharflow.core.ledger import Ledger, RejectWriter, reject_row
+from sharflow.core.parallel import ordered_map, resolve_workers
+from sharflow.models.tokenizers import Tokenizers, encode
+from sharflow.text.fields import REASONS, Decision, TextSettings, decide
+from sharflow.text.ipa import Phonemizer
+from sharflow.text.normalizer import Normalizers, normalizer_key
+
+log = logging.getLogger(__name__)
+
+CHUNK_LINES = 256
+TOP_SYMBOLS = 40  # the most common skipped symbols the stats list
+
+
+class TextTools:
+    """The real tools of sharflow.text.fields.decide: NeMo's normalizer, NeMo's tokenizers, espeak-ng."""
+
+    def __init__(self, cache_dir: str | None, tokenizer: dict | None):
+        self.normalizers = Normalizers(cache_dir)
+        self.tokenizers = Tokenizers(tokenizer)
+        self.phonemizer = Phonemizer()
+
+    def spoken(self, text: str, language: str) -> str | None:
+        return self.normalizers.spoken(text, language)
+
+    def dropped(self, text: str, names: list[str]) -> tuple[int | None, int | None, list[str]]:
+        """(most symbols one tokenizer skips, fewest tokens one gives, skipped symbols) over the
+        tokenizers of `names` that can be built; (None, None, []) if none can."""
+        encoded = [encode(tok, text) for name in names if (tok := self.tokenizers.get(name)) is not None]
+        if not encoded:
+            return None, None, []
+        symbols = dict.fromkeys(s for e in encoded for s in e.skipped)
+        return max(len(e.skipped) for e in encoded), min(e.tokens for e in encoded), list(symbols)
+
+    def ipa(self, text: str, language: str) -> str:
+        return self.phonemizer.ipa(text, language)
+
+
+_TOOLS: TextTools | None = None  # one per worker process
+
+
+def _init_tools(cache_dir: str | None, tokenizer: dict | None) -> None:
+    global _TOOLS
+    _TOOLS = TextTools(cache_dir, tokenizer)
+
+
+def decide_chunk(settings: TextSettings, lines: list[bytes]) -> list[Decision]:
+    """Decide a chunk of prepared lines (in a worker process, with its tools)."""
+    return [decide(json.loads(raw), settings, _TOOLS) for raw in lines]
+
+
+def _chunks(path: str, lines: int) -> Iterator[list[bytes]]:
+    with open(path, "rb") as f:
+        while chunk := list(itertools.islice(f, lines)):
+            yield chunk
+
+
+def normalize_dataset(
+    records: str,
+    *,
+    records_stats: str,
+    out_records: str,
+    rejected_dir: str,
+    stats: str,
+    dataset: str,
+    settings: TextSettings,
+    tokenizer: dict | None = None,
+    cache_dir: str | None = None,
+    workers: int = 1,
+    chunk_lines: int = CHUNK_LINES,
+) -> dict:
+    """Give every record of `records` its text fields; write them, the rejects and the stats atomically.
+
+    `tokenizer` is training.tokenizer (what the tokenizers' coverage is measured with), `cache_dir`
+    the cache root (sharflow.core.cache). Returns the stats.
+    """
+    workers = resolve_workers(workers)
+    expected = read_json(records_stats)["records_out"]
+    log.info("text %s: %d records, %s, with %d worker(s)", dataset, expected, asdict(settings), workers)
+    with (
+        atomic_file(out_records, "w", encoding="utf-8") as out,
+        atomic_dir(rejected_dir) as rej_dir,
+        RejectWriter(rej_dir) as rejects,
+        tqdm(total=expected, unit="rec", desc="text", mininterval=5) as progress,
+    ):
+        tally = _TextTally(dataset, settings, rejects)
+        chunks = ordered_map(
+            partial(decide_chunk, settings),
+            _chunks(records, chunk_lines),
+            workers,
+            initializer=partial(_init_tools, cache_dir, tokenizer),
+        )
+        line = 0
+        for chunk, decisions in chunks:
+            for raw, decision in zip(chunk, decisions, strict=True):
+                line += 1
+                kept = tally.add(line, raw, decision)
+                if kept is not None:
+                    out.write(json.dumps(kept, ensure_ascii=False) + "\n")
+            progress.update(len(chunk))
+        tally.ledger.check(expected, fix="rerun with --forcerun text")
+        summary = tally.summary()
+        write_json(stats, summary)
+    tally.log_summary(summary)
+    return summary
+
+
+class _TextTally:
+    """The text job's ledger and what its stats count besides."""
+
+    def __init__(self, dataset: str, settings: TextSettings, rejects: RejectWriter):
+        self.dataset, self.settings = dataset, settings
+        self.ledger = Ledger("text", dataset, rejects)
+        self.sources: Counter[str] = Counter()
+        self.languages: Counter[str] = Counter()
+        self.tokenizers: Counter[str] = Counter()
+        self.notes: Counter[str] = Counter()
+        self.symbols: Counter[str] = Counter()
+        self.coverage = Counter(measured=0, unmeasured=0, records_dropping=0, symbols_dropped=0)
+        self.examples: dict[str, str] = {}
+
+    def add(self, line: int, raw: bytes, decision: Decision) -> dict | None:
+        """Count one decided record; write a reject's row. The kept record, or None."""
+        self.notes.update(decision.notes)
+        for note in decision.notes:
+            self.examples.setdefault(note.split(":")[0], f"line {line}")
+        if decision.record is None:
+            seconds = json.loads(raw)["duration"]
+            row = reject_row(decision.reason, decision.detail, raw.decode("utf-8").rstrip("\n"), line=line)
+            self.ledger.reject(decision.reason, seconds, row)
+            self.examples.setdefault(decision.reason, f"line {line}: {decision.detail}")
+            return None
+        record = decision.record
+        self.ledger.keep(record["duration"])
+        self.sources[record["normalized_text_source"]] += 1
+        self.languages[record["lang"]] += 1
+        self.tokenizers.update(record["tokenizer_names"])
+        dropped = record["tokenizer_dropped_chars"]
+        self.coverage["unmeasured" if dropped is None else "measured"] += 1
+        if dropped:
+            self.coverage["records_dropping"] += 1
+            self.coverage["symbols_dropped"] += dropped
+            self.symbols.update(record["tokenizer_dropped"])
+        return record
+
+    def summary(self) -> dict:
+        notes = {kind: {} for kind in ("no_normalizer", "normalizer_failed", "fallback_tokenizer")}
+        for note, n in sorted(self.notes.items()):
+            kind, _, lang = note.partition(":")
+            if kind in notes:
+                notes[kind][lang] = n
+        return {
+            "dataset": self.dataset,
+            **self.ledger.counts(),
+            **self.ledger.hours(),
+            "policies": {
+                "normalized_text": self.settings.normalized_text,
+                "unnormalizable": self.settings.unnormalizable,
+            },
+            "normalized_text_source": dict(sorted(self.sources.items())),
+            "languages": dict(sorted(self.languages.items())),
+            "tokenizer_names": dict(sorted(self.tokenizers.items())),
+            "symbols_left": self.notes["symbols_left"],
+            **notes,
+            "coverage": dict(self.coverage),
+            "dropped_symbols": dict(self.symbols.most_common(TOP_SYMBOLS)),
+            "normalizers": {lang: normalizer_key(lang)[0] for lang in sorted(self.languages)}
+            if self.settings.normalizes
+            else {},
+        }
+
+    def log_summary(self, s: dict) -> None:
+        log.info(
+            "text %s: %d records in, %d out, %d rejected %s; normalized_text from %s",
+            self.dataset,
+            s["records_in"],
+            s["records_out"],
+            s["rejected_total"],
+            s["rejected"],
+            s["normalized_text_source"],
+        )
+        for reason, n in s["rejected"].items():
+            log.info("  %-24s %7d  %s; first: %s", reason, n, REASONS[reason], self.examples[reason])
+        for kind, what in (
+            ("no_normalizer", "have no normalizer for their language"),
+            ("normalizer_failed", "made the normalizer fail"),
+            (
+                "fallback_tokenizer",
+                "have a language NeMo names no tokenizer for (english_phoneme written on "
+                "the cut; set datasets.<name>.tokenizer_names)",
+            ),
+        ):
+            if s[kind]:
+                log.warning(
+                    "text %s: records that %s, by language: %s (first: %s); unnormalizable: %s",
+                    self.dataset,
+                    what,
+                    s[kind],
+                    self.examples[kind],
+                    self.settings.unnormalizable,
+                )
+        if s["symbols_left"]:
+            log.warning(
+                "text %s: %d records keep digits or symbols in their spoken form (first: %s); "
+                "datasets.<name>.unnormalizable: reject drops them",
+                self.dataset,
+                s["symbols_left"],
+                self.examples["symbols_left"],
+            )
+        if s["coverage"]["records_dropping"]:
+            log.warning(
+                "text %s: the tokenizers skip %d symbols of %d records (most common: %s); a quality "
+                "filter tokenizer_dropped_chars: {max: 0} drops them",
+                self.dataset,
+                s["coverage"]["symbols_dropped"],
+                s["coverage"]["records_dropping"],
+                "".join(list(s["dropped_symbols"])[:10]),
+            )

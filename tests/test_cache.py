@@ -1,0 +1,95 @@
+"""sharflow.core.cache: one build per key across processes, no half entry under its final name."""
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sharflow.core.cache import DONE, cache_key, cache_root, cached_build, package_versions
+from sharflow.text.normalizer import normalizer_key
+
+
+def slow_build(log: str, folder: Path) -> None:
+    """A build that takes a while and says each time it runs (in the file `log`)."""
+    with open(log, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    time.sleep(1.0)
+    (folder / "grammar.far").write_text("built")
+
+
+def build_in_process(root: str, log: str) -> str:
+    from functools import partial
+
+    return str(cached_build(Path(root), "kind", "k-1", partial(slow_build, log)))
+
+
+def test_two_processes_wanting_one_entry_build_it_once(tmp_path):
+    log = tmp_path / "builds.log"
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(3) as pool:
+        folders = pool.starmap(build_in_process, [(str(tmp_path / "cache"), str(log))] * 3)
+    assert len(set(folders)) == 1 and len(log.read_text().splitlines()) == 1
+    folder = Path(folders[0])
+    assert (folder / "grammar.far").read_text() == "built"
+    assert json.loads((folder / DONE).read_text())["key"] == "k-1"
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["k-1", "k-1.lock"]  # no temp folder left
+    assert build_in_process(str(tmp_path / "cache"), str(log)) == folders[0]  # found, not built again
+    assert len(log.read_text().splitlines()) == 1
+
+
+def test_a_failed_or_killed_build_leaves_no_entry(tmp_path):
+    def failing(folder: Path) -> None:
+        (folder / "half.far").write_text("half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        cached_build(tmp_path, "kind", "k", failing)
+    assert sorted(p.name for p in (tmp_path / "kind").iterdir()) == ["k.lock"]
+
+    code = (
+        "import sys, time\nfrom pathlib import Path\nfrom sharflow.core.cache import cached_build\n"
+        "def build(folder):\n    (folder / 'half.far').write_text('half')\n"
+        "    print('building', flush=True)\n    time.sleep(60)\n"
+        "cached_build(Path(sys.argv[1]), 'kind', 'killed', build)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "building\n"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (tmp_path / "kind" / "killed").exists()  # the half build is under a temp name only
+    assert any(p.name.startswith(".killed.") for p in (tmp_path / "kind").iterdir())
+    folder = cached_build(tmp_path, "kind", "killed", lambda f: (f / "whole.far").write_text("whole"))
+    assert sorted(p.name for p in folder.iterdir()) == [DONE, "whole.far"]
+    assert not any(p.name.startswith(".killed.") for p in (tmp_path / "kind").iterdir())  # cleared
+
+
+def test_the_key_names_what_the_entry_depends_on(monkeypatch, tmp_path):
+    a = cache_key("en", versions={"pynini": "2.1.6"}, options={"input_case": "cased"})
+    assert a.startswith("en-") and a == cache_key(
+        "en", options={"input_case": "cased"}, versions={"pynini": "2.1.6"}
+    )
+    assert a != cache_key("en", versions={"pynini": "2.1.7"}, options={"input_case": "cased"})
+    assert a != cache_key("en", versions={"pynini": "2.1.6"}, options={"input_case": "lower_cased"})
+    assert a != cache_key("de", versions={"pynini": "2.1.6"}, options={"input_case": "cased"})
+    key, describe = normalizer_key("en")
+    assert describe["versions"] == package_versions("nemo_text_processing", "pynini")
+    assert "absent" not in describe["versions"].values() and describe["options"]["input_case"] == "cased"
+    assert key != normalizer_key("de")[0]
+
+
+def test_the_cache_root_is_the_config_else_the_environment_else_the_users(monkeypatch, tmp_path):
+    monkeypatch.setenv("SHARFLOW_CACHE_DIR", str(tmp_path / "env"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root(str(tmp_path / "conf")) == tmp_path / "conf"
+    assert cache_root(None) == tmp_path / "env"
+    monkeypatch.delenv("SHARFLOW_CACHE_DIR")
+    assert cache_root(None) == tmp_path / "xdg" / "sharflow"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert cache_root(None) == tmp_path / "home" / ".cache" / "sharflow"

@@ -1,0 +1,313 @@
+"""The text stage (sharflow.text): the language, the tokenizers and the spoken-form text NeMo reads.
+
+The tools are the real ones: NeMo's text normalizer (English grammars built once per test session into
+the session's cache, conftest), NeMo's tokenizers, espeak-ng. Their outputs are checked against NeMo's
+own readers: lhotse's Shar reader and MagpieTTSLhotseDataset.
+"""
+
+import json
+import re
+
+import pytest
+from lhotse import CutSet
+
+from sharflow.core.ledger import reject_row
+from sharflow.core.metrics import MEASURED
+from sharflow.models.tokenizers import Tokenizers, encode
+from sharflow.quality.filter import failures
+from sharflow.shar.plan import cut_id
+from sharflow.text.fields import (
+    DEFAULT_TOKENIZERS,
+    REASONS,
+    TextSettings,
+    decide,
+    left_over,
+)
+from sharflow.text.job import TextTools, normalize_dataset
+from testkit import DEMO, read_back, read_jsonl, write_all, write_jsonl
+
+CHARS = "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers"
+TOKENIZER = {
+    "english_chars": {"_target_": f"{CHARS}.EnglishCharsTokenizer"},
+    "german_chars": {"_target_": f"{CHARS}.GermanCharsTokenizer"},
+}
+KEEP, NORMALIZER = TextSettings(), TextSettings(normalized_text="normalizer")
+# Written forms the model cannot read as they are: money, dates, times, abbreviations, percentages.
+RAW = [
+    "It costs $10 on 3/4/2024.",
+    "Dr. Smith paid $5.20 at 10:30 a.m. on Jan. 5th, 2023.",
+    "We sold 1,234 units (about 12%) in Q3.",
+    "Room 101 is 3.5 m wide.",
+]
+
+
+@pytest.fixture(scope="module")
+def tools():
+    """The real tools, with two char tokenizers that build offline (english_phoneme needs a CMUdict
+    file that is not installed, so it is measured as null)."""
+    return TextTools(None, TOKENIZER)
+
+
+def record(text="Hello there.", **fields):
+    return {
+        "audio_filepath": "a.flac",
+        "offset": 0.0,
+        "duration": 2.0,
+        "text": text,
+        "speaker": "| Language:en Dataset:d Speaker:s |",
+        **fields,
+    }
+
+
+def test_raw_text_gets_nemos_spoken_form_and_keeps_its_text(tools):
+    for raw in RAW:
+        d = decide(record(raw, tokenizer_names=["english_chars"]), KEEP, tools)
+        out = d.record
+        assert out["text"] == raw and out["normalized_text_source"] == "normalizer"
+        assert not re.search(r"[0-9$%]", out["normalized_text"]) and len(out["normalized_text"]) > len(raw)
+        assert out["tokenizer_dropped_chars"] == 0 and "tokenizer_dropped" not in out
+    spoken = decide(record(RAW[1]), KEEP, tools).record["normalized_text"]
+    assert "five dollars twenty cents" in spoken and spoken.startswith("doctor Smith")  # read out, cased
+
+
+def test_who_wins_is_the_datasets_policy(tools):
+    own = record(RAW[0], normalized_text="it costs ten dollars on march fourth")
+    kept = decide(own, KEEP, tools).record
+    assert (kept["normalized_text"], kept["normalized_text_source"]) == (own["normalized_text"], "manifest")
+    replaced = decide(own, NORMALIZER, tools).record
+    assert replaced["normalized_text_source"] == "normalizer"
+    assert replaced["normalized_text"].startswith("It costs ten dollars")
+    assert replaced["manifest_normalized_text"] == own["normalized_text"]
+    off = decide(record(RAW[0]), TextSettings(normalized_text="text"), tools).record
+    assert (off["normalized_text"], off["normalized_text_source"]) == (RAW[0], "text")
+    required = decide(own, TextSettings(normalized_text="require_manifest"), tools).record
+    assert required["normalized_text_source"] == "manifest"
+
+
+def test_each_bad_text_is_rejected_with_its_reason(tools):
+    cases = {
+        "empty_normalized_text": [(record(normalized_text=""), KEEP), (record(normalized_text=None), KEEP)],
+        "no_normalized_text": [(record(), TextSettings(normalized_text="require_manifest"))],
+        "normalizes_to_nothing": [(record("..."), KEEP)],
+        "unnormalizable_text": [
+            (record(lang="nl"), TextSettings(unnormalizable="reject")),  # nemo_text_processing has no nl
+            (record("5 ≤ x"), TextSettings(unnormalizable="reject")),  # "five ≤ x": a symbol is left
+        ],
+        "tokenizer_reads_nothing": [
+            (record("€ 1 2 3", tokenizer_names=["english_chars"]), TextSettings(normalized_text="text"))
+        ],
+        "bad_text_field": [
+            (record(lang=5), KEEP),
+            (record(tokenizer_names=[3]), KEEP),
+            (record(tokenizer_names=[]), KEEP),
+            (record(normalized_text=7), KEEP),
+            (record(context_text=["a"]), KEEP),
+        ],
+    }
+    assert set(cases) == set(REASONS)
+    for reason, examples in cases.items():
+        for rec, settings in examples:
+            d = decide(rec, settings, tools)
+            assert (d.record, d.reason) == (None, reason), (rec, d)
+            assert d.detail
+    # the same records pass where the policy says so
+    assert decide(record(lang="nl"), KEEP, tools).record["normalized_text_source"] == "text"
+    left = decide(record("5 ≤ x"), KEEP, tools)
+    assert left.record["normalized_text"] == "five ≤ x" and left.notes == ["symbols_left"]
+    audio_only = decide(record(""), TextSettings(require_text=False), tools).record
+    assert (audio_only["normalized_text"], audio_only["normalized_text_source"]) == ("", "text")
+
+
+def test_left_over_finds_digits_and_symbols_only():
+    assert left_over("ten euro, twelve percent; it's (fine) - ok?") == ""
+    assert left_over("five ≤ x and 3 € 😀 50% #1 & @") == "≤3€😀50%#1&@"  # each once, in order
+
+
+def test_lang_and_tokenizers_come_from_the_record_the_dataset_or_nemos_map(tools):
+    own = decide(record(lang="de", tokenizer_names="german_chars", normalized_text="x y"), KEEP, tools)
+    assert (own.record["lang"], own.record["tokenizer_names"]) == ("de", ["german_chars"])
+    dataset = TextSettings(tokenizer_names=("english_chars", "german_chars"))
+    assert decide(record(), dataset, tools).record["tokenizer_names"] == ["english_chars", "german_chars"]
+    default = decide(record(), KEEP, tools).record
+    assert (default["lang"], default["tokenizer_names"]) == ("en", ["english_phoneme"])
+    assert default["tokenizer_dropped_chars"] is None  # english_phoneme cannot be built here: null, no reject
+    german_speaker = record(speaker="| Language:de Dataset:d Speaker:s |", normalized_text="Hallo.")
+    assert decide(german_speaker, KEEP, tools).record["tokenizer_names"] == ["german_phoneme"]
+    sv = decide(record(lang="sv", normalized_text="hej"), KEEP, tools)
+    assert sv.record["tokenizer_names"] == ["english_phoneme"] and sv.notes == ["fallback_tokenizer:sv"]
+
+
+def test_the_default_tokenizers_are_nemos_first_choice_per_language():
+    from nemo.collections.tts.parts.utils.tts_dataset_utils import LANGUAGE_TOKENIZER_MAP
+
+    assert {lang: names[0] for lang, names in LANGUAGE_TOKENIZER_MAP.items()} == DEFAULT_TOKENIZERS
+
+
+def test_context_text_is_the_records_or_the_datasets_never_invented(tools):
+    assert "context_text" not in decide(record(), KEEP, tools).record
+    styled = TextSettings(context_text="Speaker and Emotion: calm")
+    assert decide(record(), styled, tools).record["context_text"] == "Speaker and Emotion: calm"
+    assert decide(record(context_text="own"), styled, tools).record["context_text"] == "own"
+
+
+def test_ipa_is_espeak_ngs_and_repeatable(tools):
+    settings = TextSettings(ipa=True)
+    first = decide(record("Dr. Smith paid $5."), settings, tools).record
+    assert first["ipa"] == decide(record("Dr. Smith paid $5."), settings, tools).record["ipa"]
+    assert "ˈ" in first["ipa"] and "$" not in first["ipa"]  # from the spoken form, stress marked
+    german = decide(record(lang="de", normalized_text="Das kostet zehn Euro."), settings, tools).record
+    assert german["ipa"] != first["ipa"] and "ɔ" in german["ipa"]
+    assert decide(record(ipa="own"), settings, tools).record["ipa"] == "own"
+
+
+def test_tokenizer_coverage_is_what_nemos_tokenizer_skips(tools):
+    """The coverage metric: > 0 for "$10" read as it is, 0 for its spoken form; the symbols are the
+    ones NeMo's tokenizer warns about and skips."""
+    raw = decide(
+        record("It costs $10.", tokenizer_names=["english_chars"]),
+        TextSettings(normalized_text="text"),
+        tools,
+    )
+    assert raw.record["tokenizer_dropped_chars"] == 3 and raw.record["tokenizer_dropped"] == ["$", "1", "0"]
+    spoken = decide(record("It costs $10.", tokenizer_names=["english_chars"]), KEEP, tools)
+    assert spoken.record["tokenizer_dropped_chars"] == 0
+    # with two tokenizers, the one that skips most: German chars keep ä, English chars do not
+    both = decide(
+        record(
+            "Grüße", lang="de", normalized_text="Grüße", tokenizer_names=["german_chars", "english_chars"]
+        ),
+        KEEP,
+        tools,
+    )
+    assert both.record["tokenizer_dropped_chars"] == 1 and both.record["tokenizer_dropped"] == ["ß"]
+    english = Tokenizers(TOKENIZER).get("english_chars")
+    assert encode(english, "Grüße").skipped == ("ß",)  # it folds ü to u, but has no ß
+    assert encode(Tokenizers(TOKENIZER).get("german_chars"), "café").skipped == ("é",)
+
+
+def test_a_filter_on_coverage_drops_exactly_the_records_that_lose_characters(tools):
+    texts = [*RAW, "A plain sentence.", "Fish & chips.", "Jürgen's café."]
+    off = TextSettings(normalized_text="text", tokenizer_names=("english_chars",))
+    decided = [decide(record(t), off, tools).record for t in texts]
+    losing = {t for t, r in zip(texts, decided, strict=True) if r["tokenizer_dropped_chars"] > 0}
+    assert losing == {*RAW, "Fish & chips."}  # the plain sentence loses nothing, the accents fold
+    metrics = [
+        {**dict.fromkeys(MEASURED, 1.0), "tokenizer_dropped_chars": r["tokenizer_dropped_chars"]}
+        for r in decided
+    ]
+    dropped = {
+        t for t, m in zip(texts, metrics, strict=True) if failures(m, {"tokenizer_dropped_chars": {"max": 0}})
+    }
+    assert dropped == losing
+    # a null (a tokenizer that cannot be built here) passes the threshold: never a reject
+    assert failures({"tokenizer_dropped_chars": None}, {"tokenizer_dropped_chars": {"max": 0}}) == []
+
+
+def normalized_demo(tmp_path, records, settings=KEEP, workers=1, chunk_lines=256, name="text"):
+    """normalize_dataset over `records` (as prepared records): (stats, records out, rejects dir)."""
+    source = write_jsonl(tmp_path / f"{name}.in.jsonl", records)
+    (tmp_path / f"{name}.in.stats.json").write_text(json.dumps({"records_out": len(records)}))
+    out = tmp_path / name
+    stats = normalize_dataset(
+        str(source),
+        records_stats=str(tmp_path / f"{name}.in.stats.json"),
+        out_records=str(out / "records.jsonl"),
+        rejected_dir=str(out / "rejected"),
+        stats=str(out / "stats.json"),
+        dataset="demo",
+        settings=settings,
+        tokenizer=TOKENIZER,
+        workers=workers,
+        chunk_lines=chunk_lines,
+    )
+    return stats, out
+
+
+def demo_with_raw_text(records: list[dict]) -> list[dict]:
+    """The demo's records with every fourth text in written form (no normalized_text), and the
+    record's own lang and tokenizer_names on every record."""
+    out = []
+    for i, r in enumerate(records):
+        r = {k: v for k, v in r.items() if k != "normalized_text"}
+        if i % 4 == 0:
+            r["text"] = f"{RAW[i // 4 % len(RAW)]} {r['text']}"
+        out.append({**r, "lang": "en", "tokenizer_names": ["english_chars", "english_phoneme"][: 1 + i % 2]})
+    return out
+
+
+def test_the_stage_accounts_for_every_record_and_any_worker_count_gives_the_same_bytes(tmp_path):
+    records = demo_with_raw_text(read_jsonl(DEMO / "manifest.json"))[:20]
+    records += [record(normalized_text=""), record("..."), record(lang=7)]
+    one, out1 = normalized_demo(tmp_path, records, name="one")
+    two, out2 = normalized_demo(tmp_path, records, workers=2, chunk_lines=6, name="two")
+    assert (out1 / "records.jsonl").read_bytes() == (out2 / "records.jsonl").read_bytes()
+    assert one == two
+    assert one["records_in"] == 23 == one["records_out"] + one["rejected_total"]
+    assert one["rejected"] == {"bad_text_field": 1, "empty_normalized_text": 1, "normalizes_to_nothing": 1}
+    assert one["normalized_text_source"] == {"normalizer": 20}
+    assert one["tokenizer_names"] == {"english_chars": 20, "english_phoneme": 10}
+    assert one["coverage"] == {"measured": 20, "unmeasured": 0, "records_dropping": 0, "symbols_dropped": 0}
+    rows = read_jsonl(out1 / "rejected" / "empty_normalized_text.jsonl")
+    assert rows[0]["line"] == 21 and json.loads(rows[0]["original"]) == records[20]
+    assert set(rows[0]) == set(reject_row("r", "d", "o", line=1))
+
+
+def test_every_cut_carries_lang_and_tokenizers_where_nemo_reads_them(with_context, tmp_path):
+    """The demo with its own lang and tokenizer_names and a quarter of raw texts, through the text stage
+    and a shard: lhotse reads lang and tokenizer_names on the cut, the spoken form as normalized_text,
+    the raw text as the supervision's text."""
+    records = demo_with_raw_text(read_jsonl(with_context[0]))
+    stats, out = normalized_demo(tmp_path, records)
+    assert stats["records_out"] == len(records) == 56 and stats["normalized_text_source"] == {
+        "normalizer": 56
+    }
+    write_all(tmp_path / "ds", out / "records.jsonl", shard_size=64)
+    written = {cut_id(r): r for r in read_jsonl(out / "records.jsonl")}
+    raw = 0
+    for cut in read_back(tmp_path / "ds"):
+        rec, sup = written[cut.id], cut.supervisions[0]
+        assert cut.has_custom("lang") and cut.has_custom("tokenizer_names")  # where MagpieTTS looks
+        assert (cut.lang, cut.tokenizer_names) == ("en", rec["tokenizer_names"])
+        assert "lang" not in sup.custom and "tokenizer_names" not in sup.custom
+        assert sup.text == rec["text"] and sup.custom["normalized_text"] == rec["normalized_text"]
+        if sup.text.startswith(tuple(RAW)):
+            raw += 1
+            assert not re.search(r"[0-9$%]", sup.custom["normalized_text"]), sup.custom["normalized_text"]
+    assert raw == 14
+
+
+def test_a_german_dataset_is_read_as_german_by_magpietts(with_context, tmp_path):
+    """lang and tokenizer_names on the cut: NeMo's MagpieTTSLhotseDataset reads the batch as German with
+    the German tokenizer (without them it reads every cut as English with english_phoneme)."""
+    from nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers import GermanCharsTokenizer
+    from nemo.collections.tts.data.text_to_speech_dataset_lhotse import MagpieTTSLhotseDataset
+    from omegaconf import OmegaConf
+
+    german = ["Das kostet zehn Euro.", "Grüße aus Köln.", "Wie spät ist es?", "Fünf Äpfel, bitte."]
+    records = [
+        {**r, "speaker": r["speaker"].replace("Language:en", "Language:de"), "normalized_text": text}
+        for r, text in zip(read_jsonl(with_context[0])[:4], german, strict=True)
+    ]
+    settings = TextSettings(tokenizer_names=("german_chars",), normalized_text="require_manifest")
+    stats, out = normalized_demo(tmp_path, records, settings=settings)
+    assert stats["languages"] == {"de": 4} and stats["tokenizer_names"] == {"german_chars": 4}
+    assert stats["coverage"]["records_dropping"] == 0
+    write_all(tmp_path / "ds", out / "records.jsonl", shard_size=8)
+    dataset = MagpieTTSLhotseDataset(
+        sample_rate=22050,
+        codec_model_samples_per_frame=1024,
+        num_audio_codebooks=8,
+        tokenizer_config=OmegaConf.create({"english_phoneme": TOKENIZER["english_chars"], **TOKENIZER}),
+        load_16khz_audio=False,
+    )
+    batch = dataset[CutSet(list(read_back(tmp_path / "ds")))]
+    assert batch["languages"] == ["de"] * 4
+    offset = dataset.text_tokenizer.tokenizer_offsets["german_chars"]
+    expected = [
+        [offset + t for t in GermanCharsTokenizer().encode(text)] + [dataset.eos_id]
+        for text in (
+            json.loads(x)["normalized_text"] for x in (out / "records.jsonl").read_text().splitlines()
+        )
+    ]
+    texts = {tuple(batch["text"][i, : batch["text_lens"][i]].tolist()) for i in range(4)}
+    assert texts == {tuple(e) for e in expected}  # the German tokenizer's ids, of the German text
