@@ -31,3 +31,4 @@ rule all:
     default_target: True
     input:
         get_final_outputs(),
+        get_repairs,

@@ -6,7 +6,10 @@ Snakemake then has to build every job: 1,000 shar and 2,000 codes jobs of 10 sha
 (shards_per_job), merge and catalog jobs that list one record per job. Prints wall time and the
 peak RSS of the snakemake process, against a floor measured in the same run: a dry run of the same workflow
 before the plan exists (the checkpoint not yet run: a DAG of a handful of jobs, so the figure is
-the fixed cost of starting snakemake and parsing the workflow).
+the fixed cost of starting snakemake and parsing the workflow). Then the same plan as a finished
+run: every shard file of every job and every job's record (sharflow.core.jobs) written (empty files,
+their sizes recorded), so that every run checks 120,000 files against 3,000 records; a dry run of
+that, and of it with one shard file missing (which must plan exactly its shar job and what follows).
 
     .venv/bin/python benchmarks/bench_dag.py [--shards 10000]
 """
@@ -23,7 +26,8 @@ from pathlib import Path
 import yaml
 from _corpus import snakemake_command
 
-from sharflow.core.layout import dataset_files
+from sharflow.core.jobs import plan_jobs, write_job_record
+from sharflow.core.layout import block_members, block_size, dataset_files
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,6 +44,27 @@ def config(work: Path) -> dict:
     path = work / "config.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return cfg
+
+
+def finish_every_job(work: Path, codecs: list[str]) -> int:
+    """Every planned shard file of the demo's plan (empty) and every shar and codes job's record, in the
+    order a run writes them (shar, then codes: newer than the shar records they read). Files written."""
+    files = dataset_files(str(work / "results" / "demo"))
+    num_shards = json.loads(Path(files.shard_plan).read_text())["num_shards"]
+    written = 0
+    for stage in ("shar", *codecs):
+        for block, count in plan_jobs(num_shards, 10):
+            if stage == "shar":
+                outputs = files.shard_block(block, block_size(block), count)
+            else:
+                outputs = files.codes_block(stage, block, block_size(block), count)
+            paths = [p for name, p in outputs.items() if name != "job"]
+            for path in paths:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+                Path(path).touch()
+            write_job_record(outputs["job"], block_members(block, block_size(block), count), paths)
+            written += len(paths) + 1
+    return written
 
 
 def snakemake(work: Path, *args: str) -> tuple[float, float, subprocess.CompletedProcess]:
@@ -93,6 +118,25 @@ def main() -> None:
         graph_s, graph_mb, _ = snakemake(work, "--rulegraph")
         print(f"--rulegraph: {graph_s:.1f} s, {graph_mb:.0f} MB")
         print(f"per planned shard: {(dry_s - floor_s) / args.shards * 1000:.2f} ms")
+
+        snakemake(work, *(f"results/models/{c}.json" for c in ("codec_a", "codec_b")))  # the codecs, for real
+        written = finish_every_job(work, ["codec_a", "codec_b"])
+        done_s, done_mb, proc = snakemake(work, "-n")
+        print(
+            f"dry run of the finished run ({written} shard files and records, each checked): {done_s:.1f} s, "
+            f"{done_mb:.0f} MB (bar: < 30 s)"
+        )
+        (work / dataset_files("demo").shard(4321).target).unlink()
+        lost_s, lost_mb, proc = snakemake(work, "-n")
+        planned = proc.stderr.split("Job stats:")[1].split("total")[0] if "Job stats:" in proc.stderr else ""
+        counts = dict(line.split()[:2] for line in planned.splitlines()[3:] if line.strip())
+        shar_jobs = {
+            k: v for k, v in counts.items() if k.startswith(("shar_block", "shar_tail", "shar_shard"))
+        }
+        print(
+            f"dry run of it with one shard file lost: {lost_s:.1f} s, {lost_mb:.0f} MB; it plans {shar_jobs} "
+            "(the lost file's job: 1 shar_block)"
+        )
     print(f"(this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB)")
 
 

@@ -27,26 +27,25 @@ rule codec_model:
 
 
 # A codes job encodes a block of codes.shards_per_job shards (shard keys sharing all digits but the
-# last), loading the codec once per rank. Snakemake needs a rule's outputs from its wildcards alone,
-# so a block job always makes all of its shards: where the plan ends inside a block, that block's
-# shards are made in blocks a tenth the size (codes_block10 for 10 when shards_per_job is 100 or
-# more), the last 2-9 shards by one codes_tail<n> job, a last single shard by codes_shard
-# (layout.plan_jobs). get_codes_block_inputs hands a block the plan does not have to the next rule.
-for name, size, shards in job_kinds("codes"):
+# last), loading the codec once per rank, and a killed job's rerun keeps the shards it finished.
+# Where the plan ends inside a block, smaller blocks, then one job for the last 2-9 shards or the last
+# one: a rule per kind of job (sharflow.core.jobs); get_codes_block_inputs hands a block the plan
+# does not have to the next rule.
+for kind in job_kinds("codes"):
 
     rule:
         name:
-            name
+            kind.name
         input:
-            unpack(get_codes_block_inputs(shards)),
+            unpack(get_codes_block_inputs(kind.count)),
         output:
-            **DS.codes_block("{codec}", "{block}", size, shards),
+            **DS.codes_block("{codec}", "{block}", kind.size, kind.count),
         log:
-            layout.log(name, "{dataset}", "{codec}", "{block}"),
+            layout.log(kind.name, "{dataset}", "{codec}", "{block}"),
         benchmark:
-            layout.benchmark(name, "{dataset}", "{codec}", "{block}")
+            layout.benchmark(kind.name, "{dataset}", "{codec}", "{block}")
         params:
-            shards=shards,
+            shards=kind.count,
             batch_seconds=config["codes"]["batch_seconds"],
             device=config["codes"]["device"],
         threads: CODES_THREADS
@@ -54,12 +53,12 @@ for name, size, shards in job_kinds("codes"):
             gpu=CODES_GPUS,
             mem_mb=16000,
         wildcard_constraints:
-            block=rf"\d{{{6 - layout.block_digits(size)}}}",
+            block=rf"\d{{{6 - layout.block_digits(kind.size)}}}",
         script:
             "../workflow_scripts/codes_block.py"
 
 
-workflow.ruleorder(*(name for name, _, _ in job_kinds("codes")))
+workflow.ruleorder(*(kind.name for kind in job_kinds("codes")))
 
 
 rule codes_merge:

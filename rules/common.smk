@@ -4,7 +4,9 @@ import re
 from pathlib import Path
 from types import SimpleNamespace
 
-from sharflow.core import layout
+from snakemake.logging import logger
+
+from sharflow.core import jobs, layout
 from sharflow.core.cache import cache_root
 from sharflow.core.config import validate_config
 from sharflow.core.errors import SharflowError
@@ -67,18 +69,11 @@ def held_out_sets(dataset):
     return [name for name in HELD_OUT_SETS if dataset_of(name) == dataset]
 
 
-# Shar and codes jobs work on blocks of <stage>.shards_per_job shards (a power of ten, the schema's
-# enum), then blocks a tenth the size down to 10 where the plan ends inside a block, and one job for
-# the last 2-9 shards or the last one (layout.plan_jobs; rules/shar.smk, rules/codes.smk; docs: codes).
+# Shar and codes jobs work on blocks of shards: which job makes which shards, what it writes and how
+# a lost or partial job is found is sharflow.core.jobs (rules/shar.smk, rules/codes.smk; docs: long runs).
 def job_kinds(stage):
-    """(name, block size, shards) of the rules of a stage, one per kind of job. <stage>_block for
-    blocks of <stage>.shards_per_job, <stage>_block<size> for smaller ones, <stage>_tail<n> for the
-    plan's last n shards (2-9), <stage>_shard for one shard."""
-    per_job = config[stage]["shards_per_job"]
-    sizes = [10**k for k in range(layout.block_digits(per_job), 0, -1)]
-    kinds = [(f"{stage}_block" if size == per_job else f"{stage}_block{size}", size, size) for size in sizes]
-    kinds += [(f"{stage}_tail{n}", 10, n) for n in range(9, 1, -1) if sizes]
-    return kinds + [(f"{stage}_shard", 1, 1)]
+    """The kinds of `stage` job (jobs.job_kinds), one rule each."""
+    return jobs.job_kinds(stage, config[stage]["shards_per_job"])
 
 
 wildcard_constraints:
@@ -312,9 +307,9 @@ def get_encode_settings(wildcards):
 
 @functools.lru_cache(maxsize=None)
 def _plan_jobs(plan_path, mtime, shards_per_job):
-    jobs = layout.plan_jobs(layout.planned_shards(plan_path), shards_per_job)
-    of_shard = [job for job in jobs for _ in range(job[1])]
-    return SimpleNamespace(jobs=jobs, set=frozenset(jobs), of_shard=of_shard)
+    planned = jobs.plan_jobs(layout.planned_shards(plan_path), shards_per_job)
+    of_shard = [job for job in planned for _ in range(job[1])]
+    return SimpleNamespace(jobs=planned, set=frozenset(planned), of_shard=of_shard)
 
 
 def plan_jobs(dataset, stage):
@@ -325,15 +320,29 @@ def plan_jobs(dataset, stage):
     return _plan_jobs(plan, os.path.getmtime(plan), config[stage]["shards_per_job"])
 
 
+def planned_on_disk(dataset, stage):
+    """plan_jobs from the plan file as it is on disk (None before the first plan), without asking the
+    checkpoint: Snakemake answers the checkpoint only after choosing a rule for a file named on the
+    command line, and never goes back on that choice."""
+    plan = layout.dataset_files(dataset).shard_plan
+    if not os.path.exists(plan):
+        return None
+    return _plan_jobs(plan, os.path.getmtime(plan), config[stage]["shards_per_job"])
+
+
 def get_block_inputs(shards, stage, inputs):
     """Input function of the `stage` jobs of `shards` shards: inputs(wildcards, files, block); for a
     block that is not one of the plan's jobs of that many shards, a file no rule makes. A shard's
-    file named on the command line matches a rule of every size; Snakemake passes over a candidate
-    whose input cannot be made, so the job the plan has makes it."""
+    file named on the command line matches a rule of every kind; Snakemake passes over a candidate
+    whose input cannot be made, so the job the plan has makes it (sharflow.core.jobs)."""
 
     def block_inputs(wildcards):
         files = layout.dataset_files(wildcards.dataset)
-        if (wildcards.block, shards) not in plan_jobs(wildcards.dataset, stage).set:
+        job = (wildcards.block, shards)
+        on_disk = planned_on_disk(wildcards.dataset, stage)
+        if (on_disk is not None and job not in on_disk.set) or job not in plan_jobs(
+            wildcards.dataset, stage
+        ).set:
             return {"beyond_the_plan": files.beyond_the_plan(stage, wildcards.block)}
         return inputs(wildcards, files, wildcards.block)
 
@@ -355,6 +364,30 @@ def job_records(name, stage, codec=None):
     files = layout.dataset_files(name)
     job = files.shar_job if stage == "shar" else functools.partial(files.codes_job, codec)
     return [job(block, layout.block_size(block), shards) for block, shards in plan_jobs(name, stage).jobs]
+
+
+LISTING = jobs.Listing()
+_SAID = set()
+
+
+def get_repairs(wildcards):
+    """The record of every finished shar and codes job of every Shar set whose files are no longer
+    what it wrote (withdrawn first: jobs.withdraw_if_damaged, said in the log), and of every job
+    whose record is missing: asking for those makes Snakemake run the jobs again. The default target
+    asks for them, not the jobs that list the records: Snakemake does not look again at what those
+    ask for after the plan's checkpoint, and their inputs stay the same, so they rerun once, because
+    the records are new."""
+    wanted = []
+    for name in DATASETS + HELD_OUT_SETS:
+        records = job_records(name, "shar") + [r for c in CODECS for r in job_records(name, "codes", c)]
+        for record in records:
+            for why in jobs.withdraw_if_damaged(record, LISTING):
+                if why not in _SAID:
+                    _SAID.add(why)
+                    logger.warning(f"sharflow: {why}: its job ({record}) runs again")
+            if not os.path.exists(record):
+                wanted.append(record)
+    return wanted
 
 
 def get_job_records(stage):

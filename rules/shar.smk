@@ -19,33 +19,34 @@ checkpoint shar_plan:
 
 
 # A shar job writes a block of shar.shards_per_job shards (as codes jobs do, rules/codes.smk): fewer
-# jobs for Snakemake to plan and for Slurm to run; each shard is still written atomically on its own.
-for name, size, shards in job_kinds("shar"):
+# jobs for Snakemake to plan and for Slurm to run; each shard is still written atomically on its own,
+# and a killed job's rerun keeps the shards it finished. One rule per kind of job: sharflow.core.jobs.
+for kind in job_kinds("shar"):
 
     rule:
         name:
-            name
+            kind.name
         input:
-            unpack(get_shar_block_inputs(shards)),
+            unpack(get_shar_block_inputs(kind.count)),
         output:
-            **DS.shard_block("{block}", size, shards),
+            **DS.shard_block("{block}", kind.size, kind.count),
         log:
-            layout.log(name, "{dataset}", "{block}"),
+            layout.log(kind.name, "{dataset}", "{block}"),
         benchmark:
-            layout.benchmark(name, "{dataset}", "{block}")
+            layout.benchmark(kind.name, "{dataset}", "{block}")
         params:
-            shards=shards,
+            shards=kind.count,
             settings=get_encode_settings,
         threads: SHAR_THREADS
         resources:
             mem_mb=4000,
         wildcard_constraints:
-            block=rf"\d{{{6 - layout.block_digits(size)}}}",
+            block=rf"\d{{{6 - layout.block_digits(kind.size)}}}",
         script:
             "../workflow_scripts/shar_block.py"
 
 
-workflow.ruleorder(*(name for name, _, _ in job_kinds("shar")))
+workflow.ruleorder(*(kind.name for kind in job_kinds("shar")))
 
 
 rule shar_merge:

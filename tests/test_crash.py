@@ -14,6 +14,7 @@ depend on the worker count (1 vs 2 per job).
 """
 
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
@@ -85,19 +86,33 @@ def mid_context(work: Path) -> bool:
 
 
 def mid_shar(work: Path) -> bool:
-    """A shard's files being written in its temp dir, while some shards are not finished."""
-    return count(work, "results/demo/shar_jobs/.shard-*") > 0 and count(work, "results/demo/shar/cuts/*") < 12
+    """The block of shards 0-9 has finished some of its shards and has not written its record (its
+    ten shards of five cuts take ~0.3 s: a narrower point could be missed on a busy machine)."""
+    done = count(work, "results/demo/shar_jobs/.shards-000000-000009.finished/*.done")
+    return done > 0 and not (work / "results/demo/shar_jobs/shards-000000-000009.json").exists()
 
 
 def mid_codes(work: Path) -> bool:
-    """The demo's codes block (shards 0-9) encoding: its ranks' scratch folder there, and no shard of
-    it written yet."""
-    block_done = count(work, "results/demo/codes_jobs/tiny_nemo/shard-00000?.stats.json")
-    return (
-        count(work, "results/demo/codes_jobs/tiny_nemo/.ranks.*") > 0
-        and block_done == 0
-        and (count(work, "logs/codes_block/demo/tiny_nemo/00000.log") == 1)
-    )
+    """The demo's codes block (shards 0-9) encoding: its ranks' scratch folder there, some of its
+    shards written and kept for a rerun, not all."""
+    done = count(work, "results/demo/codes_jobs/tiny_nemo/.shards-000000-000009.finished/*.done")
+    return count(work, "results/demo/codes_jobs/tiny_nemo/.ranks.*") > 0 and 0 < done < 10
+
+
+def kept(work: Path, folder: str) -> set[tuple[int, str]]:
+    """(inode, sha256) of every file of the shards a killed job finished (its .finished folder holds a
+    hard link to each)."""
+    return {(p.stat().st_ino, sha256(p)) for p in (work / folder).glob("*/*") if p.is_file()}
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def leftovers(work: Path) -> list[str]:
+    """Temp and scratch files and folders under results/ that no finished run should leave."""
+    marks = (".shard-", ".ranks.", ".codes.", ".finished", ".tmp")
+    return sorted(str(p) for p in (work / "results").rglob(".*") if any(m in p.name for m in marks))
 
 
 def seed(
@@ -134,15 +149,25 @@ def crash_run(reference_work: Path, tmp: Path) -> dict:
 
         run_and_kill(work, config, mid_shar, "shar")
         seen["shar_cuts_after_kill"] = count(work, "results/demo/shar/cuts/*")
+        seen["shar_kept"] = kept(work, "results/demo/shar_jobs/.shards-000000-000009.finished")
         run_snakemake(work, config, "--unlock")
+        dry = run_snakemake(work, config, "-n")
+        seen["planned_after_shar_kill"] = dry.stdout + dry.stderr
 
         run_and_kill(work, config, mid_codes, "codes")
+        seen["codes_kept"] = kept(work, "results/demo/codes_jobs/tiny_nemo/.shards-000000-000009.finished")
         run_snakemake(work, config, "--unlock")
+        dry = run_snakemake(work, config, "-n")
+        seen["planned_after_codes_kill"] = dry.stdout + dry.stderr
     finally:
         watcher.stop.set()
         watcher.join()
-    run_snakemake(work, config, "--cores", "1")
+    seen["resumed"] = run_snakemake(work, config, "--cores", "1").stderr
     seen["watched"] = {p: sizes for p, sizes in watcher.seen.items() if "/." not in p}
+    seen["final"] = {
+        (p.stat().st_ino, sha256(p)) for p in (work / "results" / "demo").rglob("*") if p.is_file()
+    }
+    seen["leftovers"] = leftovers(work)
     return seen
 
 
@@ -163,6 +188,16 @@ def test_kill_9_mid_stage_then_rerun_is_byte_identical(two_datasets, crash):
     assert_same_outputs(
         reference, crash["work"] / "results", ["demo", "dirty"], "2 cores uninterrupted vs 1 core killed"
     )
+
+    # a killed shar or codes job resumes: what it finished is kept (same inode, same bytes), not made again
+    for stage in ("shar", "codes"):
+        assert f"rule {stage}_block:" in crash[f"planned_after_{stage}_kill"]  # not "Nothing to be done"
+        assert crash[f"{stage}_kept"] and crash[f"{stage}_kept"] <= crash["final"], stage
+    assert (
+        "resume: "
+        in (crash["work"] / "logs" / "codes_block" / "demo" / "tiny_nemo" / "00000.log").read_text()
+    )
+    assert crash["leftovers"] == []  # no temp, scratch or kept-shard folder is left
 
     # every file ever seen under a final name already had its final size
     watched = crash["watched"]

@@ -179,18 +179,7 @@ def test_blocks_are_shard_keys_sharing_all_digits_but_the_last():
     assert layout.block_members("00002", count=3) == ["000020", "000021", "000022"]
 
 
-def test_a_plan_is_made_by_blocks_then_smaller_blocks_then_one_job_for_the_rest():
-    assert layout.plan_jobs(123, 100) == [("0000", 100), ("00010", 10), ("00011", 10), ("00012", 3)]
-    assert layout.plan_jobs(21, 10) == [("00000", 10), ("00001", 10), ("000020", 1)]
-    assert layout.plan_jobs(16, 10) == [("00000", 10), ("00001", 6)]
-    assert layout.plan_jobs(1011, 1000) == [("000", 1000), ("00100", 10), ("001010", 1)]
-    assert layout.plan_jobs(3, 1) == [("000000", 1), ("000001", 1), ("000002", 1)]
-    assert layout.plan_jobs(9, 10) == [("00000", 9)] and layout.plan_jobs(0, 10) == []
-    for n, per_job in ((1, 10), (2, 10), (10, 10), (99, 100), (1234, 1000), (12, 1)):
-        jobs = layout.plan_jobs(n, per_job)  # every shard in exactly one job, in order
-        shards = [s for key, count in jobs for s in layout.block_members(key, layout.block_size(key), count)]
-        assert shards == [shard_key(s) for s in range(n)]
-        assert all(count <= per_job for _, count in jobs)
+def test_a_job_record_is_named_by_its_first_and_last_shard():
     assert layout.job_file_name("00002", 10, 3) == "shards-000020-000022.json"
     assert layout.job_file_name("{shard}", 1) == "shards-{shard}-{shard}.json"
 

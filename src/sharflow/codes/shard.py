@@ -14,8 +14,10 @@ last block one job each:
   the next batch while the model encodes the current one, resampling once to the codec's rate,
   trimming each item's codes to ceil(samples / samples_per_frame) frames, and keeps one shard's
   codes at a time (in a scratch file per rank and shard).
-- write each shard's target_codes and context_codes tars in cut order with lhotse's ArrayTarWriter
-  under temporary names, renamed into place when both are complete. Codes are int16 when every code
+- as soon as a shard's codes are all encoded, the rank that saved its last ones writes its
+  target_codes and context_codes tars in cut order with lhotse's ArrayTarWriter under temporary
+  names, renamed into place when both are complete, and keeps it for a rerun of a killed job
+  (sharflow.core.resume), which makes only the shards not yet written. Codes are int16 when every code
   fits, else int32; frame_shift = samples_per_frame / sample_rate exactly.
 A cut whose audio fails to decode fails the job, naming shard and cut id: silently dropping it
 would misalign the codes with the cuts.
@@ -36,13 +38,16 @@ from pathlib import Path
 import numpy as np
 
 from sharflow.codes.batches import Item, padding_efficiency, plan_batches, samples_at, whole_frames
-from sharflow.codes.spec import LOAD_TIMES, CodecSpec, cached_codec
-from sharflow.core.atomic import write_json
+from sharflow.codes.spec import LOAD_TIMES, CodecSpec, cached_codec, read_codec_spec
+from sharflow.core.atomic import read_json, write_json
+from sharflow.core.balance import lpt_assign
 from sharflow.core.errors import SharflowError
+from sharflow.core.jobs import finish_job
 from sharflow.core.layout import CodesFiles, require_made, shard_key
 from sharflow.core.logs import seconds_since_process_start
 from sharflow.core.parallel import ahead
 from sharflow.core.ranks import Rank, RankResult, rank_job
+from sharflow.core.resume import ResumableJob, job_key
 
 log = logging.getLogger(__name__)
 KINDS = ("target", "context")
@@ -99,9 +104,12 @@ def encode_shards(
     device: str = "auto",
     workers: int = 1,
     gpus: int = 0,
+    resume: ResumableJob | None = None,
 ) -> list[dict]:
     """Encode the shards' target and context audio with `codec`, the model loaded once per rank; write
-    each shard's two code tars atomically and its stats. Returns the stats of each shard."""
+    each shard's two code tars atomically and its stats as soon as its last batch is encoded (by
+    the rank that encodes it). With `resume`, a shard a killed run of the job finished is put back
+    instead, and each shard written is kept for a later resume. Returns the stats of each shard."""
     start, before_job = time.perf_counter(), seconds_since_process_start()
     what = f"codes {codec.name}, {_span(shards)}"
     with rank_job(what, device=device, workers=workers, gpus=gpus, scratch_beside=shards[0].out.stats) as job:
@@ -110,25 +118,95 @@ def encode_shards(
             before_job, time.perf_counter() - start, LOAD_TIMES.get((codec.name, job.devices[0]))
         )
         _log_codec(codec, model)
-        sr, spf = model.sample_rate, model.samples_per_frame
-        plans = [_plan(s, sr, spf, batch_seconds) for s in shards]
-        costs = {
-            (p, b): sum(i.samples for i in batch)
-            for p, plan in enumerate(plans)
-            for b, batch in enumerate(plan.batches)
-        }
-        readers = [
-            (s.shard, s.target_tar, s.context_tar, plan.ids) for s, plan in zip(shards, plans, strict=True)
-        ]
+        todo = [s for s in shards if resume is None or not resume.restore(shard_key(s.shard), _files(s))]
+        works, costs = _works(todo, model, batch_seconds, len(job.devices))
+        out = _Out(codec.name, _dtype(model), tuple(job.devices), resume)
         ranks = job.run(
-            encode_batches, costs, unit=lambda k: (k[0], plans[k[0]].batches[k[1]]), args=(readers, codec)
+            encode_batches,
+            costs,
+            unit=lambda k: (k[0], works[k[0]].plan.batches[k[1]]),
+            args=(works, codec, out),
         )
-        dtype = np.int16 if model.codebook_size <= np.iinfo(np.int16).max + 1 else np.int32
-        stats = [
-            _write_shard(p, shard, plans[p], ranks, codec.name, model, dtype, job.devices)
-            for p, shard in enumerate(shards)
-        ]
-    _log_job(what, startup, stats, ranks, time.perf_counter() - start)
+        for w in works:  # a shard with no cut has no batch, so no rank wrote it
+            if not os.path.exists(w.shard.out.stats):
+                _write_shard(w, job.scratch, model, out)
+    stats = [read_json(s.out.stats) for s in shards]
+    _log_job(what, startup, [read_json(s.out.stats) for s in todo], ranks, time.perf_counter() - start)
+    return stats
+
+
+@dataclass(frozen=True)
+class _Work:
+    """A shard of the job as every rank sees it: the shard, its plan, and the ranks with batches of it
+    (the same bin-packing as RankJob.run), so that the last of them to finish writes it."""
+
+    p: int
+    shard: ShardCodes
+    plan: _Plan
+    owners: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class _Out:
+    """How a rank writes a shard: the codec's name, the dtype of its codes, the job's devices, resume."""
+
+    codec: str
+    dtype: object
+    devices: tuple[str, ...]
+    resume: ResumableJob | None
+
+
+def _works(shards: list[ShardCodes], model, batch_seconds: float, ranks: int) -> tuple[list[_Work], dict]:
+    """The job's shards planned into batches, with their owners; and the cost of each batch, (p, b)."""
+    plans = [_plan(s, model.sample_rate, model.samples_per_frame, batch_seconds) for s in shards]
+    costs = {
+        (p, b): sum(i.samples for i in batch)
+        for p, plan in enumerate(plans)
+        for b, batch in enumerate(plan.batches)
+    }
+    owners: dict[int, set[int]] = {}
+    for r, keys in enumerate(lpt_assign(costs, ranks)):  # RankJob.run's bin-packing
+        for p, _ in keys:
+            owners.setdefault(p, set()).add(r)
+    works = [_Work(p, s, plans[p], tuple(sorted(owners.get(p, ())))) for p, s in enumerate(shards)]
+    return works, costs
+
+
+def _dtype(model):
+    return np.int16 if model.codebook_size <= np.iinfo(np.int16).max + 1 else np.int32
+
+
+def _files(shard: ShardCodes) -> list[str]:
+    return list(shard.out.named().values())
+
+
+def run_codes_job(
+    members: list[str],
+    shar_files,
+    outputs,
+    *,
+    codec: str,
+    shar_jobs: list[str],
+    batch_seconds: float,
+    device: str,
+    workers: int,
+    gpus: int,
+) -> list[dict]:
+    """A codes job (sharflow.core.jobs): its shards' codes with the codec of the spec file `codec`
+    (encode_shards), each kept as it is written so that a rerun of a killed job with the same inputs
+    makes only the rest; then its record. `shar_jobs`: the records of the shar jobs of its shards."""
+    key = job_key([codec, *shar_jobs], {})
+    with ResumableJob(outputs["job"], key) as resume:
+        stats = encode_shards(
+            job_shards(members, shar_files, outputs),
+            codec=read_codec_spec(codec),
+            batch_seconds=batch_seconds,
+            device=device,
+            workers=workers,
+            gpus=gpus,
+            resume=resume,
+        )
+        finish_job(outputs, members)
     return stats
 
 
@@ -142,30 +220,23 @@ def _plan(shard: ShardCodes, rate: int, spf: int, batch_seconds: float) -> _Plan
     return _Plan(ids, items, plan_batches(items, int(batch_seconds * rate), spf))
 
 
-def _write_shard(
-    p: int,
-    shard: ShardCodes,
-    plan: _Plan,
-    ranks: list[RankResult],
-    codec: str,
-    model,
-    dtype,
-    devices: list[str],
-) -> dict:
-    """Shard `p` of the job: its codes gathered from the ranks' scratch files, written, and its stats."""
+def _write_shard(work: _Work, scratch: str, model, out: _Out) -> dict:
+    """A shard's codes gathered from its owners' scratch files, written, its stats, and kept for resume."""
     start = time.perf_counter()
     sr, spf = model.sample_rate, model.samples_per_frame
     codes: dict[tuple[int, str], np.ndarray] = {}
-    for r in ranks:
-        if p in r.value:
-            with np.load(r.rank.file(f".{p}.npz")) as saved:
-                codes.update({_unkey(k): saved[k] for k in saved.files})
+    seconds = dict.fromkeys(range(len(out.devices)), 0.0)
+    for owner in work.owners:
+        with np.load(_scratch(scratch, owner, work.p)) as saved:
+            codes.update({_unkey(k): saved[k] for k in saved.files if k != "seconds"})
+            seconds[owner] = float(saved["seconds"])
+    shard, plan = work.shard, work.plan
     _write_codes(
-        codes, plan.ids, sr, spf, dtype, shard.out.target, shard.out.context, Path(shard.out.stats).parent
+        codes, plan.ids, sr, spf, out.dtype, shard.out.target, shard.out.context, Path(shard.out.stats).parent
     )
-    rank_seconds = [round(r.value.get(p, 0.0), 3) for r in ranks]
+    rank_seconds = [round(seconds[r], 3) for r in sorted(seconds)]
     stats = {
-        "codec": codec,
+        "codec": out.codec,
         "shard": shard.shard,
         "cuts": len(plan.ids),
         "items": len(plan.items),
@@ -176,14 +247,14 @@ def _write_shard(
         "samples_per_frame": spf,
         "num_codebooks": model.num_codebooks,
         "codebook_size": model.codebook_size,
-        "dtype": np.dtype(dtype).name,
-        "devices": devices,
+        "dtype": np.dtype(out.dtype).name,
+        "devices": list(out.devices),
         "rank_seconds": rank_seconds,
-        "seconds": round(
-            sum(rank_seconds) + time.perf_counter() - start, 3
-        ),  # encoding: decode, forward, write
+        "seconds": round(sum(rank_seconds) + time.perf_counter() - start, 3),  # decode, forward, write
     }
     write_json(shard.out.stats, stats)
+    if out.resume is not None:
+        out.resume.keep(shard_key(shard.shard), _files(shard))
     log.info(
         "codes %s, shard %s: %d cuts, %.0f s of audio in %d batches (padding efficiency %.3f) in %.1f rank-s",
         stats["codec"],
@@ -195,6 +266,23 @@ def _write_shard(
         stats["seconds"],
     )
     return stats
+
+
+def _scratch(scratch: str, rank: int, p: int) -> str:
+    """Rank `rank`'s codes of the job's shard p (Rank.file's name)."""
+    return Rank(rank, "", scratch).file(f".{p}.npz")
+
+
+def _write_if_last(work: _Work, rank: Rank, model, out: _Out) -> None:
+    """After this rank saved its codes of a shard: if every owner's are there, the first rank to claim
+    the shard writes it (the others go on with their batches)."""
+    if not all(os.path.exists(_scratch(rank.scratch, o, work.p)) for o in work.owners):
+        return
+    try:
+        os.close(os.open(f"{rank.scratch}/claim.{work.p}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    _write_shard(work, rank.scratch, model, out)
 
 
 def _startup(process: float, in_job: float, load: dict | None) -> dict[str, float]:
@@ -291,10 +379,11 @@ class _ShardAudio:
 
 
 def encode_batches(
-    rank: Rank, units: list[tuple[int, list[Item]]], readers: list[tuple], codec: CodecSpec
+    rank: Rank, units: list[tuple[int, list[Item]]], works: list[_Work], codec: CodecSpec, out: _Out
 ) -> dict[int, float]:
     """One rank: decode (one batch ahead) and encode its batches, shard by shard, each shard's codes
-    saved to the rank's scratch file; returns the seconds it spent on each shard, by position p."""
+    saved to the rank's scratch file (renamed into place whole), and the shard written by the rank
+    that saves its last codes; returns the seconds it spent on each shard, by position p."""
     from tqdm import tqdm
 
     model = cached_codec(codec, rank.device)
@@ -303,16 +392,22 @@ def encode_batches(
     with tqdm(total=sum(len(b) for _, b in units), desc=desc, unit="utt", mininterval=5) as progress:
         for p, group in itertools.groupby(units, key=lambda unit: unit[0]):
             start = time.perf_counter()
-            shard, target_tar, context_tar, ids = readers[p]
+            work = works[p]
+            shard, ids = work.shard.shard, work.plan.ids
             codes: dict[tuple[int, str], np.ndarray] = {}
-            with _ShardAudio(target_tar, context_tar, model, shard, ids) as audio:
+            with _ShardAudio(work.shard.target_tar, work.shard.context_tar, model, shard, ids) as audio:
                 for batch, x in ahead(audio.padded, [batch for _, batch in group]):
                     codes.update(_encode(model, codec.name, batch, x, rank.device, f"shard {shard}", ids))
                     progress.update(len(batch))
-            np.savez(
-                rank.file(f".{p}.npz"), **{f"{cut}.{kind}": array for (cut, kind), array in codes.items()}
-            )
             seconds[p] = time.perf_counter() - start
+            path = _scratch(rank.scratch, rank.index, p)
+            np.savez(
+                path + ".tmp.npz",
+                seconds=seconds[p],
+                **{f"{cut}.{kind}": a for (cut, kind), a in codes.items()},
+            )
+            os.replace(path + ".tmp.npz", path)
+            _write_if_last(work, rank, model, out)
     return seconds
 
 

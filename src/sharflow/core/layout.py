@@ -26,16 +26,16 @@ results/text_normalizers/<language>.json   the normalizer's grammars for a langu
 `DatasetFiles("results/demo")` and an int shard give one job's files. Jobs after the shard jobs
 (buckets, verify, report, input_cfg) find the shard files from the plan here instead of listing
 them as Snakemake inputs: only the merge jobs depend on the shar_plan checkpoint, and they, and the
-codes jobs after the shar jobs, list one completion record per job (plan_jobs), not every shard's
-files, which keeps a 10,000-shard DAG quick to build (benchmarks/bench_dag.py).
+codes jobs after the shar jobs, list one completion record per job, not every shard's files, which
+keeps a 10,000-shard DAG quick to build (benchmarks/bench_dag.py). Which job makes which shards, and
+how a lost or partial job is found: sharflow.core.jobs.
 """
 
 import os
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
-from sharflow.core.atomic import read_json, write_json
+from sharflow.core.atomic import read_json
 from sharflow.core.errors import SharflowError
 
 RESULTS = "results"
@@ -73,40 +73,11 @@ def block_members(block: str, shards_per_job: int | None = None, count: int | No
     return [f"{block}{m:0{digits}d}" if digits else block for m in range(count)]
 
 
-def plan_jobs(num_shards: int, shards_per_job: int) -> list[tuple[str, int]]:
-    """(block key, shards) of every job that makes a plan's shards, in order: blocks of
-    `shards_per_job`, then blocks a tenth the size down to 10 where the plan ends inside a block,
-    then one job for the last 2-9 shards (a block key of 10 with fewer members) or the last one
-    (its shard key). 123 shards at 100 per job: 000 (100), 00010, 00011 (10 each), 00012 (3)."""
-    if shards_per_job == 1:
-        return [(shard_key(s), 1) for s in range(num_shards)]
-    jobs, start = [], 0
-    for digits in range(block_digits(shards_per_job), 0, -1):
-        size = 10**digits
-        while start + size <= num_shards:
-            jobs.append((shard_key(start)[:-digits], size))
-            start += size
-    rest = num_shards - start
-    if rest == 1:
-        jobs.append((shard_key(start), 1))
-    elif rest:
-        jobs.append((shard_key(start)[:-1], rest))
-    return jobs
-
-
 def job_file_name(block: str, shards_per_job: int, count: int | None = None) -> str:
     """The file that records a block job's completion, named by its first and last shard
     (shards-000120-000129.json): one name per job, so that it matches one rule only."""
     members = block_members(block, shards_per_job, count)
     return f"shards-{members[0]}-{members[-1]}.json"
-
-
-def write_job_record(path: str, members: list[str]) -> None:
-    """A block job's completion record, written last: the shards it made and when. Jobs after it
-    list these records, not the shards' files (rules/common.smk: get_job_records). The time makes
-    each run's record differ: Snakemake passes over an input newer than its job's outputs whose
-    checksum it has seen before, and a rerun block (say, with a new codec) must rerun what lists it."""
-    write_json(path, {"shards": members, "finished": datetime.now(UTC).isoformat()})
 
 
 def require_made(paths) -> None:
@@ -406,7 +377,7 @@ class DatasetFiles:
 
     def beyond_the_plan(self, stage: str, block: str) -> str:
         """A file no rule makes: the input of a block job (stage shar or codes) whose block is
-        not one of the plan's jobs (layout.plan_jobs), so that Snakemake gives a shard file named on
+        not one of the plan's jobs (jobs.plan_jobs), so that Snakemake gives a shard file named on
         the command line to the rule of the job that the plan has (rules/common.smk: get_block_inputs)."""
         return self._path("blocks_past_the_plan", stage, f"{block}.none")
 

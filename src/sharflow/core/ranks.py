@@ -11,6 +11,7 @@ import glob
 import logging
 import multiprocessing
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Hashable, Iterator, Mapping
@@ -184,7 +185,8 @@ def rank_job(
     what: str, *, device: str, workers: int, gpus: int = 0, scratch_beside: str | None = None
 ) -> Iterator[RankJob]:
     """The ranks of a model job: job_devices (logged, checked against the `gpu` grant), and a scratch
-    folder beside the file `scratch_beside` (removed when the block ends) for the ranks' own files.
+    folder beside the file `scratch_beside` (removed when the block ends, and at the start of a rerun
+    when a killed run left it) for the ranks' own files.
 
     Example::
 
@@ -198,5 +200,8 @@ def rank_job(
         return
     folder = Path(scratch_beside).parent
     folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".ranks.", dir=folder) as tmp:
+    prefix = f".ranks.{Path(scratch_beside).name}."  # this job's: another job may share the folder
+    for stale in folder.glob(f"{prefix}*"):  # left by a killed run of this job
+        shutil.rmtree(stale, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=prefix, dir=folder) as tmp:
         yield RankJob(what, devices, tmp)

@@ -35,9 +35,11 @@ from tqdm import tqdm
 
 from sharflow.core.atomic import atomic_file, read_json, write_json
 from sharflow.core.errors import SharflowError
+from sharflow.core.jobs import finish_job
 from sharflow.core.layout import ShardFiles, shard_key
 from sharflow.core.ledger import Ledger, reject_row
 from sharflow.core.parallel import ordered_map
+from sharflow.core.resume import ResumableJob, job_key
 from sharflow.dataset.catalog import catalog_row, write_fragment
 from sharflow.shar.audio import EncodedAudio, EncodeSettings, encode_record
 from sharflow.shar.format import (
@@ -101,21 +103,53 @@ def write_shards(
     plan: str,
     settings: EncodeSettings,
     workers: int = 1,
+    resume: ResumableJob | None = None,
 ) -> list[dict]:
     """write_shard for each shard of a job over a block (member keys), its files from the job's named
-    outputs (cuts_<m>, target_<m>, ... catalog_<m>: a Snakemake job's, or a mapping), in order."""
-    return [
-        write_shard(
-            int(shard),
+    outputs (cuts_<m>, target_<m>, ... catalog_<m>: a Snakemake job's, or a mapping), in order. With
+    `resume`, a shard a killed run of the job finished is put back instead (its stats read back)."""
+    stats = []
+    for m, shard in enumerate(members):
+        out = ShardFiles.of_member(outputs, m)
+        files = list(out.named().values())
+        if resume is not None and resume.restore(shard, files):
+            stats.append(read_json(out.stats))
+            continue
+        stats.append(
+            write_shard(
+                int(shard),
+                with_context=with_context,
+                index=index,
+                plan=plan,
+                out=out,
+                settings=settings,
+                workers=workers,
+            )
+        )
+        if resume is not None:
+            resume.keep(shard, files)
+    return stats
+
+
+def run_shar_job(
+    members: list[str], outputs, *, with_context: str, index: str, plan: str, settings: dict, workers: int = 1
+) -> list[dict]:
+    """A shar job (sharflow.core.jobs): its shards (write_shards), keeping each as it is finished and
+    resuming a killed run of the same job with the same inputs and settings; then its record."""
+    key = job_key((with_context, index, plan), settings)
+    with ResumableJob(outputs["job"], key) as resume:
+        stats = write_shards(
+            members,
+            outputs,
             with_context=with_context,
             index=index,
             plan=plan,
-            out=ShardFiles.of_member(outputs, m),
-            settings=settings,
+            settings=EncodeSettings(**settings),
             workers=workers,
+            resume=resume,
         )
-        for m, shard in enumerate(members)
-    ]
+        finish_job(outputs, members)
+    return stats
 
 
 def read_shard_records(shard: int, *, with_context: str, index: str, plan: str) -> list[dict]:

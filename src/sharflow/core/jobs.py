@@ -1,0 +1,150 @@
+"""Shard jobs: which job makes which shards, what it writes, and how a lost or partial job is found.
+
+A Shar set's shards are made by jobs over *blocks* of shards: the shar stage's (cuts, target and
+context audio) and, per codec, the codes stage's. Fewer, longer jobs keep Snakemake's DAG small and
+load a model once per rank and job. This module is the one place that says how; the rules
+(rules/shar.smk, rules/codes.smk and their input functions in rules/common.smk), the job scripts
+and the tests ask it.
+
+- **Blocks.** A block key is a shard key without its last digits: block 00012 stands for the ten
+  shards 000120-000129, block 0001 for the hundred shards 000100-000199 (layout.block_members).
+- **The plan's jobs** (`plan_jobs`): blocks of `<stage>.shards_per_job` shards; where the plan ends
+  inside one, blocks a tenth the size down to 10; then one job for the last 2-9 shards (a block of 10
+  with fewer members) or the last one. 123 shards at 100 per job: 000 (100), 00010 and 00011 (10
+  each), 00012 (the last 3).
+- **Rules** (`job_kinds`): a rule per kind of job, `<stage>_block` (shards_per_job shards),
+  `<stage>_block<size>` (the smaller blocks), `<stage>_tail<n>` (the last n = 2-9) and
+  `<stage>_shard` (one). Snakemake needs a rule's outputs from its wildcards alone, so each kind
+  names all its shards' files, and a shard's file matches a rule of every kind; the rules' input
+  functions give a kind the plan does not have for that block an input no rule makes
+  (layout.DatasetFiles.beyond_the_plan), and Snakemake takes the next kind.
+- **What a job writes**: each member shard's files, every one renamed into place whole, then last
+  its record (`shards-<first>-<last>.json`, `write_job_record`): the shards, the size of every file
+  it wrote, and when it finished. Jobs after the shard jobs list these records, one per job, not
+  every shard's files (a 10,000-shard DAG lists ~1,000 files per stage).
+- **A lost or damaged shard file** (`damage`, `withdraw_if_damaged`): every run checks each record's
+  files against one listing per folder (`Listing`, an os.scandir each); a job with a file that is
+  missing or not the size it wrote has its record withdrawn (the record vouches for the files, and
+  they are no longer what it says), so a dry run plans exactly that job and what follows, and its
+  rerun writes the same bytes again.
+- **A killed job resumes** (sharflow.core.resume): the shards a job finishes are kept under its
+  `.finished` folder until it is done; its rerun puts them back instead of making them again.
+"""
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sharflow.core.atomic import write_json
+from sharflow.core.layout import block_digits, shard_key
+
+STAGES = ("shar", "codes")
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """A kind of shard job, one rule each: its rule name, its block size, how many shards it makes."""
+
+    name: str
+    size: int
+    count: int
+
+
+def job_kinds(stage: str, shards_per_job: int) -> list[JobKind]:
+    """The kinds of job of a stage (shar or codes), in the order Snakemake tries them for a file:
+    <stage>_block, <stage>_block<size> for each smaller block size down to 10, <stage>_tail<n> for
+    n = 9..2, <stage>_shard."""
+    sizes = [10**k for k in range(block_digits(shards_per_job), 0, -1)]
+    kinds = [JobKind(f"{stage}_block" if s == shards_per_job else f"{stage}_block{s}", s, s) for s in sizes]
+    kinds += [JobKind(f"{stage}_tail{n}", 10, n) for n in range(9, 1, -1) if sizes]
+    return [*kinds, JobKind(f"{stage}_shard", 1, 1)]
+
+
+def plan_jobs(num_shards: int, shards_per_job: int) -> list[tuple[str, int]]:
+    """(block key, shards) of every job that makes a plan's shards, in order (see the module
+    docstring). 123 shards at 100 per job: 000 (100), 00010, 00011 (10 each), 00012 (3)."""
+    if shards_per_job == 1:
+        return [(shard_key(s), 1) for s in range(num_shards)]
+    jobs, start = [], 0
+    for digits in range(block_digits(shards_per_job), 0, -1):
+        size = 10**digits
+        while start + size <= num_shards:
+            jobs.append((shard_key(start)[:-digits], size))
+            start += size
+    rest = num_shards - start
+    if rest == 1:
+        jobs.append((shard_key(start), 1))
+    elif rest:
+        jobs.append((shard_key(start)[:-1], rest))
+    return jobs
+
+
+def write_job_record(path: str, members: list[str], files: Iterable[str]) -> None:
+    """A shard job's record, written last: the shards it made, the size of every file it wrote (by
+    path relative to the record's folder, so that a results tree can move), and when it finished.
+    The time makes each run's record differ: Snakemake passes over an input newer than its job's
+    outputs whose checksum it has seen before, and a rerun job must rerun what lists it."""
+    folder = Path(path).parent
+    sizes = {os.path.relpath(f, folder): os.stat(f).st_size for f in sorted(files)}
+    write_json(path, {"shards": members, "files": sizes, "finished": datetime.now(UTC).isoformat()})
+
+
+def finish_job(outputs, members: list[str]) -> None:
+    """What a shard job does last, given its named outputs (a Snakemake job's): its record, with the
+    size of every other output."""
+    write_job_record(outputs["job"], members, [p for name, p in outputs.items() if name != "job"])
+
+
+class Listing:
+    """Sizes of the files in folders, one os.scandir per folder (again only when the folder changes):
+    checking 10,000 shards' files costs a listing of each field folder, not 70,000 stat calls."""
+
+    def __init__(self):
+        self.folders: dict[str, tuple[int, dict[str, int]]] = {}
+
+    def size(self, path: str) -> int | None:
+        """The size of the file at `path`, None if there is none."""
+        folder, name = os.path.split(path)
+        try:
+            stamp = os.stat(folder or ".").st_mtime_ns
+        except FileNotFoundError:
+            return None
+        cached = self.folders.get(folder)
+        if cached is None or cached[0] != stamp:
+            with os.scandir(folder or ".") as entries:
+                sizes = {e.name: e.stat().st_size for e in entries if e.is_file()}
+            self.folders[folder] = cached = (stamp, sizes)
+        return cached[1].get(name)
+
+
+def damage(record: str, listing: Listing) -> list[str]:
+    """What is wrong with a finished job's files: each missing, or of another size than the job wrote
+    (its record says); [] when all are whole, when there is no record (the job has not run) or when
+    the record names no sizes (written before sizes were recorded)."""
+    try:
+        with open(record, encoding="utf-8") as f:
+            files = json.load(f).get("files", {})
+    except FileNotFoundError:
+        return []
+    folder = os.path.dirname(record)
+    wrong = []
+    for rel, size in files.items():
+        path = os.path.normpath(os.path.join(folder, rel))
+        found = listing.size(path)
+        if found != size:
+            wrong.append(
+                f"{path} is missing" if found is None else f"{path} is {found} bytes, its job wrote {size}"
+            )
+    return wrong
+
+
+def withdraw_if_damaged(record: str, listing: Listing) -> list[str]:
+    """Remove the record of a finished job whose files are no longer what it wrote (damage), so that
+    Snakemake, which asks for the record, runs the job again; what was wrong."""
+    wrong = damage(record, listing)
+    if wrong:
+        os.remove(record)
+    return wrong

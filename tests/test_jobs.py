@@ -1,0 +1,166 @@
+"""sharflow.core.jobs and sharflow.core.resume: which job makes which shards, the job record, the
+check of a finished job's files, and a killed job's finished shards kept for its rerun."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from sharflow.core import layout
+from sharflow.core.jobs import (
+    JobKind,
+    Listing,
+    damage,
+    finish_job,
+    job_kinds,
+    plan_jobs,
+    withdraw_if_damaged,
+    write_job_record,
+)
+from sharflow.core.layout import shard_key
+from sharflow.core.resume import ResumableJob, job_key
+
+
+def members(jobs) -> list[str]:
+    return [s for key, count in jobs for s in layout.block_members(key, layout.block_size(key), count)]
+
+
+def test_a_plan_is_made_by_blocks_then_smaller_blocks_then_one_job_for_the_rest():
+    assert plan_jobs(123, 100) == [("0000", 100), ("00010", 10), ("00011", 10), ("00012", 3)]
+    assert plan_jobs(21, 10) == [("00000", 10), ("00001", 10), ("000020", 1)]
+    assert plan_jobs(16, 10) == [("00000", 10), ("00001", 6)]
+    assert plan_jobs(1011, 1000) == [("000", 1000), ("00100", 10), ("001010", 1)]
+    assert plan_jobs(3, 1) == [("000000", 1), ("000001", 1), ("000002", 1)]
+    assert plan_jobs(9, 10) == [("00000", 9)] and plan_jobs(0, 10) == []
+    for n, per_job in ((1, 10), (2, 10), (10, 10), (99, 100), (1234, 1000), (12, 1)):
+        jobs = plan_jobs(n, per_job)  # every shard in exactly one job, in order
+        assert members(jobs) == [shard_key(s) for s in range(n)]
+        assert all(count <= per_job for _, count in jobs)
+
+
+@pytest.mark.parametrize("per_job", [10, 100])
+def test_the_plan_at_its_edges(per_job):
+    """An exact multiple of the block size, one shard more, one less, a single shard."""
+    digits = len(str(per_job)) - 1
+    exact = plan_jobs(2 * per_job, per_job)
+    assert exact == [(shard_key(0)[:-digits], per_job), (shard_key(per_job)[:-digits], per_job)]
+    more = plan_jobs(2 * per_job + 1, per_job)
+    assert more[:2] == exact and more[2:] == [(shard_key(2 * per_job), 1)]
+    less = plan_jobs(2 * per_job - 1, per_job)
+    assert less[0] == exact[0] and members(less[1:]) == [
+        shard_key(s) for s in range(per_job, 2 * per_job - 1)
+    ]
+    assert less[-1] == (shard_key(2 * per_job - 10)[:-1], 9)  # the last 9 in one job
+    assert plan_jobs(1, per_job) == [("000000", 1)]
+    assert plan_jobs(11, per_job)[-1] == ("000010", 1) and plan_jobs(12, per_job)[-1] == ("00001", 2)
+
+
+def test_each_kind_of_job_is_a_rule_tried_from_the_largest():
+    kinds = job_kinds("codes", 100)
+    assert [k.name for k in kinds] == [
+        "codes_block",
+        "codes_block10",
+        *(f"codes_tail{n}" for n in range(9, 1, -1)),
+        "codes_shard",
+    ]
+    assert kinds[0] == JobKind("codes_block", 100, 100) and kinds[1] == JobKind("codes_block10", 10, 10)
+    assert kinds[2] == JobKind("codes_tail9", 10, 9) and kinds[-1] == JobKind("codes_shard", 1, 1)
+    assert [k.name for k in job_kinds("shar", 1)] == ["shar_shard"]
+    for n, per_job in ((123, 100), (21, 10), (1011, 1000), (7, 10)):  # every job of a plan has its rule
+        kinds = {(k.size, k.count) for k in job_kinds("shar", per_job)}
+        assert {(layout.block_size(key), count) for key, count in plan_jobs(n, per_job)} <= kinds
+
+
+def finished_job(tmp_path: Path, sizes=(10, 20)) -> tuple[str, list[str]]:
+    """A job that wrote two files under tmp_path/shar/ and its record under tmp_path/jobs/."""
+    files = []
+    for i, size in enumerate(sizes):
+        path = tmp_path / "shar" / f"f{i}.tar"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * size)
+        files.append(str(path))
+    record = tmp_path / "jobs" / "shards-000000-000001.json"
+    record.parent.mkdir(exist_ok=True)
+    finish_job({"f0": files[0], "f1": files[1], "job": str(record)}, ["000000", "000001"])
+    return str(record), files
+
+
+def test_a_record_names_every_file_with_its_size_and_a_damaged_job_is_found(tmp_path):
+    record, files = finished_job(tmp_path)
+    written = json.loads(Path(record).read_text())
+    assert written["shards"] == ["000000", "000001"] and "finished" in written
+    assert written["files"] == {"../shar/f0.tar": 10, "../shar/f1.tar": 20}  # relative: a tree can move
+    assert damage(record, Listing()) == []
+    Path(files[1]).write_bytes(b"x" * 19)  # truncated
+    assert damage(record, Listing()) == [f"{files[1]} is 19 bytes, its job wrote 20"]
+    Path(files[0]).unlink()
+    assert damage(record, Listing()) == [
+        f"{files[0]} is missing",
+        f"{files[1]} is 19 bytes, its job wrote 20",
+    ]
+    assert withdraw_if_damaged(record, Listing()) and not os.path.exists(record)  # it vouches no more
+    assert damage(record, Listing()) == []  # no record: the job has not run
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({"shards": ["000000"], "finished": "then"}))
+    assert damage(str(old), Listing()) == []  # a record from before sizes were kept: not checked
+
+
+def test_a_listing_reads_a_folder_once_until_it_changes(tmp_path, monkeypatch):
+    for i in range(3):
+        (tmp_path / f"{i}.tar").write_bytes(b"x" * i)
+    listing, scans = Listing(), []
+    real = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda p: scans.append(p) or real(p))
+    assert [listing.size(str(tmp_path / f"{i}.tar")) for i in range(3)] == [0, 1, 2]
+    assert listing.size(str(tmp_path / "nope.tar")) is None and len(scans) == 1
+    (tmp_path / "3.tar").write_bytes(b"xyz")
+    os.utime(tmp_path, ns=(1, os.stat(tmp_path).st_mtime_ns + 1))  # a changed folder is listed again
+    assert listing.size(str(tmp_path / "3.tar")) == 3 and len(scans) == 2
+    assert listing.size(str(tmp_path / "missing" / "x.tar")) is None
+
+
+def test_a_killed_job_resumes_with_the_shards_it_finished(tmp_path):
+    record = str(tmp_path / "jobs" / "shards-000000-000002.json")
+    outs = {s: [str(tmp_path / f / f"x.{s}") for f in ("cuts", "audio")] for s in ("000000", "000001")}
+    made = []
+
+    def run(key, kill_after=None):
+        with ResumableJob(record, key) as resume:
+            for shard, files in outs.items():
+                if resume.restore(shard, files):
+                    continue
+                for i, path in enumerate(files):
+                    Path(path).parent.mkdir(parents=True, exist_ok=True)
+                    Path(path).write_text(f"{shard}-{i}")
+                made.append(shard)
+                resume.keep(shard, files)
+                if shard == kill_after:
+                    raise KeyboardInterrupt  # the kill: the block ends without its record
+            write_job_record(record, list(outs), [f for fs in outs.values() for f in fs])
+
+    with pytest.raises(KeyboardInterrupt):
+        run("k1", kill_after="000000")
+    inode = os.stat(outs["000000"][0]).st_ino
+    for files in outs.values():  # Snakemake deletes a job's outputs before it runs it again
+        for f in files:
+            Path(f).unlink(missing_ok=True)
+    run("k1")
+    assert made == ["000000", "000001"]  # shard 000000 was not made again
+    assert os.stat(outs["000000"][0]).st_ino == inode and Path(outs["000000"][1]).read_text() == "000000-1"
+    assert sorted(p.name for p in Path(record).parent.iterdir()) == [Path(record).name]  # nothing left
+    with pytest.raises(KeyboardInterrupt):
+        run("k1", kill_after="000000")
+    run("k2")  # other inputs or settings: nothing of the killed run is used
+    assert made == ["000000", "000001", "000000", "000000", "000001"]
+
+
+def test_the_key_changes_with_any_input_or_setting(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.write_text("1")
+    b.write_text("2")
+    key = job_key([str(a), str(b)], {"rate": 16000})
+    assert key == job_key([str(b), str(a)], {"rate": 16000})
+    assert key != job_key([str(a), str(b)], {"rate": 22050})
+    a.write_text("11")
+    assert key != job_key([str(a), str(b)], {"rate": 16000})
