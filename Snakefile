@@ -31,4 +31,4 @@ rule all:
     default_target: True
     input:
         get_final_outputs(),
-        get_repairs,
+        *(get_repairs(name) for name in DATASETS + HELD_OUT_SETS),

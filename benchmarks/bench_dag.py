@@ -27,7 +27,7 @@ import yaml
 from _corpus import snakemake_command
 
 from sharflow.core.jobs import plan_jobs, write_job_record
-from sharflow.core.layout import block_members, block_size, dataset_files
+from sharflow.core.layout import DatasetFiles, block_members, block_size, dataset_files
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,7 +49,7 @@ def config(work: Path) -> dict:
 def finish_every_job(work: Path, codecs: list[str]) -> int:
     """Every planned shard file of the demo's plan (empty) and every shar and codes job's record, in the
     order a run writes them (shar, then codes: newer than the shar records they read). Files written."""
-    files = dataset_files(str(work / "results" / "demo"))
+    files = DatasetFiles(str(work / "results" / "demo"))
     num_shards = json.loads(Path(files.shard_plan).read_text())["num_shards"]
     written = 0
     for stage in ("shar", *codecs):
@@ -76,12 +76,12 @@ def snakemake(work: Path, *args: str) -> tuple[float, float, subprocess.Complete
         "p = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
         "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / "
         "1024, p.returncode); "
-        "sys.stderr.write(p.stdout[-3000:] + p.stderr[-3000:])"
+        "sys.stderr.write(p.stdout + p.stderr)"
     )
     proc = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True)
     seconds, rss, rc = proc.stdout.split()
     if int(rc) != 0:
-        raise SystemExit(f"snakemake {' '.join(args)} failed:\n{proc.stderr}")
+        raise SystemExit(f"snakemake {' '.join(args)} failed:\n{proc.stderr[-6000:]}")
     return float(seconds), float(rss), proc
 
 
@@ -133,9 +133,10 @@ def main() -> None:
         shar_jobs = {
             k: v for k, v in counts.items() if k.startswith(("shar_block", "shar_tail", "shar_shard"))
         }
+        said = [line for line in proc.stderr.splitlines() if line.startswith("sharflow: ")]
         print(
             f"dry run of it with one shard file lost: {lost_s:.1f} s, {lost_mb:.0f} MB; it plans {shar_jobs} "
-            "(the lost file's job: 1 shar_block)"
+            f"(the lost file's job: 1 shar_block), and says {said}"
         )
     print(f"(this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB)")
 

@@ -370,24 +370,25 @@ LISTING = jobs.Listing()
 _SAID = set()
 
 
-def get_repairs(wildcards):
-    """The record of every finished shar and codes job of every Shar set whose files are no longer
-    what it wrote (withdrawn first: jobs.withdraw_if_damaged, said in the log), and of every job
-    whose record is missing: asking for those makes Snakemake run the jobs again. The default target
-    asks for them, not the jobs that list the records: Snakemake does not look again at what those
-    ask for after the plan's checkpoint, and their inputs stay the same, so they rerun once, because
-    the records are new."""
-    wanted = []
-    for name in DATASETS + HELD_OUT_SETS:
+def get_repairs(name):
+    """Input function: the record of every finished shar and codes job of the Shar set `name` whose
+    files are no longer what it wrote (withdrawn first: jobs.withdraw_if_damaged, said in the log),
+    and of every job whose record is missing: asking for those makes Snakemake run the jobs again.
+    The default target asks for them, a function per set (one whose plan is not made yet waits for
+    it alone), not the jobs that list the records: Snakemake does not look again at what those ask
+    for after the plan's checkpoint, and their inputs stay the same, so they rerun once, because the
+    records are new."""
+
+    def repairs(wildcards):
         records = job_records(name, "shar") + [r for c in CODECS for r in job_records(name, "codes", c)]
         for record in records:
             for why in jobs.withdraw_if_damaged(record, LISTING):
                 if why not in _SAID:
                     _SAID.add(why)
                     logger.warning(f"sharflow: {why}: its job ({record}) runs again")
-            if not os.path.exists(record):
-                wanted.append(record)
-    return wanted
+        return [record for record in records if not os.path.exists(record)]
+
+    return repairs
 
 
 def get_job_records(stage):
