@@ -340,9 +340,9 @@ def get_block_inputs(shards, stage, inputs):
         files = layout.dataset_files(wildcards.dataset)
         job = (wildcards.block, shards)
         on_disk = planned_on_disk(wildcards.dataset, stage)
-        if (on_disk is not None and job not in on_disk.set) or job not in plan_jobs(
-            wildcards.dataset, stage
-        ).set:
+        if on_disk is not None and job not in on_disk.set:  # decided before the checkpoint pass
+            return {"beyond_the_plan": files.beyond_the_plan(stage, wildcards.block)}
+        if job not in plan_jobs(wildcards.dataset, stage).set:
             return {"beyond_the_plan": files.beyond_the_plan(stage, wildcards.block)}
         return inputs(wildcards, files, wildcards.block)
 
