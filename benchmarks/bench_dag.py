@@ -101,9 +101,15 @@ def main() -> None:
         plan = json.loads(plan_path.read_text())
         plan.update(
             num_shards=args.shards,
+            generations=[{"first": 0, "shards": args.shards, "records": args.shards}],
             shards=[{"index": i, "records": 1, "seconds": 1.0} for i in range(args.shards)],
         )
         plan_path.write_text(json.dumps(plan))
+        inputs = DatasetFiles(str(work / "results" / "demo"))
+        for block, count in plan_jobs(args.shards, 10):  # each shar job's records, as the plan writes them
+            path = Path(inputs.shar_input(block, block_size(block), count))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"shards": []}) + "\n")
 
         dry_s, dry_mb, proc = snakemake(work, "-n")
         jobs = (

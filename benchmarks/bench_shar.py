@@ -79,23 +79,27 @@ def stage(
     **settings,
 ) -> float:
     """Plan, every shard job and (given the context stage's stats) the merge, in this process."""
+    from sharflow.core.layout import shard_key
     from sharflow.shar.merge import merge_shar_stats
     from sharflow.shar.plan import plan_shards
-    from sharflow.shar.shard import write_shard
+    from sharflow.shar.shard import write_shards
 
     files = DatasetFiles(str(out))
     t = time.perf_counter()
     plan = plan_shards(
-        str(with_context), plan=files.shard_plan, index=files.shar_index, shard_size=shard_size, seed=0
+        str(with_context),
+        plan=files.shard_plan,
+        inputs_dir=files.shar_inputs,
+        shard_size=shard_size,
+        seed=0,
+        shards_per_job=1,
     )
     jobs = [files.shard(s) for s in range(plan["num_shards"])]
     for s, job in enumerate(jobs):
-        write_shard(
-            s,
-            with_context=str(with_context),
-            index=files.shar_index,
-            plan=files.shard_plan,
-            out=job,
+        write_shards(
+            [shard_key(s)],
+            {f"{k}_0": v for k, v in job.named().items()},
+            inputs=files.shar_input(shard_key(s), 1),
             settings=EncodeSettings(audio_root=str(root), **settings),
             workers=workers,
         )
@@ -152,7 +156,7 @@ def end_to_end(tmp: Path, copies: int, repeats: int) -> tuple[float, float, floa
         return time.perf_counter() - t
 
     snakemake(ds.context_stats)  # prepare + context, not timed
-    shar_outputs = [ds.shard_plan, ds.shar_index, ds.shar_stats, ds.shar_rejected]
+    shar_outputs = [ds.shard_plan, ds.shar_inputs, ds.shar_stats, ds.shar_rejected]
     shar_outputs += [str(Path(ds.shard(0).cuts).parents[1]), str(Path(ds.shard(0).stats).parent)]
     shar_outputs += [f"logs/{rule}" for rule in ("shar_plan", "shar_shard", "shar_merge")]
 

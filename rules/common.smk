@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from snakemake.logging import logger
 
 from sharflow.core import jobs, layout
+from sharflow.core.atomic import read_json
 from sharflow.core.cache import cache_root
 from sharflow.core.config import validate_config
 from sharflow.core.errors import SharflowError
@@ -307,15 +308,19 @@ def get_encode_settings(wildcards):
 
 @functools.lru_cache(maxsize=None)
 def _plan_jobs(plan_path, mtime, shards_per_job):
-    planned = jobs.plan_jobs(layout.planned_shards(plan_path), shards_per_job)
-    of_shard = [job for job in planned for _ in range(job[1])]
+    planned = jobs.planned_jobs(read_json(plan_path), shards_per_job)
+    of_shard = {
+        int(shard): job
+        for job in planned
+        for shard in layout.block_members(job[0], layout.block_size(job[0]), job[1])
+    }
     return SimpleNamespace(jobs=planned, set=frozenset(planned), of_shard=of_shard)
 
 
 def plan_jobs(dataset, stage):
     """The jobs of `stage` (shar or codes) from the dataset's shar plan (a checkpoint), read once per
     plan file version: `jobs` [(block key, shards)] in order, as a `set`, and the job `of_shard`
-    (a list indexed by shard)."""
+    ({shard number: job})."""
     plan = checkpoints.shar_plan.get(dataset=dataset).output.plan
     return _plan_jobs(plan, os.path.getmtime(plan), config[stage]["shards_per_job"])
 
@@ -353,8 +358,7 @@ def get_shar_block_inputs(shards):
     """Input function of the shar jobs of `shards` shards: the records and the plan (get_block_inputs)."""
 
     def inputs(wildcards, files, block):
-        with_context = layout.dataset_files(dataset_of(wildcards.dataset)).with_context
-        return {"with_context": with_context, "plan": files.shard_plan, "index": files.shar_index}
+        return {"inputs": files.shar_input(block, layout.block_size(block), shards)}
 
     return get_block_inputs(shards, "shar", inputs)
 

@@ -3,7 +3,6 @@ checkpoint shar_plan:
         with_context=get_dataset_file("with_context"),
     output:
         plan=DS.shard_plan,
-        index=DS.shar_index,
     log:
         layout.log("shar_plan", "{dataset}"),
     benchmark:
@@ -11,6 +10,8 @@ checkpoint shar_plan:
     params:
         shard_size=config["shar"]["shard_size"],
         seed=config["shar"]["seed"],
+        shards_per_job=config["shar"]["shards_per_job"],
+        grow=config["shar"]["grow"],
         split=lambda wildcards: split_of(wildcards.dataset),
     resources:
         mem_mb=4000,

@@ -13,7 +13,6 @@ import json
 import subprocess
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
@@ -30,7 +29,7 @@ from sharflow.prepare.job import prepare_dataset
 from sharflow.quality.part import MeasureSettings, run_quality_part
 from sharflow.shar.audio import EncodeSettings, copy_through
 from sharflow.shar.plan import plan_shards
-from testkit import DEMO, REPO, demo_config, read_jsonl, snakemake_cmd, write_jsonl, write_tone
+from testkit import DEMO, REPO, demo_config, planned_lines, read_jsonl, snakemake_cmd, write_jsonl, write_tone
 
 SCHEMA = REPO / "config" / "schema.yaml"
 HERE = "test_config_keys.py"
@@ -105,6 +104,7 @@ EFFECTS: dict[str, str] = {
     "context.cost_per_audio_second": f"{HERE}::test_cost_per_audio_second_moves_groups_between_parts",
     "shar.shard_size": "test_shar.py::test_shard_plans_cover_every_record_once_for_any_size",
     "shar.seed": f"{HERE}::test_shar_seed_orders_the_shards",
+    "shar.grow": "test_grow.py::test_a_record_that_changed_under_its_cut_id_stops_the_plan",
     "shar.audio_format": "test_shar.py::test_other_formats_and_rates_read_back",
     "shar.sample_rate": "test_shar.py::test_other_formats_and_rates_read_back",
     "shar.copy_through": f"{HERE}::test_copy_through_off_encodes_every_span",
@@ -315,11 +315,11 @@ def test_shar_seed_orders_the_shards(tmp_path):
         plan_shards(
             str(spans),
             plan=str(tmp_path / f"{seed}.json"),
-            index=str(tmp_path / f"{seed}.npy"),
+            inputs_dir=str(tmp_path / str(seed)),
             shard_size=10,
             seed=seed,
         )
-        orders.append(np.load(tmp_path / f"{seed}.npy").tolist())
+        orders.append([line for _, line in planned_lines(tmp_path / str(seed))])
     assert orders[0] != orders[1] and sorted(orders[0]) == sorted(orders[1])
 
 

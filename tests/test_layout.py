@@ -39,7 +39,7 @@ EXPECTED = {
         "rejected": DS.context_rejected,
         "stats": DS.context_stats,
     },
-    "shar_plan": {"plan": DS.shard_plan, "index": DS.shar_index},
+    "shar_plan": {"plan": DS.shard_plan},
     "shar_block": DS.shard_block("{block}", 10),
     **{f"shar_tail{n}": DS.shard_block("{block}", 10, n) for n in range(2, 10)},
     "shar_shard": {

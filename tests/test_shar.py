@@ -25,7 +25,16 @@ from sharflow.shar.audio import EncodeSettings, copy_through, encode, encode_rec
 from sharflow.shar.headers import flac_without_metadata
 from sharflow.shar.merge import merge_shar_stats
 from sharflow.shar.plan import plan_shards, recording_id, segment_id
-from testkit import DEMO, magpie_dataset, read_back, read_jsonl, write_all, write_jsonl, write_tone
+from testkit import (
+    DEMO,
+    magpie_dataset,
+    planned_lines,
+    read_back,
+    read_jsonl,
+    write_all,
+    write_jsonl,
+    write_tone,
+)
 
 
 def test_ids():
@@ -53,25 +62,22 @@ def test_plan_is_a_seeded_shuffle_with_contiguous_shards(tmp_path):
     plan = plan_shards(
         str(spans),
         plan=str(tmp_path / "p.json"),
-        index=str(tmp_path / "i.npy"),
+        inputs_dir=str(tmp_path / "i"),
         shard_size=16,
         seed=7,
     )
     assert plan["num_shards"] == 4 and [s["records"] for s in plan["shards"]] == [16, 16, 16, 8]
-    index = np.load(tmp_path / "i.npy")
-    offsets, pos = [], 0
-    for raw in spans.read_bytes().splitlines(keepends=True):
-        offsets.append(pos)
-        pos += len(raw)
-    assert sorted(index.tolist()) == offsets and index.tolist() != offsets
+    lines = spans.read_bytes().splitlines(keepends=True)
+    planned = [line for _, line in planned_lines(tmp_path / "i")]
+    assert sorted(planned) == sorted(lines) and planned != lines  # shuffled
     again = plan_shards(
         str(spans),
         plan=str(tmp_path / "q.json"),
-        index=str(tmp_path / "j.npy"),
+        inputs_dir=str(tmp_path / "j"),
         shard_size=16,
         seed=7,
     )
-    assert again == plan and (tmp_path / "j.npy").read_bytes() == (tmp_path / "i.npy").read_bytes()
+    assert again == plan and [line for _, line in planned_lines(tmp_path / "j")] == planned
 
 
 def test_clashing_cut_ids_are_refused(tmp_path):
@@ -80,7 +86,7 @@ def test_clashing_cut_ids_are_refused(tmp_path):
     path = write_jsonl(tmp_path / "w.jsonl", [*records, twin])
     with pytest.raises(SharflowError, match=r"line 2 .* and line 4"):
         plan_shards(
-            str(path), plan=str(tmp_path / "p.json"), index=str(tmp_path / "i.npy"), shard_size=4, seed=0
+            str(path), plan=str(tmp_path / "p.json"), inputs_dir=str(tmp_path / "i"), shard_size=4, seed=0
         )
 
 
@@ -339,20 +345,17 @@ def test_empty_dataset_gives_one_valid_empty_shard(tmp_path):
 
 
 def test_a_killed_shard_job_leaves_no_file_under_a_final_name(with_context, tmp_path):
+    files = DatasetFiles(str(tmp_path))
     plan_shards(
-        str(with_context[0]),
-        plan=str(tmp_path / "plan.json"),
-        index=str(tmp_path / "index.npy"),
-        shard_size=64,
-        seed=0,
+        str(with_context[0]), plan=files.shard_plan, inputs_dir=files.shar_inputs, shard_size=64, seed=0
     )
-    job = DatasetFiles(str(tmp_path)).shard(0)
+    job = files.shard(0)
     finals = [Path(p) for p in job.named().values()]
     code = (
-        "from sharflow.core.layout import ShardFiles\nfrom sharflow.shar.shard import write_shard\n"
+        "from sharflow.core.layout import ShardFiles\nfrom sharflow.shar.shard import write_shards\n"
         "from sharflow.shar.audio import EncodeSettings\n"
-        f"write_shard(0, with_context={str(with_context[0])!r}, index={str(tmp_path / 'index.npy')!r}, "
-        f"plan={str(tmp_path / 'plan.json')!r}, out=ShardFiles(**{job.named()!r}), "
+        f"outputs = {{f'{{k}}_0': v for k, v in {job.named()!r}.items()}}\n"
+        f"write_shards(['000000'], outputs, inputs={files.shar_input('000000', 1)!r}, "
         f"settings=EncodeSettings(audio_root={str(DEMO / 'audio')!r}, audio_format='wav'))\n"
     )
     proc = subprocess.Popen([sys.executable, "-c", code])
@@ -515,7 +518,7 @@ def test_shard_plans_cover_every_record_once_for_any_size(tmp_path_factory, n, s
         return plan_shards(
             str(tmp / "w.jsonl"),
             plan=str(tmp / f"{name}.json"),
-            index=str(tmp / f"{name}.npy"),
+            inputs_dir=str(tmp / name),
             shard_size=shard_size,
             seed=seed,
         )
@@ -527,16 +530,14 @@ def test_shard_plans_cover_every_record_once_for_any_size(tmp_path_factory, n, s
     assert sizes == ([shard_size] * (n // shard_size) + ([n % shard_size] if n % shard_size else [])) or (
         n == 0 and sizes == [0]
     )
-    offsets, pos = [], 0
-    for raw in (tmp / "w.jsonl").read_bytes().splitlines(keepends=True):
-        offsets.append(pos)
-        pos += len(raw)
-    index = np.load(tmp / "p.npy").tolist()
-    assert sorted(index) == offsets  # every record exactly once
-    seconds = [records[offsets.index(o)]["duration"] for o in index]
+    lines = (tmp / "w.jsonl").read_bytes().splitlines(keepends=True)
+    planned = planned_lines(tmp / "p")
+    assert sorted(line for _, line in planned) == sorted(lines)  # every record exactly once
+    assert [shard for shard, _ in planned] == sorted(shard for shard, _ in planned)
     for s, shard in enumerate(plan["shards"]):
-        assert shard["seconds"] == round(sum(seconds[s * shard_size : (s + 1) * shard_size]), 3)
-    assert plan_as("q") == plan and np.load(tmp / "q.npy").tolist() == index
+        mine = [json.loads(line)["duration"] for k, line in planned if k == s]
+        assert len(mine) == shard["records"] and shard["seconds"] == round(sum(mine), 3)
+    assert plan_as("q") == plan and planned_lines(tmp / "q") == planned
 
 
 def test_plan_file_holds_the_plan_with_exact_seconds_and_byte_offsets(tmp_path, caplog):
@@ -551,7 +552,7 @@ def test_plan_file_holds_the_plan_with_exact_seconds_and_byte_offsets(tmp_path, 
     spans = write_jsonl(tmp_path / "w.jsonl", [json.dumps(r, ensure_ascii=False) for r in records])
     with caplog.at_level(logging.INFO, logger="sharflow.shar.plan"):
         plan = plan_shards(
-            str(spans), plan=str(tmp_path / "p.json"), index=str(tmp_path / "i.npy"), shard_size=4, seed=3
+            str(spans), plan=str(tmp_path / "p.json"), inputs_dir=str(tmp_path / "i"), shard_size=4, seed=3
         )
     assert json.loads((tmp_path / "p.json").read_text()) == plan
     assert (plan["records"], plan["shard_size"], plan["seed"], plan["num_shards"]) == (10, 4, 3, 3)
@@ -560,12 +561,10 @@ def test_plan_file_holds_the_plan_with_exact_seconds_and_byte_offsets(tmp_path, 
         4,
         2,
     ]
-    starts = [0]
-    for raw in spans.read_bytes().splitlines(keepends=True)[:-1]:
-        starts.append(starts[-1] + len(raw))
-    index = np.load(tmp_path / "i.npy").tolist()
-    assert sorted(index) == starts
-    order = [starts.index(o) for o in index]
+    lines = spans.read_bytes().splitlines(keepends=True)
+    planned = planned_lines(tmp_path / "i")
+    assert sorted(line for _, line in planned) == sorted(lines)  # the lines' bytes, non-ASCII as they were
+    order = [lines.index(line) for _, line in planned]
     for s, shard in enumerate(plan["shards"]):
         assert shard["seconds"] == round(sum(records[i]["duration"] for i in order[4 * s : 4 * s + 4]), 3)
     assert "shar plan: 10 records into 3 shards of 4 (seed 3)" in caplog.text
@@ -578,7 +577,7 @@ def test_a_clash_anywhere_among_many_records_is_named(tmp_path):
         path = write_jsonl(tmp_path / f"w{line}.jsonl", [*records, twin])
         with pytest.raises(SharflowError) as error:
             plan_shards(
-                str(path), plan=str(tmp_path / "p.json"), index=str(tmp_path / "i.npy"), shard_size=8, seed=0
+                str(path), plan=str(tmp_path / "p.json"), inputs_dir=str(tmp_path / "i"), shard_size=8, seed=0
             )
         cid = f"d-u{line - 1}-0-100000"
         assert str(error.value) == (

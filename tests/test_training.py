@@ -7,13 +7,16 @@ import yaml
 
 from sharflow.core.layout import DatasetFiles
 from sharflow.dataset.catalog import merge_catalog
-from sharflow.dataset.training import shard_range, write_input_cfg
+from sharflow.dataset.training import shard_range, shard_ranges, write_input_cfg
 from testkit import magpie_dataset
 
 
 def test_shard_ranges():
-    assert shard_range("/d/cuts", "cuts", ".jsonl.gz", 4) == "/d/cuts/cuts.{000000..000003}.jsonl.gz"
-    assert shard_range("/d/cuts", "cuts", ".jsonl.gz", 1) == "/d/cuts/cuts.000000.jsonl.gz"
+    assert shard_range("/d/cuts", "cuts", ".jsonl.gz", 0, 4) == "/d/cuts/cuts.{000000..000003}.jsonl.gz"
+    assert shard_range("/d/cuts", "cuts", ".jsonl.gz", 0, 1) == "/d/cuts/cuts.000000.jsonl.gz"
+    grown = [{"first": 0, "shards": 12, "records": 60}, {"first": 20, "shards": 1, "records": 3}]
+    assert shard_ranges("/d/c", "c", ".tar", grown) == "/d/c/c.{{000000..000011},000020}.tar"
+    assert shard_ranges("/d/c", "c", ".tar", grown[:1]) == "/d/c/c.{000000..000011}.tar"
 
 
 def test_nemo_dataloader_reads_input_cfg_into_magpietts_batches(demo_shards, coded, tmp_path):

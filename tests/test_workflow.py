@@ -26,6 +26,7 @@ from testkit import (
     demo_config,
     read_jsonl,
     run_snakemake,
+    write_jsonl,
 )
 
 
@@ -280,7 +281,9 @@ def test_verify_and_report_in_the_workflow(two_datasets, tmp_path, chromium):
         verify = json.loads((work / "results" / ds / "verify.json").read_text())
         shar = json.loads((work / "results" / ds / "shar_stats.json").read_text())
         assert verify["ok"] and verify["cuts"] == shar["cuts"] == (cuts or shar["cuts"])
-        assert verify["shards"] == layout.planned_shards(DatasetFiles(str(work / "results" / ds)).shard_plan)
+        assert verify["shards"] == len(
+            layout.planned_shards(DatasetFiles(str(work / "results" / ds)).shard_plan)
+        )
     rows = [
         line.split("\t")
         for line in (work / "results" / "report" / "summary.tsv").read_text().splitlines()[1:]
@@ -404,6 +407,64 @@ def test_a_lost_or_damaged_shard_file_is_found_and_its_job_made_again(two_datase
         assert job_counts(proc.stdout + proc.stderr) == {rule: 1} and lost.read_bytes() == good, rule
 
 
+def test_a_grown_corpus_keeps_every_shard_it_had_and_makes_only_the_new_ones(two_datasets, tmp_path):
+    """The demo's manifest grown by six records (new spans of its own files, so new cut ids) after a
+    finished run: every shard file of the run stays as it was (same inode, same bytes), no job of an
+    old shard runs, the new records are a new generation of shards (from shard 20), and NeMo's
+    dataloader reads every cut of both generations through the new input_cfg."""
+    import torch
+    from lhotse import CutSet
+    from nemo.collections.common.data.lhotse.dataloader import get_lhotse_dataloader_from_config
+    from omegaconf import OmegaConf
+
+    work, _, _ = two_datasets
+    copy = tmp_path / "copy"
+    shutil.copytree(work, copy, symlinks=True)  # keeps mtimes, so nothing is out of date
+    config = yaml.safe_load((work / "config.yaml").read_text())
+    records = read_jsonl(Path(config["datasets"]["demo"]["manifest"]))
+    longer = [r for r in records if "offset" not in r and r["duration"] > 4.0][:6]
+    grown = [{**r, "offset": 0.25, "duration": round(r["duration"] - 0.5, 3)} for r in longer]
+    manifest = write_jsonl(tmp_path / "grown.json", records + grown)
+    config["datasets"]["demo"]["manifest"] = str(manifest)
+    results = copy / "results" / "demo"
+    old = {p: (p.stat().st_ino, p.read_bytes()) for p in (results / "shar").rglob("*") if p.is_file()}
+    old_jobs = {p: p.stat().st_ino for p in results.glob("*_jobs/**/shards-*.json")}
+    proc = run_snakemake(copy, config)
+    ran = re.findall(r"^(?:local)?rule (\w+):", proc.stdout + proc.stderr, re.M)  # (also after the plan)
+    made = sorted(r for r in ran if r.startswith(("shar_block", "shar_tail", "shar_shard", "codes_")))
+    assert made == ["codes_merge", "codes_tail2", "shar_tail2"], ran  # shards 20-21 only
+    assert all((p.stat().st_ino, p.read_bytes()) == v for p, v in old.items()) and len(old) == 12 * 5
+    assert all(p.stat().st_ino == v for p, v in old_jobs.items())
+    plan = json.loads((results / "shard_plan.json").read_text())
+    assert [(g["first"], g["shards"]) for g in plan["generations"]] == [(0, 12), (20, 2)]
+    assert sorted(p.name for p in (results / "shar" / "cuts").iterdir())[-2:] == [
+        "cuts.000020.jsonl.gz",
+        "cuts.000021.jsonl.gz",
+    ]
+
+    class Ids(torch.utils.data.Dataset):
+        def __getitem__(self, batch: CutSet):
+            assert all(c.has_custom("target_codes") and c.has_custom("context_audio") for c in batch)
+            return [c.id for c in batch]
+
+    cfg = yaml.safe_load((copy / "results" / "input_cfg.yaml").read_text())
+    loader_cfg = {
+        **cfg,
+        "batch_size": 8,
+        "num_workers": 0,
+        "seed": 0,
+        "force_finite": True,
+        "use_bucketing": False,
+    }
+    loader = get_lhotse_dataloader_from_config(
+        OmegaConf.create(loader_cfg), global_rank=0, world_size=1, dataset=Ids()
+    )
+    seen = sorted(cut for batch in loader for cut in batch)
+    catalogs = [pd.read_parquet(copy / "results" / ds / "catalog.parquet") for ds in ("demo", "dirty")]
+    assert seen == sorted(cut for c in catalogs for cut in c.cut_id) and len(catalogs[0]) == 56 + 6
+    assert json.loads((results / "verify.json").read_text())["shards"] == 14
+
+
 def test_dry_run_dag_renders(tmp_path):
     proc = run_snakemake(tmp_path / "w", demo_config(), "--rulegraph")
     nodes, edges = parse_dot(proc.stdout)
@@ -465,7 +526,7 @@ def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
     expected, folders = set(), []
     for ds in ("demo", "dirty"):
         files = DatasetFiles(str(work / "results" / ds))
-        shards = range(layout.planned_shards(files.shard_plan))
+        shards = layout.planned_shards(files.shard_plan)
         expected |= {
             files.prepared,
             files.prepare_stats,
@@ -479,7 +540,6 @@ def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
             files.with_context,
             files.context_stats,
             files.shard_plan,
-            files.shar_index,
             files.shar_stats,
             files.buckets,
             files.verify,
@@ -497,6 +557,8 @@ def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
         expected |= {files.codes_stats(c) for c in codecs}
         planned = jobs.plan_jobs(len(shards), config["shar"]["shards_per_job"])  # one record per job
         expected |= {files.shar_job(key, layout.block_size(key), n) for key, n in planned}
+        expected |= {files.shar_input(key, layout.block_size(key), n) for key, n in planned}  # its records
+        expected |= {f"{files.shar_inputs}/plan.json"}  # the plan's copy, kept for a grown corpus's plan
         planned = jobs.plan_jobs(len(shards), config["codes"]["shards_per_job"])
         expected |= {files.codes_job(c, key, layout.block_size(key), n) for c in codecs for key, n in planned}
         folders += [
@@ -653,10 +715,21 @@ def test_blocks_of_a_hundred_end_in_blocks_of_ten_then_one_job_for_the_rest(two_
     plan = copy / DatasetFiles("results/demo").shard_plan
     stat = plan.stat()
     data = json.loads(plan.read_text())
-    data.update(num_shards=123, shards=[{"index": i, "records": 1, "seconds": 1.0} for i in range(123)])
+    data.update(
+        num_shards=123,
+        shards_per_job=100,
+        generations=[{"first": 0, "shards": 123, "records": 123}],
+        shards=[{"index": i, "records": 1, "seconds": 1.0} for i in range(123)],
+    )
     plan.write_text(json.dumps(data))
     os.utime(plan, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    proc = run_snakemake(copy, config, "-n", "results/demo/codes_stats/tiny_nemo.json")
+    inputs = DatasetFiles(str(copy / "results" / "demo"))
+    for block, count in jobs.planned_jobs(data, 100):  # each shar job's records, as the plan writes them
+        Path(inputs.shar_input(block, layout.block_size(block), count)).write_text('{"shards": []}\n')
+    # (mtime: the plan's new shards_per_job would make the checkpoint plan again from the records)
+    proc = run_snakemake(
+        copy, config, "-n", "--rerun-triggers", "mtime", "--", "results/demo/codes_stats/tiny_nemo.json"
+    )
     counts = job_counts(proc.stdout + proc.stderr)
     for stage in ("shar", "codes"):
         assert [counts.get(f"{stage}_{rule}") for rule in ("block", "block10", "tail3", "shard")] == [
@@ -676,5 +749,7 @@ def test_blocks_of_a_hundred_end_in_blocks_of_ten_then_one_job_for_the_rest(two_
     # a shard's file named on the command line goes to the job the plan has for it, whatever its kind
     for shard, rule in ((5, "block"), (105, "block10"), (121, "tail3")):
         named = f"results/demo/shar/cuts/cuts.{shard:06d}.jsonl.gz"
-        proc = run_snakemake(copy, config, "-n", "--forcerun", named, "--", named)
+        proc = run_snakemake(
+            copy, config, "-n", "--rerun-triggers", "mtime", "--forcerun", named, "--", named
+        )
         assert job_counts(proc.stdout + proc.stderr) == {f"shar_{rule}": 1}, (shard, proc.stdout[-2000:])

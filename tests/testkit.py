@@ -24,12 +24,12 @@ from sharflow.codes.spec import CodecSpec
 from sharflow.context.merge import merge_context
 from sharflow.context.part import PartSettings, run_context_part
 from sharflow.context.plan import plan_context
-from sharflow.core.layout import DatasetFiles
+from sharflow.core.layout import DatasetFiles, shard_key
 from sharflow.dataset.catalog import merge_catalog
 from sharflow.prepare.job import prepare_dataset
 from sharflow.quality.filter import filter_quality
 from sharflow.shar.audio import EncodeSettings
-from sharflow.shar.plan import plan_shards
+from sharflow.shar.plan import plan_shards, read_job_inputs
 from sharflow.shar.shard import write_shard
 
 REPO = Path(__file__).resolve().parents[1]
@@ -262,21 +262,34 @@ def write_all(out, with_context, shard_size=16, workers=1, root=DEMO / "audio", 
     and their catalog (no codes columns)."""
     files = DatasetFiles(str(out))
     plan = plan_shards(
-        str(with_context), plan=files.shard_plan, index=files.shar_index, shard_size=shard_size, seed=7
+        str(with_context),
+        plan=files.shard_plan,
+        inputs_dir=files.shar_inputs,
+        shard_size=shard_size,
+        seed=7,
+        shards_per_job=1,
     )
     jobs = [files.shard(s) for s in range(plan["num_shards"])]
     for s, job in enumerate(jobs):
+        (raw,) = read_job_inputs(files.shar_input(shard_key(s), 1)).values()
         write_shard(
             s,
-            with_context=str(with_context),
-            index=files.shar_index,
-            plan=files.shard_plan,
+            records=[json.loads(line) for line in raw],
             out=job,
             settings=EncodeSettings(audio_root=str(root), **settings),
             workers=workers,
         )
     merge_catalog([job.catalog for job in jobs], files.catalog, codecs=[])
     return plan, [job.stats for job in jobs], [job.rejected for job in jobs]
+
+
+def planned_lines(inputs_dir) -> list[tuple[int, bytes]]:
+    """(shard, record line) of every record the shar jobs' inputs hold, in shard order."""
+    out = []
+    for path in sorted(Path(inputs_dir).glob("*.jsonl")):
+        for shard, lines in read_job_inputs(str(path)).items():
+            out += [(int(shard), line) for line in lines]
+    return out
 
 
 def read_back(out):
@@ -419,13 +432,13 @@ def deterministic_outputs(results: Path) -> list[str]:
         files.context_plan,
         files.with_context,
         files.shard_plan,
-        files.shar_index,
         files.buckets,
         files.catalog,
         files.dataset_card,
     )
     shards = sorted(p for p in Path(files.shar_dir).rglob("*") if p.is_file())
     shards += sorted(Path(files.shar_dir).parent.glob("shar_jobs/*.catalog.parquet"))
+    shards += sorted(Path(files.shar_inputs).glob("*.jsonl"))
     return [str(Path(p).relative_to(results)) for p in (*fixed, *shards)]
 
 

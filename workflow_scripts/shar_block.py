@@ -13,9 +13,7 @@ if __name__ == "__main__":
         run_shar_job(
             block_members(snakemake.wildcards.block, count=snakemake.params.shards),
             snakemake.output,
-            with_context=snakemake.input.with_context,
-            index=snakemake.input.index,
-            plan=snakemake.input.plan,
+            inputs=snakemake.input.inputs,
             settings=snakemake.params.settings,
             workers=snakemake.threads,
         )

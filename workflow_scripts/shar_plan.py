@@ -1,5 +1,6 @@
-"""Snakemake adapter: sharflow.shar.plan.plan_shards."""
+"""Snakemake adapter: sharflow.shar.plan.plan_shards (the plan, and each shar job's inputs beside it)."""
 
+from sharflow.core.layout import dataset_files
 from sharflow.core.logs import job_log
 from sharflow.shar.plan import plan_shards
 
@@ -7,8 +8,10 @@ with job_log(snakemake.log[0]):
     plan_shards(
         snakemake.input.with_context,
         plan=snakemake.output.plan,
-        index=snakemake.output.index,
+        inputs_dir=dataset_files(snakemake.wildcards.dataset).shar_inputs,
         shard_size=snakemake.params.shard_size,
         seed=snakemake.params.seed,
+        shards_per_job=snakemake.params.shards_per_job,
         split=snakemake.params.split,
+        grow=snakemake.params.grow,
     )

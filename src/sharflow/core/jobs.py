@@ -8,10 +8,11 @@ and the tests ask it.
 
 - **Blocks.** A block key is a shard key without its last digits: block 00012 stands for the ten
   shards 000120-000129, block 0001 for the hundred shards 000100-000199 (layout.block_members).
-- **The plan's jobs** (`plan_jobs`): blocks of `<stage>.shards_per_job` shards; where the plan ends
-  inside one, blocks a tenth the size down to 10; then one job for the last 2-9 shards (a block of 10
-  with fewer members) or the last one. 123 shards at 100 per job: 000 (100), 00010 and 00011 (10
-  each), 00012 (the last 3).
+- **The plan's jobs** (`plan_jobs`, `planned_jobs`): blocks of `<stage>.shards_per_job` shards; where
+  the plan ends inside one, blocks a tenth the size down to 10; then one job for the last 2-9 shards
+  (a block of 10 with fewer members) or the last one. 123 shards at 100 per job: 000 (100), 00010 and
+  00011 (10 each), 00012 (the last 3). A plan grows by generations (sharflow.shar.plan), each from a
+  multiple of 10 and made by jobs of its own, so the jobs of the shards already made never change.
 - **Rules** (`job_kinds`): a rule per kind of job, `<stage>_block` (shards_per_job shards),
   `<stage>_block<size>` (the smaller blocks), `<stage>_tail<n>` (the last n = 2-9) and
   `<stage>_shard` (one). Snakemake needs a rule's outputs from its wildcards alone, so each kind
@@ -39,7 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sharflow.core.atomic import write_json
-from sharflow.core.layout import block_digits, shard_key
+from sharflow.core.layout import block_digits, generations, shard_key
 
 STAGES = ("shar", "codes")
 
@@ -63,23 +64,32 @@ def job_kinds(stage: str, shards_per_job: int) -> list[JobKind]:
     return [*kinds, JobKind(f"{stage}_shard", 1, 1)]
 
 
-def plan_jobs(num_shards: int, shards_per_job: int) -> list[tuple[str, int]]:
-    """(block key, shards) of every job that makes a plan's shards, in order (see the module
-    docstring). 123 shards at 100 per job: 000 (100), 00010, 00011 (10 each), 00012 (3)."""
+def plan_jobs(num_shards: int, shards_per_job: int, first: int = 0) -> list[tuple[str, int]]:
+    """(block key, shards) of every job that makes `num_shards` shards from shard `first` (0, or a
+    generation's first: a multiple of 10), in order: at each point the largest block that starts
+    there and fits (shards_per_job, then a tenth the size down to 10), then one job for the last 2-9
+    shards (a block key of 10 with fewer members) or the last one (its shard key). 123 shards at 100
+    per job: 000 (100), 00010, 00011 (10 each), 00012 (3)."""
     if shards_per_job == 1:
-        return [(shard_key(s), 1) for s in range(num_shards)]
-    jobs, start = [], 0
-    for digits in range(block_digits(shards_per_job), 0, -1):
-        size = 10**digits
-        while start + size <= num_shards:
-            jobs.append((shard_key(start)[:-digits], size))
-            start += size
-    rest = num_shards - start
-    if rest == 1:
+        return [(shard_key(s), 1) for s in range(first, first + num_shards)]
+    if first % 10:
+        raise ValueError(f"a generation starts at a multiple of 10, not at shard {first}")
+    sizes = [10**d for d in range(block_digits(shards_per_job), 0, -1)]
+    jobs, start, end = [], first, first + num_shards
+    while end - start >= 10:
+        size = next(s for s in sizes if start % s == 0 and start + s <= end)
+        jobs.append((shard_key(start)[: -block_digits(size)], size))
+        start += size
+    if end - start == 1:
         jobs.append((shard_key(start), 1))
-    elif rest:
-        jobs.append((shard_key(start)[:-1], rest))
+    elif end > start:
+        jobs.append((shard_key(start)[:-1], end - start))
     return jobs
+
+
+def planned_jobs(plan: dict, shards_per_job: int) -> list[tuple[str, int]]:
+    """(block key, shards) of every job of a plan: plan_jobs of each generation in turn."""
+    return [job for g in generations(plan) for job in plan_jobs(g["shards"], shards_per_job, g["first"])]
 
 
 def write_job_record(path: str, members: list[str], files: Iterable[str]) -> None:

@@ -6,7 +6,8 @@ results/<dataset>/
     quality/{parts/part-NNNN.*, metrics.jsonl, kept.jsonl, rejected/, stats.json}
     splits/{records.jsonl, rejected/, stats.json}     with splits configured (docs: splits)
     context/{plan.json, parts/part-NNNN.*, with_context.jsonl, rejected/, stats.json}
-    shard_plan.json  shar_index.npy          the shar_plan checkpoint
+    shard_plan.json  shar_inputs/shards-NNNNNN-NNNNNN.jsonl   the shar_plan checkpoint: the plan, and
+                                             each shar job's records
     shar/
         cuts/cuts.NNNNNN.jsonl.gz
         target_audio/recording.NNNNNN.tar      context_audio/recording.NNNNNN.tar
@@ -144,12 +145,27 @@ def fields(codecs: list[str]) -> list[Field]:
     return [CUTS, *AUDIO_FIELDS, *(f for codec in codecs for f in codes_fields(codec))]
 
 
-def planned_shards(plan_path: str) -> int:
-    return int(read_json(plan_path)["num_shards"])
+def generations(plan: dict) -> list[dict]:
+    """The generations of a shard plan ({first, shards, records}: sharflow.shar.plan); a plan made
+    before generations were kept is one from shard 0."""
+    return plan.get("generations") or [
+        {"first": 0, "shards": plan["num_shards"], "records": plan.get("records")}
+    ]
 
 
-def shard_files(shar_dir: str, field: Field, num_shards: int) -> list[str]:
-    return [str(Path(shar_dir) / field.folder / field.name(s)) for s in range(num_shards)]
+def shard_numbers(plan: dict) -> list[int]:
+    """Every shard number a plan has, in order (a generation after the first starts at a multiple of
+    10, so the numbers between two generations are unused)."""
+    return [g["first"] + k for g in generations(plan) for k in range(g["shards"])]
+
+
+def planned_shards(plan_path: str) -> list[int]:
+    """shard_numbers of the plan file."""
+    return shard_numbers(read_json(plan_path))
+
+
+def shard_files(shar_dir: str, field: Field, shards: list[int]) -> list[str]:
+    return [str(Path(shar_dir) / field.folder / field.name(s)) for s in shards]
 
 
 def cut_files(shar_dir: str, plan_path: str) -> list[str]:
@@ -320,8 +336,14 @@ class DatasetFiles:
         return self._path("shard_plan.json")
 
     @property
-    def shar_index(self) -> str:
-        return self._path("shar_index.npy")
+    def shar_inputs(self) -> str:
+        """Each shar job's records (sharflow.shar.plan: job_inputs_path), written by the plan."""
+        return self._path("shar_inputs")
+
+    def shar_input(self, block: str, shards_per_job: int, count: int | None = None) -> str:
+        return self._path(
+            "shar_inputs", job_file_name(block, shards_per_job, count)[: -len(".json")] + ".jsonl"
+        )
 
     @property
     def shar_dir(self) -> str:
@@ -386,9 +408,7 @@ class DatasetFiles:
         CodesFiles. A merge job lists its stage's job records, not these files (rules/common.smk:
         get_job_records), so it checks them here: a file deleted after its job ran is named, with
         the way to make it again."""
-        shards = [
-            self.codes(codec, s) if codec else self.shard(s) for s in range(planned_shards(self.shard_plan))
-        ]
+        shards = [self.codes(codec, s) if codec else self.shard(s) for s in planned_shards(self.shard_plan)]
         require_made(path for files in shards for path in files.named().values())
         return shards
 

@@ -14,26 +14,39 @@ import numpy as np
 import yaml
 
 from sharflow.core import layout
-from sharflow.core.atomic import atomic_file
+from sharflow.core.atomic import atomic_file, read_json
 from sharflow.core.splits import TRAIN
 from sharflow.dataset.buckets import duration_bins
 from sharflow.dataset.catalog import read_columns
 
 
-def shard_range(folder: str, stem: str, suffix: str, num_shards: int) -> str:
-    """`folder/stem.{000000..000NNN}suffix`, the brace form lhotse and NeMo expand."""
-    last = num_shards - 1
-    indices = f"{{000000..{last:06d}}}" if last > 0 else "000000"
+def _indices(first: int, count: int) -> str:
+    last = first + count - 1
+    return f"{{{first:06d}..{last:06d}}}" if last > first else f"{first:06d}"
+
+
+def shard_range(folder: str, stem: str, suffix: str, first: int, count: int) -> str:
+    """`folder/stem.{FFFFFF..LLLLLL}suffix`, the brace form lhotse and NeMo expand."""
+    return f"{folder}/{stem}.{_indices(first, count)}{suffix}"
+
+
+def shard_ranges(folder: str, stem: str, suffix: str, generations: list[dict]) -> str:
+    """shard_range of a plan's one generation, or, for a plan that grew, one brace form of them all
+    (`stem.{{000000..000011},{000020..000021}}suffix`: NeMo expands the braces of a string, not the
+    items of a list)."""
+    parts = [_indices(g["first"], g["shards"]) for g in generations if g["shards"]]
+    indices = parts[0] if len(parts) == 1 else "{" + ",".join(parts) + "}"
     return f"{folder}/{stem}.{indices}{suffix}"
 
 
-def _entry(name: str, ds: dict, weight: float, num_shards: int, codec: str | None, path_prefix: str | None):
+def _entry(name: str, ds: dict, weight: float, plan: dict, codec: str | None, path_prefix: str | None):
     """One `lhotse_shar` entry: every field's shard range, the weight and the tags."""
     shar = os.path.abspath(ds["shar_dir"])
     if path_prefix:
         shar = path_prefix.rstrip("/") + "/" + Path(ds["shar_dir"]).as_posix()
+    gens = layout.generations(plan)
     fields = {
-        f.field: shard_range(f"{shar}/{f.folder}", f.prefix, f.suffix, num_shards)
+        f.field: shard_ranges(f"{shar}/{f.folder}", f.prefix, f.suffix, gens)
         for f in layout.fields([codec] if codec else [])
     }
     return {
@@ -64,13 +77,13 @@ def write_input_cfg(
     entries, all_durations, all_weights = [], [], []
     for name in sorted(datasets):
         ds = datasets[name]
-        num_shards = layout.planned_shards(ds["plan"])
-        if num_shards == 0:
+        plan = read_json(ds["plan"])
+        if not layout.shard_numbers(plan):
             continue
         durations = read_columns(ds["catalog"], ["duration"], split=ds.get("split", TRAIN))["duration"]
         hours = float(durations.sum()) / 3600
         weight = ds.get("weight") if ds.get("weight") is not None else round(hours, 6)
-        entries.append(_entry(name, ds, weight, num_shards, codec, path_prefix))
+        entries.append(_entry(name, ds, weight, plan, codec, path_prefix))
         if len(durations) and weight:
             all_durations.append(durations)
             all_weights.append(np.full(len(durations), weight / len(durations)))

@@ -1,9 +1,10 @@
 """The shar stage's plan (a Snakemake checkpoint) and the ids of cuts and recordings.
 
 A seeded shuffle of with_context.jsonl (grouped by speaker, so training needs it mixed) into shards
-of `shard_size` records with contiguous indices from 0. shard_plan.json holds the counts;
-shar_index.npy the byte offset of every record in shuffled order (8 bytes per record), so a shard
-job reads only its own lines. Imports neither lhotse nor torch: the plan job starts in a blink.
+of `shard_size` records, in generations as the corpus grows (below). shard_plan.json holds the
+generations and each shard's counts; each shar job's records, in shard order, are its inputs file
+(shar_inputs/shards-<first>-<last>.jsonl), so a job reads only its own records and a job whose
+records did not change has inputs Snakemake sees unchanged. Imports neither lhotse nor torch.
 """
 
 import hashlib
@@ -11,12 +12,15 @@ import json
 import logging
 import math
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from sharflow.core.atomic import atomic_file, write_json
+from sharflow.core.atomic import atomic_file, read_json, write_json
 from sharflow.core.errors import SharflowError
+from sharflow.core.jobs import plan_jobs, planned_jobs
+from sharflow.core.layout import block_members, block_size, job_file_name
 
 log = logging.getLogger(__name__)
 
@@ -40,60 +44,108 @@ def cut_id(record: dict) -> str:
 
 
 # ---- plan ---------------------------------------------------------------------------------------
+# A plan is one or more generations of shards. The first is a seeded shuffle of every record into
+# shards of shard_size from shard 0; when the corpus grows, the records already planned stay in their
+# shards (frozen: their job's inputs are not rewritten, so Snakemake runs no job of theirs), and the
+# new ones are shuffled into a new generation that starts at the next multiple of 10 (so that its
+# jobs are blocks of their own: sharflow.core.jobs), leaving unused shard numbers between.
 
 
-def plan_shards(
-    with_context: str, *, plan: str, index: str, shard_size: int, seed: int, split: str | None = None
-) -> dict:
-    """Shuffle the records with `seed` into shards of `shard_size`; write the `plan` JSON and the `index`.
+@dataclass
+class _Records:
+    """The records of a Shar set in with_context.jsonl: per record its cut id's and content's 64-bit
+    hashes, byte offset and duration (arrays: 28 bytes a record, never the records)."""
 
-    With `split` (splits configured), only that split's records: the others are counted in the
-    plan's `held_out` by split. Raises SharflowError if two records would get the same cut id.
-    """
-    offsets, hashes, seconds = [], [], []
+    ids: np.ndarray
+    content: np.ndarray
+    offsets: np.ndarray
+    seconds: np.ndarray
+    held_out: Counter
+
+
+def _hash(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+def content_key(record: dict) -> int:
+    """What a record says that must not change under its cut id once it is in a shard (its text, what
+    the model reads, its speaker, its source): a hash of those fields."""
+    fields = {k: record.get(k) for k in CONTENT_FIELDS}
+    return _hash(json.dumps(fields, sort_keys=True, ensure_ascii=False))
+
+
+CONTENT_FIELDS = ("text", "normalized_text", "speaker", "lang", "tokenizer_names", "source_audio")
+
+
+def _read_records(with_context: str, split: str | None) -> _Records:
+    ids, content, offsets, seconds = [], [], [], []
     held_out: Counter[str] = Counter()
     with open(with_context, "rb") as f:
         offset = 0
         for raw in f:
             record = json.loads(raw)
             if split is None or record["split"] == split:
+                ids.append(_hash(cut_id(record)))
+                content.append(content_key(record))
                 offsets.append(offset)
-                hashes.append(
-                    int.from_bytes(hashlib.blake2b(cut_id(record).encode(), digest_size=8).digest(), "little")
-                )
                 seconds.append(record["duration"])
             else:
                 held_out[record["split"]] += 1
             offset += len(raw)
-    offsets_arr = np.asarray(offsets, dtype=np.int64)
-    del offsets
-    _check_unique_ids(np.asarray(hashes, dtype=np.uint64), with_context)
-    n = len(offsets_arr)
-    order = np.random.default_rng(seed).permutation(n)
-    # a held-out split may be empty: no shards; a dataset's own (train) Shar has at least one
-    num_shards = (
-        math.ceil(n / shard_size) if split not in (None, "train") else max(1, math.ceil(n / shard_size))
+    return _Records(
+        np.asarray(ids, dtype=np.uint64),
+        np.asarray(content, dtype=np.uint64),
+        np.asarray(offsets, dtype=np.int64),
+        np.asarray(seconds, dtype=np.float64),
+        held_out,
     )
-    durations = np.asarray(seconds)[order]
-    planned = {
-        "records": n,
-        "shard_size": shard_size,
-        "seed": seed,
-        "num_shards": num_shards,
-        **({"split": split, "held_out": dict(sorted(held_out.items()))} if split is not None else {}),
-        "shards": [
-            {
-                "index": s,
-                "records": int(min(shard_size, n - s * shard_size)) if n else 0,
-                "seconds": round(float(durations[s * shard_size : (s + 1) * shard_size].sum()), 3),
-            }
-            for s in range(num_shards)
-        ],
-    }
-    with atomic_file(index, "wb") as f:
-        np.save(f, offsets_arr[order])
+
+
+def plan_shards(
+    with_context: str,
+    *,
+    plan: str,
+    inputs_dir: str,
+    shard_size: int,
+    seed: int,
+    shards_per_job: int = 10,
+    split: str | None = None,
+    grow: str = "append",
+) -> dict:
+    """Plan the Shar set's shards and write, per shar job (sharflow.core.jobs), the records it writes
+    (its inputs file in `inputs_dir`, rewritten only when they change), and the `plan` JSON.
+
+    With `split` (splits configured), only that split's records: the others are counted in the
+    plan's `held_out`. With `grow: append` and an earlier plan of the same shard_size, seed and
+    shards_per_job, records already planned keep their shards (the module comment above), records
+    gone since leave theirs (only those shards' jobs run again), and new ones go to a new
+    generation; otherwise (`grow: rebuild`, or other settings) every record is planned afresh.
+    Raises SharflowError if two records would get the same cut id, or if a planned record's content
+    changed under its cut id.
+    """
+    records = _read_records(with_context, split)
+    _check_unique_ids(records.ids, with_context)
+    settings = {"shard_size": shard_size, "seed": seed, "shards_per_job": shards_per_job}
+    kept_plan = str(Path(inputs_dir) / KEPT_PLAN)
+    earlier = _earlier_plan(kept_plan, settings, grow)
+    kept = _keep(earlier, records, with_context, inputs_dir) if earlier else _Kept()
+    generation = _new_generation(records, kept, settings, split)
+    jobs = kept.jobs + _write_new(generation, records, with_context, inputs_dir, shards_per_job)
+    _remove_stale_inputs(inputs_dir, jobs)
+    planned = _plan_json(records, kept, generation, settings, split)
+    write_json(kept_plan, planned)
     write_json(plan, planned)
-    log.info("shar plan: %d records into %d shards of %d (seed %d)", n, num_shards, shard_size, seed)
+    log.info(
+        "shar plan: %d records into %d shards of %d (seed %d); %d generation(s), %d new record(s), "
+        "%d removed",
+        planned["records"],
+        planned["num_shards"],
+        shard_size,
+        seed,
+        len(planned["generations"]),
+        len(generation.order),
+        len(kept.removed),
+    )
     return planned
 
 
@@ -105,12 +157,243 @@ def _check_unique_ids(hashes: np.ndarray, path: str) -> None:
         with open(path, "rb") as f:
             for line_no, raw in enumerate(f, start=1):
                 cid = cut_id(json.loads(raw))
-                if (
-                    int.from_bytes(hashlib.blake2b(cid.encode(), digest_size=8).digest(), "little")
-                    == clash[0]
-                ):
+                if _hash(cid) == clash[0]:
                     lines.append(f"line {line_no} ({cid})")
         raise SharflowError(
             f"{path}: records {' and '.join(lines)} map to the same cut id; two audio files differ only "
             "in '/' vs '-' or in their extension. Rename one of them."
         )
+
+
+# Snakemake deletes the checkpoint's output (the plan) before it runs the plan again: the copy beside
+# the jobs' inputs is what a grown corpus's plan keeps from the earlier one.
+KEPT_PLAN = "plan.json"
+
+
+# ---- what an earlier plan keeps -----------------------------------------------------------------
+
+
+@dataclass
+class _Kept:
+    """The earlier plan's shards that stay: their jobs, generations, shard figures and record ids, and
+    the cut ids of the records gone since."""
+
+    jobs: list[tuple[str, int]] = field(default_factory=list)
+    generations: list[dict] = field(default_factory=list)
+    shards: list[dict] = field(default_factory=list)
+    ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    removed: list[str] = field(default_factory=list)
+
+    @property
+    def next_first(self) -> int:
+        """Where a new generation starts: the next multiple of 10 after the last planned shard."""
+        if not self.generations:
+            return 0
+        last = max(g["first"] + g["shards"] for g in self.generations)
+        return -(-last // 10) * 10
+
+
+def _earlier_plan(plan: str, settings: dict, grow: str) -> dict | None:
+    """The earlier plan (its copy `plan`) if its shards are to be kept: grow is append and it was made
+    with the same shard_size, seed and shards_per_job (else every record is planned afresh, said in
+    the log)."""
+    if grow != "append" or not Path(plan).exists():
+        return None
+    earlier = read_json(plan)
+    if "generations" not in earlier:
+        return None
+    if {k: earlier.get(k) for k in settings} != settings:
+        log.warning(
+            "shar plan: %s was made with %s, now %s: every shard is planned again (and remade)",
+            plan,
+            {k: earlier.get(k) for k in settings},
+            settings,
+        )
+        return None
+    return earlier
+
+
+def _keep(earlier: dict, records: _Records, with_context: str, inputs_dir: str) -> _Kept:
+    """Read every job's inputs of the earlier plan, one job at a time: what stays, what is gone (those
+    jobs' inputs rewritten without it), and refuse a record whose content changed."""
+    kept = _Kept(generations=earlier["generations"])
+    lookup = _Lookup(records)
+    seconds = {s["index"]: s["seconds"] for s in earlier["shards"]}
+    ids = []
+    for block, count in planned_jobs(earlier, earlier["shards_per_job"]):
+        path = job_inputs_path(inputs_dir, block, count)
+        shards = read_job_inputs(path)
+        staying = {}
+        for shard, lines in shards.items():
+            staying[shard] = []
+            for raw in lines:
+                record = json.loads(raw)
+                found = lookup.find(record, with_context)
+                if found is None:
+                    kept.removed.append(cut_id(record))
+                    continue
+                staying[shard].append(raw)
+                ids.append(found)
+        for shard, lines in staying.items():
+            removed = len(lines) != len(shards[shard])
+            kept.shards.append(
+                _shard_figures(int(shard), lines) if removed else _unchanged(shard, lines, seconds)
+            )
+        if any(len(staying[s]) != len(shards[s]) for s in shards):
+            write_job_inputs(path, staying)
+        kept.jobs.append((block, count))
+    kept.ids = np.asarray(ids, dtype=np.uint64)
+    return kept
+
+
+def _unchanged(shard: str, lines: list[bytes], seconds: dict) -> dict:
+    return {"index": int(shard), "records": len(lines), "seconds": seconds[int(shard)]}
+
+
+def _shard_figures(shard: int, lines: list[bytes]) -> dict:
+    return {
+        "index": shard,
+        "records": len(lines),
+        "seconds": round(float(sum(json.loads(raw)["duration"] for raw in lines)), 3),
+    }
+
+
+class _Lookup:
+    """A planned record's place among the current records, by its cut id (sorted hashes: no dict of
+    every record)."""
+
+    def __init__(self, records: _Records):
+        self.records = records
+        self.order = np.argsort(records.ids, kind="stable")
+        self.sorted = records.ids[self.order]
+
+    def find(self, record: dict, with_context: str) -> int | None:
+        """The record's id hash if it is still there; None if it is gone. SharflowError if its content
+        changed under its cut id."""
+        key = np.uint64(_hash(cut_id(record)))
+        i = int(np.searchsorted(self.sorted, key))
+        if i == len(self.sorted) or self.sorted[i] != key:
+            return None
+        at = int(self.order[i])
+        if int(self.records.content[at]) != content_key(record):
+            _refuse_changed(record, with_context, int(self.records.offsets[at]))
+        return int(key)
+
+
+def _refuse_changed(record: dict, with_context: str, offset: int) -> None:
+    with open(with_context, "rb") as f:
+        f.seek(offset)
+        now = json.loads(f.readline())
+    changed = [k for k in CONTENT_FIELDS if record.get(k) != now.get(k)]
+    raise SharflowError(
+        f"{cut_id(record)} is in a shard already, and its {', '.join(changed)} changed since "
+        f"({record.get(changed[0])!r} -> {now.get(changed[0])!r}): a record cannot change under its cut "
+        "id while its shard stays. Set shar.grow: rebuild to plan (and remake) every shard afresh, or "
+        "keep the record as it was"
+    )
+
+
+# ---- the new generation -------------------------------------------------------------------------
+
+
+@dataclass
+class _Generation:
+    """The records not planned before (indices into _Records, in shuffled order), from shard `first`."""
+
+    first: int
+    order: np.ndarray
+    num_shards: int
+    shard_size: int
+
+
+def _new_generation(records: _Records, kept: _Kept, settings: dict, split: str | None) -> _Generation:
+    new = np.flatnonzero(~np.isin(records.ids, kept.ids))
+    order = new[np.random.default_rng(settings["seed"]).permutation(len(new))]
+    num_shards = math.ceil(len(order) / settings["shard_size"])
+    if not kept.generations and split in (None, "train"):
+        num_shards = max(1, num_shards)  # a dataset's own (train) Shar has at least one shard
+    return _Generation(kept.next_first, order, num_shards, settings["shard_size"])
+
+
+def _write_new(
+    generation: _Generation, records: _Records, with_context: str, inputs_dir: str, per_job: int
+) -> list[tuple[str, int]]:
+    """Each new job's inputs: its shards' records as with_context.jsonl has them, in shard order."""
+    size = generation.shard_size
+    jobs = plan_jobs(generation.num_shards, per_job, first=generation.first)
+    with open(with_context, "rb") as f:
+        for block, count in jobs:
+            shards = {}
+            for shard in block_members(block, block_size(block), count):
+                k = int(shard) - generation.first
+                shards[shard] = []
+                for i in generation.order[k * size : (k + 1) * size].tolist():
+                    f.seek(int(records.offsets[i]))
+                    shards[shard].append(f.readline())
+            write_job_inputs(job_inputs_path(inputs_dir, block, count), shards)
+    return jobs
+
+
+def _remove_stale_inputs(inputs_dir: str, jobs: list[tuple[str, int]]) -> None:
+    """Remove inputs files of jobs the plan no longer has (an earlier plan made afresh)."""
+    wanted = {Path(job_inputs_path(inputs_dir, block, count)).name for block, count in jobs}
+    for path in Path(inputs_dir).glob("*.jsonl"):
+        if path.name not in wanted:
+            path.unlink()
+
+
+def _plan_json(
+    records: _Records, kept: _Kept, generation: _Generation, settings: dict, split: str | None
+) -> dict:
+    size, order = generation.shard_size, generation.order
+    new_shards = [
+        {
+            "index": generation.first + k,
+            "records": int(len(order[k * size : (k + 1) * size])),
+            "seconds": round(float(records.seconds[order[k * size : (k + 1) * size]].sum()), 3),
+        }
+        for k in range(generation.num_shards)
+    ]
+    generations = list(kept.generations)
+    if generation.num_shards:
+        generations.append(
+            {"first": generation.first, "shards": generation.num_shards, "records": len(order)}
+        )
+    shards = kept.shards + new_shards
+    return {
+        "records": sum(s["records"] for s in shards),
+        **settings,
+        "num_shards": len(shards),
+        **({"split": split, "held_out": dict(sorted(records.held_out.items()))} if split is not None else {}),
+        "generations": generations,
+        "removed": len(kept.removed),
+        "shards": shards,
+    }
+
+
+# ---- a job's inputs -----------------------------------------------------------------------------
+
+
+def job_inputs_path(inputs_dir: str, block: str, count: int) -> str:
+    """A shar job's inputs file in `inputs_dir`: shards-<first>-<last>.jsonl (layout.job_file_name)."""
+    return str(Path(inputs_dir) / Path(job_file_name(block, block_size(block), count)).with_suffix(".jsonl"))
+
+
+def write_job_inputs(path: str, shards: dict[str, list[bytes]]) -> None:
+    """A job's inputs: a header line {"shards": [[shard key, records], ...]}, then each shard's records
+    (JSON lines, as with_context.jsonl has them), in order. Written only when they differ from the file
+    there, so a job whose inputs are the same is not run again."""
+    header = json.dumps({"shards": [[shard, len(lines)] for shard, lines in shards.items()]}) + "\n"
+    data = header.encode() + b"".join(lines for chunk in shards.values() for lines in chunk)
+    target = Path(path)
+    if target.exists() and target.read_bytes() == data:
+        return
+    with atomic_file(path, "wb") as f:
+        f.write(data)
+
+
+def read_job_inputs(path: str) -> dict[str, list[bytes]]:
+    """{shard key: its records' JSON lines} of a job's inputs file, in order."""
+    with open(path, "rb") as f:
+        header = json.loads(f.readline())
+        return {shard: [f.readline() for _ in range(n)] for shard, n in header["shards"]}

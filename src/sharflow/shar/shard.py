@@ -30,7 +30,6 @@ from functools import partial
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
-import numpy as np
 from tqdm import tqdm
 
 from sharflow.core.atomic import atomic_file, read_json, write_json
@@ -50,7 +49,7 @@ from sharflow.shar.format import (
     placeholder_bytes,
     write_member,
 )
-from sharflow.shar.plan import cut_id, segment_id
+from sharflow.shar.plan import cut_id, read_job_inputs, segment_id
 
 log = logging.getLogger(__name__)
 
@@ -67,19 +66,15 @@ TASK_RECORDS = 8  # records per worker task
 def write_shard(
     shard: int,
     *,
-    with_context: str,
-    index: str,
-    plan: str,
+    records: list[dict],
     out: ShardFiles,
     settings: EncodeSettings,
     workers: int = 1,
 ) -> dict:
-    """Write one shard's cuts, target_audio and context_audio files, atomically and aligned.
-
-    `index` and `plan` are the shard plan's files (sharflow.shar.plan); the shard's records are read
-    from `with_context` at the index's offsets. Returns the stats written to `out.stats`.
+    """Write one shard's cuts, target_audio and context_audio files from its `records` (in shard
+    order: its job's inputs, sharflow.shar.plan), atomically and aligned. Returns the stats written
+    to `out.stats`.
     """
-    records = read_shard_records(shard, with_context=with_context, index=index, plan=plan)
     start = time.perf_counter()
     tmp = _fresh_work_dir(Path(out.stats).parent, shard)
     try:
@@ -98,16 +93,18 @@ def write_shards(
     members: list[str],
     outputs,
     *,
-    with_context: str,
-    index: str,
-    plan: str,
+    inputs: str,
     settings: EncodeSettings,
     workers: int = 1,
     resume: ResumableJob | None = None,
 ) -> list[dict]:
-    """write_shard for each shard of a job over a block (member keys), its files from the job's named
-    outputs (cuts_<m>, target_<m>, ... catalog_<m>: a Snakemake job's, or a mapping), in order. With
-    `resume`, a shard a killed run of the job finished is put back instead (its stats read back)."""
+    """write_shard for each shard of a job over a block (member keys), its records from the job's
+    `inputs` file and its files from the job's named outputs (cuts_<m>, target_<m>, ... catalog_<m>:
+    a Snakemake job's, or a mapping), in order. With `resume`, a shard a killed run of the job
+    finished is put back instead (its stats read back)."""
+    shards = read_job_inputs(inputs)
+    if list(shards) != list(members):
+        raise SharflowError(f"{inputs} holds shards {list(shards)}, the job makes {members}: rerun shar_plan")
     stats = []
     for m, shard in enumerate(members):
         out = ShardFiles.of_member(outputs, m)
@@ -118,9 +115,7 @@ def write_shards(
         stats.append(
             write_shard(
                 int(shard),
-                with_context=with_context,
-                index=index,
-                plan=plan,
+                records=[json.loads(raw) for raw in shards[shard]],
                 out=out,
                 settings=settings,
                 workers=workers,
@@ -131,40 +126,22 @@ def write_shards(
     return stats
 
 
-def run_shar_job(
-    members: list[str], outputs, *, with_context: str, index: str, plan: str, settings: dict, workers: int = 1
-) -> list[dict]:
-    """A shar job (sharflow.core.jobs): its shards (write_shards), keeping each as it is finished and
-    resuming a killed run of the same job with the same inputs and settings; then its record."""
-    key = job_key((with_context, index, plan), settings)
+def run_shar_job(members: list[str], outputs, *, inputs: str, settings: dict, workers: int = 1) -> list[dict]:
+    """A shar job (sharflow.core.jobs): its shards (write_shards) from its `inputs` file, keeping each
+    as it is finished and resuming a killed run of the same job with the same inputs and settings;
+    then its record."""
+    key = job_key((inputs,), settings)
     with ResumableJob(outputs["job"], key) as resume:
         stats = write_shards(
             members,
             outputs,
-            with_context=with_context,
-            index=index,
-            plan=plan,
+            inputs=inputs,
             settings=EncodeSettings(**settings),
             workers=workers,
             resume=resume,
         )
         finish_job(outputs, members)
     return stats
-
-
-def read_shard_records(shard: int, *, with_context: str, index: str, plan: str) -> list[dict]:
-    """The records of one shard, in shard order: `with_context` lines at the plan's index offsets."""
-    planned = read_json(plan)
-    if not 0 <= shard < planned["num_shards"]:
-        raise SharflowError(f"shard {shard} is not in {plan} (0..{planned['num_shards'] - 1})")
-    size = planned["shard_size"]
-    offsets = np.load(index, mmap_mode="r")[shard * size : (shard + 1) * size]
-    records = []
-    with open(with_context, "rb") as f:
-        for offset in offsets.tolist():
-            f.seek(offset)
-            records.append(json.loads(f.readline()))
-    return records
 
 
 def _fresh_work_dir(jobs_dir: Path, shard: int) -> Path:

@@ -32,10 +32,10 @@ log = logging.getLogger(__name__)
 MAX_PROBLEMS_SHOWN = 10
 
 
-def _stray_files(shar_dir: Path, all_fields: list[Field], num_shards: int) -> list[str]:
+def _stray_files(shar_dir: Path, all_fields: list[Field], shards: list[int]) -> list[str]:
     strays = []
     for fd in all_fields:
-        expected = {fd.name(s) for s in range(num_shards)}
+        expected = {fd.name(s) for s in shards}
         folder = shar_dir / fd.folder
         if folder.is_dir():
             strays += [
@@ -96,16 +96,16 @@ class _Walk:
             )
 
 
-def _missing_files(dataset: str, root: Path, all_fields: list[Field], num_shards: int) -> list[str]:
+def _missing_files(dataset: str, root: Path, all_fields: list[Field], shards: list[int]) -> list[str]:
     problems = []
     for fd in all_fields:
-        missing = [s for s in range(num_shards) if not (root / fd.folder / fd.name(s)).is_file()]
+        missing = [s for s in shards if not (root / fd.folder / fd.name(s)).is_file()]
         if missing:
             problems.append(
-                f"dataset {dataset}, field {fd.label}: {len(missing)} of {num_shards} planned shards "
+                f"dataset {dataset}, field {fd.label}: {len(missing)} of {len(shards)} planned shards "
                 f"missing, first shard {missing[0]} ({root / fd.folder / fd.name(missing[0])})"
             )
-    return problems + [f"dataset {dataset}, {s}" for s in _stray_files(root, all_fields, num_shards)]
+    return problems + [f"dataset {dataset}, {s}" for s in _stray_files(root, all_fields, shards)]
 
 
 def _walk_shards(
@@ -113,7 +113,7 @@ def _walk_shards(
     root: Path,
     codecs: tuple[CodecInfo, ...],
     catalog: str,
-    num_shards: int,
+    shards: list[int],
     workers: int,
     split: str | None,
 ) -> _Walk:
@@ -123,10 +123,10 @@ def _walk_shards(
     all_fields = fields([c.name for c in codecs])
     checks = (
         ShardCheck(dataset, s, {fd.label: str(root / fd.folder / fd.name(s)) for fd in all_fields}, codecs)
-        for s in range(num_shards)
+        for s in shards
     )
     walk, rows = _Walk(), CatalogCheck(dataset, catalog, codecs, split)
-    with tqdm(total=num_shards, desc=f"verify {dataset}", unit="shard", mininterval=5) as progress:
+    with tqdm(total=len(shards), desc=f"verify {dataset}", unit="shard", mininterval=5) as progress:
         for _, result in ordered_map(verify_shard, checks, resolve_workers(workers)):
             walk.add(dataset, result)
             rows.shard(result)
@@ -166,7 +166,8 @@ def verify_dataset(
     """Check every shard of every field and the catalog (with `split`, that split's rows of the
     dataset's catalog); write `out` (verify.json) only when nothing is wrong. An empty held-out split
     has no shards and nothing to check."""
-    num_shards = planned_shards(plan)
+    shards = planned_shards(plan)
+    num_shards = len(shards)
     if num_shards == 0:
         summary = {"dataset": dataset, "ok": True, "shards": 0, "cuts": 0, "hours": 0.0}
         write_json(out, summary)
@@ -174,10 +175,10 @@ def verify_dataset(
     codec_stats = {name: read_json(path) for name, path in sorted(codes_stats.items())}
     codecs = tuple(codec_info(name, s) for name, s in codec_stats.items())
     all_fields = fields([c.name for c in codecs])
-    problems = _missing_files(dataset, Path(shar_dir), all_fields, num_shards)
+    problems = _missing_files(dataset, Path(shar_dir), all_fields, shards)
     if problems:  # a missing file would only repeat itself in every shard
         _fail(dataset, shar_dir, problems)
-    walk = _walk_shards(dataset, Path(shar_dir), codecs, catalog, num_shards, workers, split)
+    walk = _walk_shards(dataset, Path(shar_dir), codecs, catalog, shards, workers, split)
     problems = walk.problems or _compare_totals(
         dataset, walk.totals, read_json(shar_stats), codec_stats, num_shards
     )

@@ -1,0 +1,130 @@
+"""A Shar set that grows (sharflow.shar.plan, shar.grow): records already in shards stay where they
+are, new ones go to a new generation of shards, and only the jobs whose records changed run again."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from sharflow.core.errors import SharflowError
+from sharflow.core.jobs import plan_jobs, planned_jobs
+from sharflow.core.layout import DatasetFiles, block_members, block_size, shard_numbers
+from sharflow.shar.plan import plan_shards
+from testkit import planned_lines, write_jsonl
+
+
+def spans(n: int, start: int = 0, **extra) -> list[dict]:
+    return [
+        {
+            "audio_filepath": f"s{i % 3}/u{i}.wav",
+            "offset": 0.0,
+            "duration": 1 + i / 10,
+            "text": f"t{i}",
+            **extra,
+        }
+        for i in range(start, start + n)
+    ]
+
+
+def plan(tmp_path, records, grow="append", shard_size=5, seed=0, name="ds"):
+    files = DatasetFiles(str(tmp_path / name))
+    write_jsonl(tmp_path / "with_context.jsonl", records)
+    planned = plan_shards(
+        str(tmp_path / "with_context.jsonl"),
+        plan=files.shard_plan,
+        inputs_dir=files.shar_inputs,
+        shard_size=shard_size,
+        seed=seed,
+        grow=grow,
+    )
+    return planned, files
+
+
+def stamps(files: DatasetFiles) -> dict[str, int]:
+    """When each job's inputs file was last written."""
+    return {p.name: p.stat().st_mtime_ns for p in Path(files.shar_inputs).glob("*.jsonl")}
+
+
+def test_new_records_are_a_new_generation_and_planned_ones_stay(tmp_path):
+    first, files = plan(tmp_path, spans(52))
+    assert first["generations"] == [{"first": 0, "shards": 11, "records": 52}]
+    before, placed = stamps(files), dict(planned_lines(files.shar_inputs))
+    old = planned_lines(files.shar_inputs)
+    # four new records, one of them in the middle of the file: the old ones keep their shards
+    grown = spans(52)
+    grown[20:20] = spans(1, start=100)
+    grown += spans(3, start=101)
+    second, _ = plan(tmp_path, grown)
+    assert second["generations"] == [first["generations"][0], {"first": 20, "shards": 1, "records": 4}]
+    assert shard_numbers(second) == [*range(11), 20] and second["num_shards"] == 12
+    assert second["records"] == 56 and second["shards"][:11] == first["shards"]
+    after = stamps(files)
+    assert {k: after[k] for k in before} == before  # no old job's inputs rewritten: none runs again
+    assert planned_lines(files.shar_inputs)[: len(old)] == old and len(placed) == 11
+    new = [line for shard, line in planned_lines(files.shar_inputs) if shard == 20]
+    assert sorted(json.loads(x)["audio_filepath"] for x in new) == sorted(
+        f"s{i % 3}/u{i}.wav" for i in range(100, 104)
+    )
+    # the jobs of the second generation are its own: the first's never change
+    assert planned_jobs(second, 10) == [("00000", 10), ("000010", 1), ("000020", 1)]
+    again, _ = plan(tmp_path, grown)
+    assert again == second and stamps(files) == after  # nothing new: nothing rewritten
+
+
+def test_a_removed_record_remakes_only_the_job_that_held_it(tmp_path):
+    _, files = plan(tmp_path, spans(40), shard_size=2)  # 20 shards: two jobs of 10
+    before = stamps(files)
+    lines = planned_lines(files.shar_inputs)
+    gone = json.loads(lines[-1][1])  # in shard 19, the second job's
+    second, _ = plan(
+        tmp_path, [r for r in spans(40) if r["audio_filepath"] != gone["audio_filepath"]], shard_size=2
+    )
+    after = stamps(files)
+    changed = {name for name in before if after[name] != before[name]}
+    assert changed == {"shards-000010-000019.jsonl"} and second["removed"] == 1
+    assert second["shards"][19]["records"] == 1 and second["records"] == 39
+    assert len(planned_lines(files.shar_inputs)) == 39
+
+
+def test_a_record_that_changed_under_its_cut_id_stops_the_plan(tmp_path):
+    plan(tmp_path, spans(12))
+    changed = spans(12)
+    changed[3]["text"] = "something else"
+    with pytest.raises(SharflowError, match=r"s0-u3-0-130000 is in a shard already, and its text changed"):
+        plan(tmp_path, changed)
+    rebuilt, files = plan(tmp_path, changed, grow="rebuild")  # asked for: every shard planned afresh
+    fresh, fresh_files = plan(tmp_path, changed, name="fresh")
+    assert rebuilt == fresh and planned_lines(files.shar_inputs) == planned_lines(fresh_files.shar_inputs)
+
+
+def test_new_settings_plan_afresh(tmp_path):
+    plan(tmp_path, spans(30))
+    other, files = plan(tmp_path, spans(30) + spans(5, start=30), shard_size=7)
+    assert other["generations"] == [{"first": 0, "shards": 5, "records": 35}]
+    assert sorted(os.listdir(files.shar_inputs)) == [
+        "plan.json",
+        "shards-000000-000004.jsonl",
+    ]  # old jobs' gone
+
+
+@pytest.mark.parametrize("per_job", [10, 100])
+def test_a_generation_is_made_by_jobs_of_its_own(per_job):
+    """Generations start on a multiple of 10; their jobs never reach back into an earlier one's."""
+    assert plan_jobs(12, per_job, first=20) == [("00002", 10), ("00003", 2)]
+    assert plan_jobs(1, per_job, first=130) == [("000130", 1)]
+    grown = {"generations": [{"first": 0, "shards": 123, "records": 0}, {"first": 130, "shards": 215}]}
+    jobs = planned_jobs(grown, per_job)
+    shards = [int(s) for key, n in jobs for s in block_members(key, block_size(key), n)]
+    assert shards == shard_numbers(grown)
+    if per_job == 100:
+        tens = [(f"000{k}", 10) for k in (13, 14, 15, 16, 17, 18, 19)]
+        assert jobs[3:] == [
+            ("00012", 3),
+            *tens,
+            ("0002", 100),
+            *[(f"0003{k}", 10) for k in range(4)],
+            ("00034", 5),
+        ]
+    with pytest.raises(ValueError, match="multiple of 10"):
+        plan_jobs(3, per_job, first=12)
