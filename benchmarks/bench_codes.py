@@ -102,7 +102,7 @@ def main() -> None:
                     (plan_batches(items, budget, spf, same_frames=False), mixed),
                 ):
                     for batch in planned:
-                        x = torch.zeros(len(batch), whole_frames(max(i.samples for i in batch), spf) * spf)
+                        x = torch.zeros(len(batch), whole_frames(max(i.samples for i in batch), spf))
                         for row, it in enumerate(batch):
                             w = _decode(opened[it.kind], it.member, sr)[: it.samples]
                             x[row, : len(w)] = torch.from_numpy(w)

@@ -80,7 +80,7 @@ def stage(
     t = time.perf_counter()
     run_quality_part(
         0,
-        prepared=prepared,
+        records=prepared,
         parts=1,
         out_metrics=str(metrics),
         out_stats=str(out / "stats.json"),
