@@ -32,28 +32,15 @@ REPO = Path(__file__).resolve().parents[1]
 
 def build_shards(tmp: Path, copies: int) -> list[int]:
     """Shar shards of the demo corpus repeated `copies` times, all in one shard of <= 4096 cuts."""
-    from sharflow.core.layout import DatasetFiles, shard_key
+    from sharflow.core.layout import DatasetFiles
     from sharflow.shar.audio import EncodeSettings
     from sharflow.shar.plan import plan_shards
-    from sharflow.shar.shard import write_shards
+    from sharflow.shar.shard import write_planned
 
     wc, root, _ = repeated_with_context(tmp, copies)
     files = DatasetFiles(str(tmp))
-    plan = plan_shards(
-        str(wc),
-        plan=files.shard_plan,
-        inputs_dir=files.shar_inputs,
-        shard_size=4096,
-        seed=0,
-        shards_per_job=1,
-    )
-    for s in range(plan["num_shards"]):
-        write_shards(
-            [shard_key(s)],
-            {f"{k}_0": v for k, v in files.shard(s).named().items()},
-            inputs=files.shar_input(shard_key(s), 1),
-            settings=EncodeSettings(audio_root=str(root)),
-        )
+    plan = plan_shards(str(wc), plan=files.shard_plan, inputs_dir=files.shar_inputs, shard_size=4096, seed=0)
+    write_planned(files, EncodeSettings(audio_root=str(root)))
     return list(range(plan["num_shards"]))
 
 

@@ -79,10 +79,9 @@ def stage(
     **settings,
 ) -> float:
     """Plan, every shard job and (given the context stage's stats) the merge, in this process."""
-    from sharflow.core.layout import shard_key
     from sharflow.shar.merge import merge_shar_stats
     from sharflow.shar.plan import plan_shards
-    from sharflow.shar.shard import write_shards
+    from sharflow.shar.shard import write_planned
 
     files = DatasetFiles(str(out))
     t = time.perf_counter()
@@ -94,15 +93,8 @@ def stage(
         seed=0,
         shards_per_job=1,
     )
+    write_planned(files, EncodeSettings(audio_root=str(root), **settings), workers)
     jobs = [files.shard(s) for s in range(plan["num_shards"])]
-    for s, job in enumerate(jobs):
-        write_shards(
-            [shard_key(s)],
-            {f"{k}_0": v for k, v in job.named().items()},
-            inputs=files.shar_input(shard_key(s), 1),
-            settings=EncodeSettings(audio_root=str(root), **settings),
-            workers=workers,
-        )
     if context_stats:
         merge_shar_stats(
             [j.stats for j in jobs],

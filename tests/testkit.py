@@ -24,13 +24,13 @@ from sharflow.codes.spec import CodecSpec
 from sharflow.context.merge import merge_context
 from sharflow.context.part import PartSettings, run_context_part
 from sharflow.context.plan import plan_context
-from sharflow.core.layout import DatasetFiles, shard_key
+from sharflow.core.layout import DatasetFiles
 from sharflow.dataset.catalog import merge_catalog
 from sharflow.prepare.job import prepare_dataset
 from sharflow.quality.filter import filter_quality
 from sharflow.shar.audio import EncodeSettings
 from sharflow.shar.plan import plan_shards, read_job_inputs
-from sharflow.shar.shard import write_shard
+from sharflow.shar.shard import write_planned
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "demo"
@@ -269,16 +269,8 @@ def write_all(out, with_context, shard_size=16, workers=1, root=DEMO / "audio", 
         seed=7,
         shards_per_job=1,
     )
+    write_planned(files, EncodeSettings(audio_root=str(root), **settings), workers)
     jobs = [files.shard(s) for s in range(plan["num_shards"])]
-    for s, job in enumerate(jobs):
-        (raw,) = read_job_inputs(files.shar_input(shard_key(s), 1)).values()
-        write_shard(
-            s,
-            records=[json.loads(line) for line in raw],
-            out=job,
-            settings=EncodeSettings(audio_root=str(root), **settings),
-            workers=workers,
-        )
     merge_catalog([job.catalog for job in jobs], files.catalog, codecs=[])
     return plan, [job.stats for job in jobs], [job.rejected for job in jobs]
 

@@ -34,8 +34,8 @@ from tqdm import tqdm
 
 from sharflow.core.atomic import atomic_file, read_json, write_json
 from sharflow.core.errors import SharflowError
-from sharflow.core.jobs import finish_job
-from sharflow.core.layout import ShardFiles, shard_key
+from sharflow.core.jobs import finish_job, planned_jobs
+from sharflow.core.layout import DatasetFiles, ShardFiles, block_members, block_size, shard_key
 from sharflow.core.ledger import Ledger, reject_row
 from sharflow.core.parallel import ordered_map
 from sharflow.core.resume import ResumableJob, job_key
@@ -123,6 +123,23 @@ def write_shards(
         )
         if resume is not None:
             resume.keep(shard, files)
+    return stats
+
+
+def write_planned(files: DatasetFiles, settings: EncodeSettings, workers: int = 1) -> list[dict]:
+    """Every shard of the plan at `files.shard_plan`, job after job in this process (for tests and
+    benchmarks; the workflow runs the jobs), each from its job's inputs file."""
+    plan = read_json(files.shard_plan)
+    stats = []
+    for block, count in planned_jobs(plan, plan["shards_per_job"]):
+        size = block_size(block)
+        members = block_members(block, size, count)
+        outputs = {
+            f"{k}_{m}": v for m, shard in enumerate(members) for k, v in files.shard(shard).named().items()
+        }
+        stats += write_shards(
+            members, outputs, inputs=files.shar_input(block, size, count), settings=settings, workers=workers
+        )
     return stats
 
 
