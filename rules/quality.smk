@@ -27,6 +27,8 @@ rule quality_part:
         device=config["quality"]["device"],
         dnsmos_max_windows=config["quality"]["dnsmos_max_windows"],
         asr=get_asr_options,
+        # the last run's metrics (the merge's output, not an input): measures still valid are kept
+        previous=DS.quality_metrics,
     threads: threads_of("quality")
     resources:
         gpu=QUALITY_GPUS,

@@ -2,6 +2,7 @@
 
 import json
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ from sharflow.quality.metrics import (
     speech_measures,
 )
 from sharflow.quality.part import MeasureSettings, part_of, part_records, run_quality_part
+from sharflow.quality.reuse import measure_digest, record_key
 from testkit import DEMO, REPO, prepare_demo, read_back, read_jsonl, run_quality_filter, write_all
 
 
@@ -465,6 +467,61 @@ def test_metrics_are_byte_identical_for_any_parts_and_ranks(tmp_path):
     assert [r["line"] for r in rows] == list(range(1, len(short) + 1))
     assert len({r["dnsmos_ovrl"] for r in rows}) == len(rows)  # the values carry information
     assert outputs[0] == outputs[1]
+
+
+def test_a_grown_manifest_is_measured_only_where_it_grew(tmp_path):
+    """Measures are kept by what was measured, not by line: records inserted before old ones, one
+    removed and one whose span changed; only the new and the changed are measured, and the bytes
+    equal a measurement of everything afresh."""
+    prep = prepare_demo(tmp_path)
+    lines = [x for x in (prep / "prepared.jsonl").read_text().splitlines() if json.loads(x)["duration"] < 3.5]
+    first, grown = tmp_path / "first.jsonl", tmp_path / "grown.jsonl"
+    first.write_text("\n".join(lines[:6]) + "\n")
+    changed = {**json.loads(lines[3]), "duration": 1.0}  # same file, another span
+    new = [lines[6], lines[0], lines[7], lines[1], lines[2], json.dumps(changed), lines[5]]  # less lines[4]
+    grown.write_text("\n".join(new) + "\n")
+
+    def measure(records, name, previous=None):
+        stats = run_quality_part(
+            0,
+            records=str(records),
+            parts=1,
+            out_metrics=str(tmp_path / f"{name}.jsonl"),
+            out_stats=str(tmp_path / f"{name}.stats.json"),
+            settings=MeasureSettings(str(DEMO / "audio")),
+            device="cpu",
+            previous=previous,
+        )
+        return stats, (tmp_path / f"{name}.jsonl").read_bytes()
+
+    stats, before = measure(first, "before")
+    assert (stats["measured"], stats["reused"]) == (6, 0)
+    stats, after = measure(grown, "after", previous=str(tmp_path / "before.jsonl"))
+    assert (stats["measured"], stats["reused"]) == (3, 4)  # lines[6], lines[7], the changed span
+    rows = [json.loads(x) for x in after.decode().splitlines()]
+    assert [r["line"] for r in rows] == list(range(1, 8))
+    assert len({r["dnsmos_ovrl"] for r in rows}) == 7  # the values carry information
+    assert rows[1]["dnsmos_ovrl"] == json.loads(before.decode().splitlines()[0])["dnsmos_ovrl"]
+    _, fresh = measure(grown, "fresh")
+    assert after == fresh
+
+
+def test_a_measure_key_changes_with_the_file_the_span_the_settings_and_the_text_under_asr(tmp_path):
+    audio = tmp_path / "a.wav"
+    audio.write_bytes(b"x" * 10)
+    record = {"audio_filepath": "a.wav", "offset": 0.0, "duration": 1.0, "text": "a"}
+    key = record_key(record, str(audio), "d", asr=False)
+    assert key == record_key({**record, "text": "b"}, str(audio), "d", asr=False)
+    assert key != record_key({**record, "offset": 0.5}, str(audio), "d", asr=False)
+    assert key != record_key(record, str(audio), "e", asr=False)
+    assert record_key(record, str(audio), "d", asr=True) != record_key(
+        {**record, "text": "b"}, str(audio), "d", asr=True
+    )
+    os.utime(audio, ns=(1, 1))
+    assert key != record_key(record, str(audio), "d", asr=False)
+    s = MeasureSettings(str(tmp_path))
+    assert measure_digest(s) == measure_digest(MeasureSettings("elsewhere"))  # where, not what
+    assert measure_digest(s) != measure_digest(MeasureSettings(str(tmp_path), dnsmos_max_windows=3))
 
 
 # ---- mark mode into NeMo's dataloader -----------------------------------------------------------

@@ -433,6 +433,9 @@ def test_a_grown_corpus_keeps_every_shard_it_had_and_makes_only_the_new_ones(two
     ran = re.findall(r"^(?:local)?rule (\w+):", proc.stdout + proc.stderr, re.M)  # (also after the plan)
     made = sorted(r for r in ran if r.startswith(("shar_block", "shar_tail", "shar_shard", "codes_")))
     assert made == ["codes_merge", "codes_tail2", "shar_tail2"], ran  # shards 20-21 only
+    parts = [json.loads(p.read_text()) for p in (results / "quality" / "parts").glob("*.stats.json")]
+    assert sum(p["measured"] for p in parts) == 6  # only the new records are measured
+    assert sum(p["reused"] for p in parts) == sum(p["records"] for p in parts) - 6 > 0
     assert all((p.stat().st_ino, p.read_bytes()) == v for p, v in old.items()) and len(old) == 12 * 5
     assert all(p.stat().st_ino == v for p, v in old_jobs.items())
     plan = json.loads((results / "shard_plan.json").read_text())

@@ -22,4 +22,5 @@ if __name__ == "__main__":
             device=snakemake.params.device,
             workers=snakemake.threads,
             gpus=snakemake.resources.gpu,
+            previous=snakemake.params.previous,
         )

@@ -6,6 +6,8 @@ records are bin-packed onto the job's ranks by seconds (sharflow.core.ranks.rank
 reads a record one ahead of measuring it (sharflow.core.audio.load_span: the samples the shard
 stores), measures it (sharflow.quality.metrics) and writes one line per record, in line order; a
 record whose audio cannot be decoded gets an `error` instead of metrics (the filter rejects it).
+Each line carries the key of what it measured, and a part keeps the last run's measures of its
+records where their keys still match (sharflow.quality.reuse): a grown corpus measures its growth.
 With the ASR check (quality.asr), a rank also transcribes its records in batches of about
 `batch_seconds` of audio (sharflow.models.asr) and adds asr_text, cer and wer. Metrics depend only
 on the record, so any number of parts and ranks gives the same bytes.
@@ -26,6 +28,7 @@ from sharflow.core.metrics import TEXT_METRICS
 from sharflow.core.parallel import ahead
 from sharflow.core.ranks import Rank, rank_job
 from sharflow.quality.metrics import MODEL_RATE
+from sharflow.quality.reuse import kept_measures, measure_digest, record_key, reused_lines
 
 log = logging.getLogger(__name__)
 
@@ -83,24 +86,47 @@ def run_quality_part(
     device: str = "auto",
     workers: int = 1,
     gpus: int = 0,
+    previous: str | None = None,
 ) -> dict:
-    """Measure the records of one part on as many ranks as devices/workers allow."""
+    """Measure the records of one part on as many ranks as devices/workers allow, keeping the
+    measures in `previous` (the last run's metrics, if any) whose keys still match."""
     mine = part_records(records, part, parts)
-    costs = {line: duration for line, _, duration in mine}
-    offsets = {line: offset for line, offset, _ in mine}
+    digest = measure_digest(settings)
+    keyed = _keyed(records, mine, settings, digest)
+    kept = kept_measures(previous, (key for _, key, _ in keyed))
+    todo = [
+        (line, offset, duration)
+        for (line, offset, duration), (_, key, _) in zip(mine, keyed, strict=True)
+        if key not in kept
+    ]
+    costs = {line: duration for line, _, duration in todo}
+    offsets = {line: offset for line, offset, _ in todo}
     what = f"quality part {part}"
     with rank_job(what, device=device, workers=workers, gpus=gpus, scratch_beside=out_metrics) as job:
-        log.info("quality part %d of %d: %d records on ranks %s", part, parts, len(mine), job.devices)
-        ranks = job.run(
-            measure_records, costs, unit=lambda line: (line, offsets[line]), args=(records, settings)
+        log.info(
+            "quality part %d of %d: %d records, %d measured before (kept), %d to measure on ranks %s",
+            part,
+            parts,
+            len(mine),
+            len(mine) - len(todo),
+            len(todo),
+            job.devices,
         )
+        ranks = job.run(
+            measure_records, costs, unit=lambda line: (line, offsets[line]), args=(records, settings, digest)
+        )
+        reused = f"{job.scratch}/reused.jsonl"
+        with open(reused, "w", encoding="utf-8") as f:
+            f.writelines(reused_lines(kept, (k for k in keyed if k[1] in kept)))
         with atomic_file(out_metrics, "w", encoding="utf-8") as out:
-            out.writelines(merge_by_line([r.rank.file(".jsonl") for r in ranks]))
+            out.writelines(merge_by_line([*(r.rank.file(".jsonl") for r in ranks), reused]))
     rank_stats = [{**r.value, "planned_seconds": round(r.planned_cost, 3)} for r in ranks]
     stats = {
         "part": part,
         "parts": parts,
         "records": len(mine),
+        "measured": len(todo),
+        "reused": len(mine) - len(todo),
         "unreadable": sum(s["unreadable"] for s in rank_stats),
         "audio_seconds": round(sum(s["audio_seconds"] for s in rank_stats), 3),
         "seconds": max((s["seconds"] for s in rank_stats), default=0.0),
@@ -111,19 +137,43 @@ def run_quality_part(
     return stats
 
 
+def _keyed(records: str, mine, settings: MeasureSettings, digest: str) -> list[tuple[int, str, dict]]:
+    """(line, key, record) of a part's records (sharflow.quality.reuse.record_key)."""
+    out = []
+    with open(records, "rb") as src:
+        for line, offset, _ in mine:
+            src.seek(offset)
+            record = json.loads(src.readline())
+            key = record_key(
+                record, _audio_path(settings.audio_root, record), digest, settings.asr is not None
+            )
+            out.append((line, key, text_metrics(record)))  # no whole records held
+    return out
+
+
+def _audio_path(audio_root: str, record: dict) -> str:
+    try:
+        return resolve_audio_path(audio_root, record["audio_filepath"])[0]
+    except Exception:  # an escaping or unreadable path: keyed as unreadable, measured (and rejected)
+        return ""
+
+
 # ---- one rank -----------------------------------------------------------------------------------
 
 
-def _read(src, audio_root: str, item: tuple[int, int]):
-    """(record, (audio at its rate, the rate, audio at 16 kHz) or the exception that stopped decoding)."""
+def _read(src, settings: MeasureSettings, digest: str, item: tuple[int, int]):
+    """(record, its key, (audio at its rate, the rate, audio at 16 kHz) or the exception that
+    stopped decoding)."""
     src.seek(item[1])
     record = json.loads(src.readline())
+    path = _audio_path(settings.audio_root, record)
+    key = record_key(record, path, digest, settings.asr is not None)
     try:
-        path, _ = resolve_audio_path(audio_root, record["audio_filepath"])
+        path, _ = resolve_audio_path(settings.audio_root, record["audio_filepath"])
         audio, rate = load_span(path, record["offset"], record["duration"])
-        return record, (audio, rate, resample(audio, rate, MODEL_RATE))
+        return record, key, (audio, rate, resample(audio, rate, MODEL_RATE))
     except Exception as e:  # reported per record; the part goes on without it
-        return record, e
+        return record, key, e
 
 
 class _Pending:
@@ -152,10 +202,10 @@ class _Pending:
 
 
 def measure_records(
-    rank: Rank, lines: list[tuple[int, int]], records: str, settings: MeasureSettings
+    rank: Rank, lines: list[tuple[int, int]], records: str, settings: MeasureSettings, digest: str
 ) -> dict:
-    """One rank: measure its records (line, byte offset); write {"line", metrics... | error} in line
-    order to its scratch file `.jsonl`.
+    """One rank: measure its records (line, byte offset); write {"line", metrics... | error, "key"}
+    in line order to its scratch file `.jsonl`.
 
     With the ASR check, records wait in line order until about `batch_seconds` of audio is pending,
     then are transcribed as one batch and written with asr_text, cer and wer.
@@ -180,16 +230,16 @@ def measure_records(
     ):
         pending = _Pending(out, bar, transcriber, settings.asr.batch_seconds if settings.asr else 0.0)
         # the file is read by offset in the loader thread only, one record at a time
-        for (line, _), (record, loaded) in ahead(partial(_read, src, settings.audio_root), lines):
+        for (line, _), (record, key, loaded) in ahead(partial(_read, src, settings, digest), lines):
             if isinstance(loaded, Exception):
                 unreadable += 1
-                pending.add(
-                    {"line": line, "error": f"{record['audio_filepath']}: {loaded}"}, record, None, 0.0
-                )
+                entry = {"line": line, "error": f"{record['audio_filepath']}: {loaded}", "key": key}
+                pending.add(entry, record, None, 0.0)
                 continue
             audio, rate, audio_16k = loaded
             seconds += len(audio) / rate
-            entry = {"line": line, **measure(meters, record, audio, rate, audio_16k), **text_metrics(record)}
+            measured = measure(meters, record, audio, rate, audio_16k)
+            entry = {"line": line, **measured, **text_metrics(record), "key": key}
             pending.add(entry, record, _asr_wave(transcriber, audio, rate, audio_16k), len(audio) / rate)
         pending.flush()
     return {
