@@ -45,6 +45,9 @@ SPLITS = any(SplitRules.from_config(split_block(ds)).enabled for ds in DATASETS)
 # Each held-out split of a dataset whose own splits are on is a Shar set of its own,
 # "<dataset>/<split>" (results/<dataset>/<split>/): the shar, codes and verify rules make it as
 # they make the dataset's own (train) Shar, from the dataset's context records (docs: splits).
+# With splits, the identity stage links train records to held-out ones by content across every
+# dataset (sharflow.identity; docs: splits), unless identity.enabled is false.
+IDENTITY = SPLITS and config["identity"]["enabled"]
 HELD_OUT_SETS = [
     layout.split_set(ds, split)
     for ds in DATASETS
@@ -91,6 +94,7 @@ def get_final_outputs():
     return (
         [path for f in files for path in (f.prepare_stats, f.text_stats, f.context_stats, f.shar_stats)]
         + [f.split_stats for f in files if SPLITS]
+        + ([layout.IDENTITY_STATS] if IDENTITY else [])
         + [f.quality_stats for f in files if QUALITY]
         + [f.codes_stats(codec) for f in files for codec in CODECS]
         + [path for f in files for path in (f.catalog, f.buckets, f.verify, f.dataset_card)]
@@ -232,18 +236,52 @@ def measured_records(dataset):
 
 
 def get_splits_inputs(wildcards):
-    """The dataset's records and their stats, and every other dataset's records (their held-out spans)."""
+    """The dataset's records and their stats, and the identity job's links (of every dataset)."""
     records, stats = measured_records(wildcards.dataset)
-    others = [measured_records(ds)[0] for ds in DATASETS if ds != wildcards.dataset]
-    return {"records": records, "records_stats": stats, "others": others}
+    return {
+        "records": records,
+        "records_stats": stats,
+        **({"links": layout.IDENTITY_LINKS} if IDENTITY else {}),
+    }
 
 
-def get_split_datasets(wildcards):
-    """Fields of sharflow.splits.stage.DatasetSplits for every dataset."""
+def get_split_dataset(wildcards):
+    """Fields of sharflow.splits.stage.DatasetSplits for the dataset."""
+    ds = wildcards.dataset
+    return {
+        "records": measured_records(ds)[0],
+        "audio_root": config["datasets"][ds]["audio_root"],
+        "rules": split_block(ds),
+    }
+
+
+def get_empty_split_action(wildcards):
+    """splits.empty of the dataset's block: warn (the default) or error."""
+    return split_block(wildcards.dataset).get("empty", "warn")
+
+
+# ---- identity ---------------------------------------------------------------------------------
+def get_identity_part_files(kind):
+    """Input function: file `kind` (records, hashes) of every identity part of every dataset."""
+
+    def parts(wildcards):
+        return [
+            getattr(layout.dataset_files(ds).identity_part(p), kind)
+            for ds in DATASETS
+            for p in range(config["identity"]["parts"])
+        ]
+
+    return parts
+
+
+def get_identity_datasets(wildcards):
+    """Fields of sharflow.identity.links.DatasetIdentity for every dataset."""
     return {
         ds: {
-            "records": measured_records(ds)[0],
-            "audio_root": config["datasets"][ds]["audio_root"],
+            "parts": [
+                [f.records, f.hashes]
+                for f in map(layout.dataset_files(ds).identity_part, range(config["identity"]["parts"]))
+            ],
             "rules": split_block(ds),
         }
         for ds in DATASETS

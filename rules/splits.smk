@@ -10,7 +10,8 @@ rule splits:
     benchmark:
         layout.benchmark("splits", "{dataset}")
     params:
-        datasets=get_split_datasets,
+        dataset=get_split_dataset,
+        empty=get_empty_split_action,
     resources:
         mem_mb=4000,
     script:

@@ -13,6 +13,7 @@ from scipy.signal import butter, sosfiltfilt
 
 from sharflow.core.errors import SharflowError
 from sharflow.core.metrics import MEASURED as METRICS
+from sharflow.core.parts import part_of, part_records
 from sharflow.quality.filter import failures, with_metrics
 from sharflow.quality.merge import merge_quality
 from sharflow.quality.metrics import (
@@ -24,7 +25,7 @@ from sharflow.quality.metrics import (
     speaking_rate,
     speech_measures,
 )
-from sharflow.quality.part import MeasureSettings, part_of, part_records, run_quality_part
+from sharflow.quality.part import MeasureSettings, run_quality_part
 from sharflow.quality.reuse import measure_digest, record_key
 from testkit import DEMO, REPO, prepare_demo, read_back, read_jsonl, run_quality_filter, write_all
 

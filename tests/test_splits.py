@@ -3,6 +3,7 @@ splits job's cross-dataset rule (sharflow.core.splits, sharflow.splits.stage).""
 
 import json
 import os
+import zlib
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -14,8 +15,8 @@ import yaml
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import DatasetFiles
 from sharflow.core.splits import HELD_OUT, SPLITS, TRAIN, SplitRules, context_pool, span_key, unit_hash
-from sharflow.splits.stage import CONFLICT, DatasetSplits, assign_splits
-from testkit import demo_config, read_jsonl, run_snakemake, write_jsonl, write_tone
+from sharflow.identity.links import SAME_AUDIO, SAME_CONTENT, SAME_UTTERANCE
+from testkit import demo_config, read_jsonl, run_identity, run_snakemake, write_jsonl, write_noise, write_tone
 
 RULES = {
     "seed": 3,
@@ -140,11 +141,11 @@ def test_context_pools_keep_held_out_audio_out_of_train():
 
 
 def write_dataset(root, manifest, rows):
-    """Records as prepare writes them, for files under `root` (tones of distinct lengths)."""
+    """Records as prepare writes them, for files under `root` (distinct noise signals)."""
     records = []
     for speaker, rel, seconds in rows:
         if not (root / rel).exists():
-            write_tone(root / rel, seconds=seconds)
+            write_noise(root / rel, seconds=seconds, seed=zlib.crc32(rel.encode()))
         records.append(
             {
                 "audio_filepath": rel,
@@ -160,7 +161,8 @@ def write_dataset(root, manifest, rows):
 
 def test_the_same_audio_held_out_in_one_dataset_is_not_trained_on_in_another(tmp_path):
     """Dataset b reuses a's files (under another root and path) with other speaker names, and its own
-    settings: whatever b's rules say, a span a holds out is rejected from b's train."""
+    settings: whatever b's rules say, a span a holds out is rejected from b's train (the identity
+    job's links, read by b's splits job)."""
     audio = tmp_path / "audio"
     rows_a = [(f"s{s}", f"s{s}/u{u}.wav", 1 + (s * 10 + u) / 100) for s in range(8) for u in range(6)]
     write_dataset(audio, tmp_path / "a.jsonl", rows_a)
@@ -174,37 +176,28 @@ def test_the_same_audio_held_out_in_one_dataset_is_not_trained_on_in_another(tmp
         "dev_seen": {"fraction": 0.2},
     }
     datasets = {
-        "a": DatasetSplits(str(tmp_path / "a.jsonl"), str(audio), a_rules),
-        "b": DatasetSplits(str(tmp_path / "b.jsonl"), str(tmp_path), {}),  # b: everything train
+        "a": (tmp_path / "a.jsonl", audio, 48, a_rules),
+        "b": (tmp_path / "b.jsonl", tmp_path, 25, {}),  # b: everything train
     }
-    out = {}
-    for name, n in (("a", 48), ("b", 25)):
-        files = {k: str(tmp_path / f"{name}.{k}") for k in ("records", "rejected", "stats")}
-        stats = assign_splits(
-            name,
-            datasets,
-            records_in=n,
-            out_records=files["records"],
-            rejected_dir=files["rejected"],
-            stats=files["stats"],
-        )
+    _, out = run_identity(tmp_path / "id", datasets)
+    for name, (stats, _, _) in out.items():
+        n = datasets[name][2]
         assert (
             stats["records_in"]
             == n
             == sum(v["records"] for v in stats["splits"].values()) + stats["rejected_total"]
         )
-        out[name] = (stats, read_jsonl(files["records"]), files["rejected"])
     a_stats, a_records, _ = out["a"]
     assert a_stats["rejected_total"] == 0 and a_stats["splits"]["dev_unseen"]["records"] == 6
     held = {os.path.realpath(audio / r["audio_filepath"]) for r in a_records if r["split"] != TRAIN}
     assert 12 < len(held) < 24  # s1, s2 and some dev_seen utterances
-    b_stats, b_records, b_rejected = out["b"]
+    b_stats, b_records, rejected = out["b"]
     in_b = {os.path.realpath(tmp_path / r["audio_filepath"]) for r in b_records}
     assert not in_b & held and {r["split"] for r in b_records} == {TRAIN}
-    rejected = read_jsonl(f"{b_rejected}/{CONFLICT}.jsonl")
     shared = {os.path.realpath(audio / rel) for _, rel, _ in rows_a[:24]}
-    assert len(rejected) == b_stats["rejected"][CONFLICT] == len(shared & held) >= 12
-    assert "is dev_" in rejected[0]["detail"] and "dataset a" in rejected[0]["detail"]
+    assert len(rejected) == b_stats["rejected"][SAME_AUDIO] == len(shared & held) >= 12
+    assert b_stats["rejected"] == {SAME_AUDIO: len(rejected)}  # distinct signals: no content link
+    assert " dev_" in rejected[0]["detail"] and "of dataset a" in rejected[0]["detail"]
     assert json.loads(rejected[0]["original"])["speaker"].endswith("Speaker:other |")
 
 
@@ -260,9 +253,29 @@ def test_splits_in_the_workflow_keep_held_out_audio_out_of_train_and_its_context
     shared = [span for span, names in datasets_of.items() if len(names) == 2]
     assert len(shared) >= 2 and all(by_span[span] == {TRAIN} for span in shared)
     # degraded is all train by its own rules, so its copies of demo's held-out slt audio are rejected
-    degraded = json.loads(Path(DatasetFiles(str(work / "results" / "degraded")).split_stats).read_text())
-    held_slt = [p for (ds, p, _), s in split_of.items() if ds == "demo" and "/slt/" in p and s != TRAIN]
-    assert degraded["rejected"] == {CONFLICT: len(held_slt)} and held_slt
+    # (the identity job: its clean copies by their span, its damaged copies by content or by speaker
+    # and text; sharflow.identity.links)
+    degraded_files = DatasetFiles(str(work / "results" / "degraded"))
+    degraded = json.loads(Path(degraded_files.split_stats).read_text())
+    held_slt = {
+        Path(p).stem for (ds, p, _), s in split_of.items() if ds == "demo" and "/slt/" in p and s != TRAIN
+    }
+    sources = [
+        Path(r["audio_filepath"]).stem[:7] for r in read_jsonl(config["datasets"]["degraded"]["manifest"])
+    ]
+    damaged = [s for s in sources[8:] if s in held_slt]
+    assert held_slt and damaged and len(sources) == 15
+    assert degraded["rejected_total"] == len(held_slt) + len(damaged)
+    assert degraded["rejected"][SAME_AUDIO] == len(held_slt)
+    assert set(degraded["rejected"]) <= {SAME_AUDIO, SAME_CONTENT, SAME_UTTERANCE}
+    reasons = {
+        Path(json.loads(r["original"])["audio_filepath"]).stem: r["reason"]
+        for p in Path(degraded_files.split_rejected).glob("*.jsonl")
+        for r in read_jsonl(p)
+    }
+    # the same samples under another text are the same content; silence has none but its text
+    assert reasons.get("slt_005_wrong_text", SAME_CONTENT) == SAME_CONTENT
+    assert reasons.get("slt_006_silence_only", SAME_UTTERANCE) == SAME_UTTERANCE
     assert set(degraded["splits"]) == set(SPLITS) and degraded["splits"]["dev_seen"]["records"] == 0
 
     for ds in ("demo", "degraded"):

@@ -26,11 +26,14 @@ from sharflow.context.part import PartSettings, run_context_part
 from sharflow.context.plan import plan_context
 from sharflow.core.layout import DatasetFiles
 from sharflow.dataset.catalog import merge_catalog
+from sharflow.identity.links import DatasetIdentity, MatchRules, link_identities
+from sharflow.identity.part import run_identity_part
 from sharflow.prepare.job import prepare_dataset
 from sharflow.quality.filter import filter_quality
 from sharflow.shar.audio import EncodeSettings
 from sharflow.shar.plan import plan_shards, read_job_inputs
 from sharflow.shar.shard import write_planned
+from sharflow.splits.stage import DatasetSplits, assign_splits
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "demo"
@@ -68,6 +71,14 @@ def write_tone(path: Path, seconds: float, rate: int = 16000, fmt: str | None = 
     path.parent.mkdir(parents=True, exist_ok=True)
     t = np.arange(int(round(seconds * rate))) / rate
     sf.write(path, 0.3 * np.sin(2 * np.pi * 220 * t), rate, format=fmt, subtype="PCM_16")
+    return path
+
+
+def write_noise(path: Path, seconds: float, seed: int, rate: int = 16000) -> Path:
+    """Seeded white noise at `path`: signals that differ in content from one seed to another."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    noise = np.random.default_rng(seed).normal(0, 0.1, int(round(seconds * rate)))
+    sf.write(path, np.clip(noise, -1, 1), rate, subtype="PCM_16")
     return path
 
 
@@ -255,6 +266,48 @@ def run_stage(
 
 
 FIELDS = ("cuts", "target_audio", "context_audio")
+
+
+def run_identity(tmp, datasets: dict, rules=None):
+    """Identity parts, the identity job and each dataset's splits job over datasets {name: (records,
+    audio root, count, splits block)}: (identity stats, {name: (splits stats, records, rejects)})."""
+    parts = {}
+    for name, (records, root, _, _) in datasets.items():
+        out = tmp / "identity" / name
+        run_identity_part(
+            0,
+            records=str(records),
+            parts=1,
+            audio_root=str(root),
+            out_records=str(out / "part.jsonl"),
+            out_hashes=str(out / "part.npy"),
+            out_stats=str(out / "part.stats.json"),
+        )
+        parts[name] = DatasetIdentity([[str(out / "part.jsonl"), str(out / "part.npy")]], datasets[name][3])
+    links = tmp / "identity" / "links.jsonl"
+    identity = link_identities(
+        parts,
+        rules=rules or MatchRules(),
+        out_links=str(links),
+        out_stats=str(tmp / "identity" / "stats.json"),
+    )
+    result = {}
+    for name, (records, root, n, split_rules) in datasets.items():
+        files = {k: str(tmp / "splits" / name / k) for k in ("records.jsonl", "rejected", "stats.json")}
+        stats = assign_splits(
+            name,
+            DatasetSplits(str(records), str(root), split_rules),
+            links=str(links),
+            records_in=n,
+            out_records=files["records.jsonl"],
+            rejected_dir=files["rejected"],
+            stats=files["stats.json"],
+        )
+        rejects = [
+            r for p in sorted((tmp / "splits" / name / "rejected").glob("*.jsonl")) for r in read_jsonl(p)
+        ]
+        result[name] = (stats, read_jsonl(files["records.jsonl"]), rejects)
+    return identity, result
 
 
 def write_all(out, with_context, shard_size=16, workers=1, root=DEMO / "audio", **settings):

@@ -7,9 +7,11 @@ from sharflow.splits.stage import DatasetSplits, assign_splits
 with job_log(snakemake.log[0]):
     assign_splits(
         snakemake.wildcards.dataset,
-        {name: DatasetSplits(**ds) for name, ds in snakemake.params.datasets.items()},
+        DatasetSplits(**snakemake.params.dataset),
+        links=snakemake.input.get("links"),
         records_in=read_json(snakemake.input.records_stats)["records_out"],
         out_records=snakemake.output.records,
         rejected_dir=snakemake.output.rejected,
         stats=snakemake.output.stats,
+        empty=snakemake.params.empty,
     )

@@ -217,6 +217,15 @@ class QualityPartFiles(Outputs):
 
 
 @dataclass(frozen=True)
+class IdentityPartFiles(Outputs):
+    """An identity part's files: per-record keys (.jsonl), fingerprints (.npy) and stats."""
+
+    records: str
+    hashes: str
+    stats: str
+
+
+@dataclass(frozen=True)
 class ShardFiles(Outputs):
     """A shar_shard job's files: its cuts, target_audio and context_audio files, stats, rejects and
     catalog fragment."""
@@ -294,6 +303,10 @@ class DatasetFiles:
     @property
     def quality_stats(self) -> str:
         return self._path("quality", "stats.json")
+
+    def identity_part(self, part: int | str) -> IdentityPartFiles:
+        prefix = self._path("identity", "parts", f"part-{part_key(part)}")
+        return IdentityPartFiles(f"{prefix}.jsonl", f"{prefix}.npy", prefix + STATS_SUFFIX)
 
     @property
     def split_records(self) -> str:
@@ -476,6 +489,8 @@ def text_normalizer(language: str) -> str:
     return f"{RESULTS}/text_normalizers/{language}.json"
 
 
+IDENTITY_LINKS = f"{RESULTS}/identity/links.jsonl"  # train records linked to held-out ones, all datasets
+IDENTITY_STATS = f"{RESULTS}/identity/stats.json"
 INPUT_CFG = f"{RESULTS}/input_cfg.yaml"
 VALIDATION_DS = f"{RESULTS}/validation_ds.yaml"
 REPORT_DIR = f"{RESULTS}/report"

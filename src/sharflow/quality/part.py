@@ -23,9 +23,10 @@ from tqdm import tqdm
 
 from sharflow.core.atomic import atomic_file, write_json
 from sharflow.core.audio import load_span, resample, resolve_audio_path
-from sharflow.core.jsonl import merge_by_line, numbered_lines
+from sharflow.core.jsonl import merge_by_line
 from sharflow.core.metrics import TEXT_METRICS
 from sharflow.core.parallel import ahead
+from sharflow.core.parts import part_records
 from sharflow.core.ranks import Rank, rank_job
 from sharflow.quality.metrics import MODEL_RATE
 from sharflow.quality.reuse import kept_measures, measure_digest, record_key, reused_lines
@@ -51,28 +52,9 @@ class MeasureSettings:
     asr: AsrOptions | None = None
 
 
-def part_of(start_seconds: float, total_seconds: float, parts: int) -> int:
-    """The part of a record whose audio starts `start_seconds` into the file's total."""
-    if total_seconds <= 0:
-        return 0
-    return min(parts - 1, int(parts * start_seconds / total_seconds))
-
-
 def text_metrics(record: dict) -> dict:
     """The text stage's metrics of a record, passed on with the audio's (None where it has none)."""
     return {name: record.get(name) for name in TEXT_METRICS}
-
-
-def part_records(records: str, part: int, parts: int) -> list[tuple[int, int, float]]:
-    """(line, byte offset, duration) of the records of one part, in line order."""
-    total = sum(json.loads(raw)["duration"] for _, _, raw in numbered_lines(records))
-    mine, start = [], 0.0
-    for line, offset, raw in numbered_lines(records):
-        duration = json.loads(raw)["duration"]
-        if part_of(start, total, parts) == part:
-            mine.append((line, offset, duration))
-        start += duration
-    return mine
 
 
 def run_quality_part(

@@ -84,10 +84,10 @@ def config_page(schema_path: str | Path = SCHEMA) -> str:
 def reasons_page() -> str:
     """Every reject reason of every stage, with where its file is and what it means."""
     from sharflow.context.part import REASONS as CONTEXT
+    from sharflow.identity.links import REASONS as SPLITS  # the splits job rejects what identity links
     from sharflow.prepare.manifest import REASONS as PREPARE
     from sharflow.quality.filter import REASONS as QUALITY
     from sharflow.shar.shard import REASONS as SHAR
-    from sharflow.splits.stage import REASONS as SPLITS
     from sharflow.text.fields import REASONS as TEXT
 
     stages = (

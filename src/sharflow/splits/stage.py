@@ -1,11 +1,15 @@
 """The splits job of one dataset: every record gets its split, and no audio held out anywhere is
 trained on here.
 
-Each record's split comes from its own dataset's rules (splits.assign). A span held out in another
-dataset of the run (the same audio: the same span_key) but train here is rejected here
-(`held_out_in_another_dataset`): whatever each dataset's settings, or if two datasets name the same
-speaker differently, held-out audio never reaches train. Held-out spans of other datasets are the
-only thing kept in memory (a fraction of the data); records stream through.
+Each record's split comes from its own dataset's rules (splits.assign). A train record the identity
+job linked to a held-out record of any dataset (sharflow.identity.links: the same span, the same
+sound, the same speaker and text) is rejected here with the link's reason and the record it
+matched: whatever each dataset's settings or names, held-out audio never reaches train. The job
+reads its own records and the links (a line per linked record), never another dataset's records.
+
+A held-out split the rules ask for that selects nothing (a fraction of few speakers can hash to
+none) is said in the log and the stats (`empty_splits`), with the count expected and the fix; with
+`splits.empty: error` it stops the run.
 """
 
 import json
@@ -16,13 +20,14 @@ from dataclasses import dataclass
 
 from sharflow.core.atomic import atomic_dir, atomic_file, write_json
 from sharflow.core.audio import resolve_audio_path
+from sharflow.core.errors import SharflowError
 from sharflow.core.ledger import Ledger, RejectWriter, reject_row
 from sharflow.core.speakers import parse_speaker
-from sharflow.core.splits import SPLITS, TRAIN, SplitRules, span_key
+from sharflow.core.splits import HELD_OUT, SPLITS, TRAIN, UNSEEN, SplitRules, span_key
+from sharflow.identity.links import read_links
 
 log = logging.getLogger(__name__)
-CONFLICT = "held_out_in_another_dataset"
-REASONS = {CONFLICT: "a train record whose audio (the same span) another dataset of the run holds out"}
+EMPTY_ACTIONS = ("warn", "error")
 
 
 @dataclass(frozen=True)
@@ -46,43 +51,38 @@ def splits_of(name: str, ds: DatasetSplits) -> Iterator[tuple[str, dict, str, st
             yield raw, record, speaker, span, rules.split(speaker, record["audio_filepath"], span)
 
 
-def held_out_elsewhere(dataset: str, datasets: Mapping[str, DatasetSplits]) -> dict[str, tuple[str, str]]:
-    """{span key: (dataset, split)} of every span another dataset holds out (the first by name)."""
-    held: dict[str, tuple[str, str]] = {}
-    for name in sorted(datasets):
-        if name != dataset:
-            for _, _, _, span, split in splits_of(name, datasets[name]):
-                if split != TRAIN:
-                    held.setdefault(span, (name, split))
-    return held
-
-
 def assign_splits(
     dataset: str,
-    datasets: Mapping[str, DatasetSplits],
+    ds: DatasetSplits,
     *,
+    links: str | None,
     records_in: int,
     out_records: str,
     rejected_dir: str,
     stats: str,
+    empty: str = "warn",
 ) -> dict:
-    """Write the dataset's records with a `split` field, reject train records whose audio another
-    dataset holds out, check records in = out + rejected, and write stats per split."""
-    held = held_out_elsewhere(dataset, datasets)
+    """Write the dataset's records with a `split` field, reject the train records the identity job
+    linked to held-out ones (`links`), check records in = out + rejected, and write stats per split."""
+    if empty not in EMPTY_ACTIONS:
+        raise SharflowError(f"splits.empty must be one of {EMPTY_ACTIONS}, got {empty!r}")
+    linked = read_links(links, dataset) if links else {}
     per_split: dict[str, Counter] = {s: Counter() for s in SPLITS}
     speakers: dict[str, set] = defaultdict(set)
+    all_speakers: set[str] = set()
     with (
         atomic_file(out_records, "w", encoding="utf-8") as out,
         atomic_dir(rejected_dir) as rej_dir,
         RejectWriter(rej_dir) as rejects,
     ):
         ledger = Ledger("splits", dataset, rejects)
-        for line, (raw, record, speaker, span, split) in enumerate(splits_of(dataset, datasets[dataset])):
-            if split == TRAIN and span in held:
-                other, other_split = held[span]
-                detail = f"the same audio ({span}) is {other_split} in dataset {other}"
+        for line, (raw, record, speaker, _, split) in enumerate(splits_of(dataset, ds), start=1):
+            all_speakers.add(speaker)
+            link = linked.get((record["audio_filepath"], record["offset"], record["duration"]))
+            if split == TRAIN and link is not None:
+                reason = link["reason"]
                 ledger.reject(
-                    CONFLICT, record["duration"], reject_row(CONFLICT, detail, raw.rstrip("\n"), line=line)
+                    reason, record["duration"], reject_row(reason, _detail(link), raw.rstrip("\n"), line=line)
                 )
                 continue
             out.write(json.dumps({**record, "split": split}, ensure_ascii=False) + "\n")
@@ -90,6 +90,9 @@ def assign_splits(
             per_split[split].update(records=1, seconds=record["duration"])
             speakers[split].add(speaker)
         ledger.check(records_in, fix=f"rerun with --forcerun splits for dataset {dataset}")
+    rules = SplitRules.from_config(ds.rules, f"datasets.{dataset}.splits")
+    seen = sum(per_split[s]["records"] for s in SPLITS if s not in UNSEEN)
+    empties = empty_splits(dataset, rules, per_split, len(all_speakers), seen)
     summary = {
         "dataset": dataset,
         **ledger.counts(),
@@ -102,8 +105,11 @@ def assign_splits(
             }
             for s in SPLITS
         },
+        "empty_splits": empties,
     }
     write_json(stats, summary)
+    for e in empties:
+        log.warning("sharflow: %s", e["message"])
     log.info(
         "splits %s: %s; %d rejected %s",
         dataset,
@@ -111,4 +117,44 @@ def assign_splits(
         summary["rejected_total"],
         dict(ledger.rejected),
     )
+    if empties and empty == "error":
+        raise SharflowError(
+            "; ".join(e["message"] for e in empties) + " (splits.empty: error; set it to warn to go on)"
+        )
     return summary
+
+
+def empty_splits(dataset: str, rules: SplitRules, per_split: Mapping, speakers: int, seen: int) -> list[dict]:
+    """The held-out splits the rules ask for that hold no record: split, expected count, message."""
+    out = []
+    for split in HELD_OUT:
+        fraction = rules.fractions.get(split, 0.0)
+        listed = rules.speakers if split in UNSEEN else rules.utterances
+        named = sorted(k for k, v in listed.items() if v == split)
+        if per_split[split]["records"] or not (fraction or named):
+            continue
+        unit, of = ("speakers", speakers) if split in UNSEEN else ("utterances", seen)
+        key = "speakers" if split in UNSEEN else "utterances"
+        expected = fraction * of
+        why = (
+            f"{split}.{key} names {named[:3]}, which have no records"
+            if named
+            else (
+                f"{split}.fraction {fraction} of {of} {unit} expects {expected:.1f}, and the hash picked none"
+            )
+        )
+        out.append(
+            {
+                "split": split,
+                "expected": round(expected, 2),
+                "message": f"dataset {dataset}: the {split} split is empty ({why}); list {key} under "
+                f"{split}.{key} or raise {split}.fraction",
+            }
+        )
+    return out
+
+
+def _detail(link: dict) -> str:
+    m = link["matched"]
+    where = f"{m['audio_filepath']} at {m['offset']} s for {m['duration']} s"
+    return f"the same as {m['split']} {where} of dataset {m['dataset']} (score {link['score']})"

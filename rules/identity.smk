@@ -1,0 +1,38 @@
+rule identity_part:
+    input:
+        records=DS.text_records,
+    output:
+        **DS.identity_part("{part}").named(),
+    log:
+        layout.log("identity_part", "{dataset}", "part-{part}"),
+    benchmark:
+        layout.benchmark("identity_part", "{dataset}", "part-{part}")
+    params:
+        parts=config["identity"]["parts"],
+        audio_root=get_audio_root,
+    threads: threads_of("identity")
+    resources:
+        mem_mb=2000,
+    script:
+        "../workflow_scripts/identity_part.py"
+
+
+rule identity:
+    input:
+        records=get_identity_part_files("records"),
+        hashes=get_identity_part_files("hashes"),
+    output:
+        links=layout.IDENTITY_LINKS,
+        stats=layout.IDENTITY_STATS,
+    log:
+        layout.log("identity"),
+    benchmark:
+        layout.benchmark("identity")
+    params:
+        datasets=get_identity_datasets,
+        min_score=config["identity"]["min_score"],
+        min_matched=config["identity"]["min_matched"],
+    resources:
+        mem_mb=8000,
+    script:
+        "../workflow_scripts/identity.py"

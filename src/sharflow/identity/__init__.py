@@ -1,0 +1,13 @@
+"""Stage 1c, identity (with splits): held out means held out, by content and not by name.
+
+identity_part jobs (per dataset, in parts after the text stage) fingerprint every record's sound
+(identity.fingerprint: landmark hashes of spectral peak pairs) and key it (identity.keys: its span,
+its speaker and text); one identity job over all datasets (identity.links) links each train record
+that is a held-out record again (the same span, the same sound, the same speaker and text) to it,
+and each dataset's splits job rejects the linked train records with the link's reason.
+"""
+
+from sharflow.core.exports import lazy_exports
+
+__all__ = ["link_identities", "run_identity_part"]
+__getattr__ = lazy_exports(__name__, {"run_identity_part": "part", "link_identities": "links"})

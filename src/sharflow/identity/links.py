@@ -1,0 +1,252 @@
+"""The identity job: over every dataset at once, which train records are held-out utterances again.
+
+Held out means held out for content, not for names. A record of any dataset whose split (its own
+dataset's rules, sharflow.core.splits) is train is linked to a held-out record of any dataset,
+its own included, when it is
+
+1. the same audio: the same span key (file name and size, offset, duration): `same_audio_held_out`;
+2. the same sound: its content fingerprint matches the held-out one's
+   (sharflow.identity.fingerprint: at least `min_matched` landmark hashes at one time offset, and
+   at least `min_score` of the shorter fingerprint's hashes), whatever its file name, format, rate,
+   gain or trim: `same_content_held_out`;
+3. the same utterance: the same speaker id and the same text (sharflow.identity.keys), another
+   recording of it: `same_utterance_held_out`.
+
+Held-out records are never linked (a record two datasets both hold out stays in each held-out set);
+only train records go, each listed with the held-out record it matched and the score. The links
+(`links.jsonl`, one line per linked train record, by dataset and line) are what each dataset's
+splits job reads, so no dataset reads another's records.
+
+Memory: the held-out records' keys and fingerprints (an index sorted by hash, 12 bytes a hash);
+every other record streams through, one at a time. A query gathers the index entries of its
+hashes and counts them by (held-out record, time offset): never a matrix over records.
+"""
+
+import json
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm import tqdm
+
+from sharflow.core.atomic import atomic_file, write_json
+from sharflow.core.splits import TRAIN, SplitRules
+
+log = logging.getLogger(__name__)
+
+SAME_AUDIO = "same_audio_held_out"
+SAME_CONTENT = "same_content_held_out"
+SAME_UTTERANCE = "same_utterance_held_out"
+REASONS = {
+    SAME_AUDIO: "a train record whose audio span (file name and size, offset, duration) is held out "
+    "in this or another dataset",
+    SAME_CONTENT: "a train record whose sound matches a held-out record's content fingerprint (a "
+    "renamed, re-encoded, resampled, louder or quieter, trimmed or padded copy)",
+    SAME_UTTERANCE: "a train record of the same speaker and text as a held-out record (another "
+    "recording of the same utterance)",
+}
+OFFSET_BITS = 24  # a time offset of ± 8 M frames (18 hours at 8 ms) fits below the record index
+EXAMPLES = 5  # links shown per reason in the stats (the report and card show them)
+
+
+@dataclass(frozen=True)
+class MatchRules:
+    """When two fingerprints are the same content (identity.min_score, identity.min_matched)."""
+
+    min_score: float = 0.15
+    min_matched: int = 8
+
+
+@dataclass(frozen=True)
+class DatasetIdentity:
+    """A dataset as the identity job sees it: its identity parts and its splits block."""
+
+    parts: list  # [(part-NNNN.jsonl, part-NNNN.npy)]
+    rules: Mapping
+
+
+class HeldOut:
+    """The held-out records of every dataset: their span keys, utterance keys and fingerprints."""
+
+    def __init__(self):
+        self.items: list[dict] = []
+        self.spans: dict[str, int] = {}
+        self.utterances: dict[str, int] = {}
+        self._chunks: list[tuple[np.ndarray, int]] = []
+        self.hashes = self.owners = self.times = self.sizes = None
+
+    def add(self, dataset: str, entry: dict, split: str, hashes: np.ndarray) -> None:
+        i = len(self.items)
+        self.items.append({**_where(dataset, entry), "split": split})
+        self.spans.setdefault(entry["span"], i)
+        if entry.get("utterance"):
+            self.utterances.setdefault(entry["utterance"], i)
+        self._chunks.append((np.asarray(hashes), i))
+
+    def freeze(self) -> None:
+        """Sort the fingerprints into one index by hash (then owner, then time: deterministic)."""
+        sizes = np.zeros(len(self.items), dtype=np.int64)
+        parts = [c for c in self._chunks if len(c[0])]
+        for hashes, i in parts:
+            sizes[i] = len(hashes)
+        self.sizes = sizes
+        if parts:
+            h = np.concatenate([c["hash"] for c, _ in parts])
+            t = np.concatenate([c["time"] for c, _ in parts]).astype(np.int32)
+            o = np.concatenate([np.full(len(c), i, dtype=np.int32) for c, i in parts])
+        else:
+            h, t, o = np.zeros(0, np.uint32), np.zeros(0, np.int32), np.zeros(0, np.int32)
+        order = np.lexsort((t, o, h))
+        self.hashes, self.owners, self.times = h[order], o[order], t[order]
+        self._chunks = []
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.hashes, self.owners, self.times, self.sizes))
+
+    def best(self, hashes: np.ndarray, rules: MatchRules) -> tuple[int, float, int] | None:
+        """(held-out record, score, matched hashes) of the best content match of a fingerprint
+        (a structured array of hash and time), or None below the rules."""
+        if len(hashes) == 0 or len(self.hashes) == 0:
+            return None
+        lo = np.searchsorted(self.hashes, hashes["hash"], side="left")
+        n = np.searchsorted(self.hashes, hashes["hash"], side="right") - lo
+        total = int(n.sum())
+        if total == 0:
+            return None
+        pos = np.repeat(lo - np.concatenate(([0], np.cumsum(n)[:-1])), n) + np.arange(total)
+        offsets = self.times[pos].astype(np.int64) - np.repeat(hashes["time"].astype(np.int64), n)
+        owners = self.owners[pos].astype(np.int64)
+        keys, counts = np.unique(
+            (owners << OFFSET_BITS) | (offsets + (1 << (OFFSET_BITS - 1))), return_counts=True
+        )
+        near = np.diff(keys) == 1  # the same owner, offsets one frame apart
+        tolerant = counts.copy()
+        tolerant[1:] += np.where(near, counts[:-1], 0)
+        tolerant[:-1] += np.where(near, counts[1:], 0)
+        owners = keys >> OFFSET_BITS
+        scores = tolerant / np.minimum(len(hashes), self.sizes[owners])
+        ok = (scores >= rules.min_score) & (tolerant >= rules.min_matched)
+        if not ok.any():
+            return None
+        i = np.flatnonzero(ok)[np.argmax(scores[ok])]  # the first (lowest owner) of the best
+        return int(owners[i]), float(scores[i]), int(tolerant[i])
+
+
+def link_identities(
+    datasets: Mapping[str, DatasetIdentity], *, rules: MatchRules, out_links: str, out_stats: str
+) -> dict:
+    """Index every dataset's held-out records, stream every train record past them, and write the
+    links (one line per linked train record) and stats (per reason and dataset pair, examples)."""
+    start = time.perf_counter()
+    held = HeldOut()
+    splits_of = {
+        name: SplitRules.from_config(ds.rules, f"datasets.{name}.splits") for name, ds in datasets.items()
+    }
+    train = Counter()
+    for name in sorted(datasets):
+        for entry, hashes in _entries(datasets[name]):
+            split = splits_of[name].split(entry["speaker"], entry["audio_filepath"], entry["span"])
+            if split == TRAIN:
+                train[name] += 1
+            else:
+                held.add(name, entry, split, hashes)
+    held.freeze()
+    log.info(
+        "identity: %d held-out records indexed (%d hashes, %.1f MB); %d train records to check",
+        len(held.items),
+        len(held.hashes),
+        held.nbytes / 1e6,
+        sum(train.values()),
+    )
+    by_reason: Counter = Counter()
+    by_pair: Counter = Counter()
+    examples: dict[str, list] = {r: [] for r in REASONS}
+    with (
+        atomic_file(out_links, "w", encoding="utf-8") as out,
+        tqdm(total=sum(train.values()), desc="identity", unit="utt", mininterval=5) as bar,
+    ):
+        for name in sorted(datasets):
+            for entry, hashes in _entries(datasets[name]):
+                split = splits_of[name].split(entry["speaker"], entry["audio_filepath"], entry["span"])
+                if split != TRAIN:
+                    continue
+                bar.update()
+                link = _link(entry, hashes, held, rules)
+                if link is None:
+                    continue
+                reason, owner, score = link
+                row = {
+                    **_where(name, entry),
+                    "reason": reason,
+                    "score": round(score, 4),
+                    "matched": held.items[owner],
+                }
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                by_reason[reason] += 1
+                by_pair[f"{name} <- {held.items[owner]['dataset']}"] += 1
+                if len(examples[reason]) < EXAMPLES:
+                    examples[reason].append(row)
+    stats = {
+        "datasets": sorted(datasets),
+        "held_out": len(held.items),
+        "held_out_hashes": int(len(held.hashes)),
+        "index_mb": round(held.nbytes / 1e6, 3),
+        "train_checked": dict(sorted(train.items())),
+        "links": sum(by_reason.values()),
+        "by_reason": {r: by_reason[r] for r in REASONS},
+        "by_dataset_pair": dict(sorted(by_pair.items())),
+        "examples": examples,
+        "rules": {"min_score": rules.min_score, "min_matched": rules.min_matched},
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+    write_json(out_stats, stats)
+    log.info("identity: %d train records linked to held-out ones %s", stats["links"], dict(by_reason))
+    return stats
+
+
+def _link(entry: dict, hashes: np.ndarray, held: HeldOut, rules: MatchRules) -> tuple[str, int, float] | None:
+    """(reason, held-out record, score) of a train record's first link, or None."""
+    if entry["span"] in held.spans:
+        return SAME_AUDIO, held.spans[entry["span"]], 1.0
+    best = held.best(hashes, rules)
+    if best is not None:
+        return SAME_CONTENT, best[0], best[1]
+    if entry.get("utterance") in held.utterances:
+        return SAME_UTTERANCE, held.utterances[entry["utterance"]], 1.0
+    return None
+
+
+def _entries(ds: DatasetIdentity) -> Iterator[tuple[dict, np.ndarray]]:
+    """(index entry, fingerprint) of every decodable record of a dataset, in part and line order."""
+    for index, hashes_file in ds.parts:
+        hashes = np.load(hashes_file, mmap_mode="r")
+        with open(index, encoding="utf-8") as f:
+            for text in f:
+                entry = json.loads(text)
+                if "error" in entry:
+                    continue  # undecodable: quality rejects it, nothing to compare
+                yield entry, np.asarray(hashes[entry["start"] : entry["start"] + entry["hashes"]])
+
+
+def _where(dataset: str, entry: dict) -> dict:
+    return {
+        "dataset": dataset,
+        "audio_filepath": entry["audio_filepath"],
+        "offset": entry["offset"],
+        "duration": entry["duration"],
+    }
+
+
+def read_links(path: str, dataset: str) -> dict[tuple[str, float, float], dict]:
+    """{(audio_filepath, offset, duration): link} of one dataset's linked train records."""
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for text in f:
+            row = json.loads(text)
+            if row["dataset"] == dataset:
+                out[(row["audio_filepath"], row["offset"], row["duration"])] = row
+    return out

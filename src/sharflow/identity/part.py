@@ -1,0 +1,121 @@
+"""The identity stage's part jobs: the content fingerprint and keys of every record of a part.
+
+A part is a contiguous run of the text stage's record lines with an equal share of the audio
+seconds (sharflow.core.parts). Each record's span is decoded as the shard stores it
+(sharflow.core.audio.load_span) and fingerprinted (sharflow.identity.fingerprint) in `workers`
+processes, in line order. A part writes:
+
+- `part-NNNN.jsonl`: one line per record: its line, audio_filepath, offset, duration, speaker id,
+  span key, utterance key (sharflow.identity.keys), how many hashes its fingerprint has and where
+  they start in the part's `.npy` (or an `error` for audio that could not be decoded: it then has
+  no fingerprint, and the quality stage rejects it);
+- `part-NNNN.npy`: the hashes and times of every fingerprint, one after another (a structured
+  array of (hash uint32, time int32));
+- `part-NNNN.stats.json`: counts and seconds.
+
+Memory: one record's audio per worker and the part's hashes (about 0.7 kB per second of audio).
+Bytes depend on the records alone, not on the worker count.
+"""
+
+import json
+import logging
+import time
+from functools import partial
+
+import numpy as np
+from tqdm import tqdm
+
+from sharflow.core.atomic import atomic_file, atomic_path, write_json
+from sharflow.core.audio import load_span, resolve_audio_path
+from sharflow.core.parallel import ordered_map
+from sharflow.core.parts import part_records
+from sharflow.core.speakers import parse_speaker
+from sharflow.core.splits import span_key
+from sharflow.identity.fingerprint import VERSION, fingerprint
+from sharflow.identity.keys import utterance_key
+
+log = logging.getLogger(__name__)
+
+HASH_DTYPE = np.dtype([("hash", "<u4"), ("time", "<i4")])
+
+
+def run_identity_part(
+    part: int,
+    *,
+    records: str,
+    parts: int,
+    audio_root: str,
+    out_records: str,
+    out_hashes: str,
+    out_stats: str,
+    workers: int = 1,
+) -> dict:
+    """Fingerprint and key the records of one part; write its three files (see the module)."""
+    start = time.perf_counter()
+    mine = part_records(records, part, parts)
+    log.info("identity part %d of %d: %d records, %d workers", part, parts, len(mine), workers)
+    counts = {"records": len(mine), "unreadable": 0, "unusable": 0, "hashes": 0, "audio_seconds": 0.0}
+    with open(records, "rb") as src:
+        raw = []
+        for line, offset, _ in mine:
+            src.seek(offset)
+            raw.append((line, src.readline()))
+    with (
+        atomic_file(out_records, "w", encoding="utf-8") as index,
+        atomic_path(out_hashes) as tmp_hashes,
+        tqdm(total=len(mine), desc=f"identity part {part}", unit="utt", mininterval=5) as bar,
+    ):
+        chunks = []
+        for (line, _), (entry, hashes) in ordered_map(partial(_fingerprint_record, audio_root), raw, workers):
+            entry = {"line": line, **entry, "start": counts["hashes"]}
+            if "error" in entry:
+                counts["unreadable"] += 1
+            else:
+                counts["audio_seconds"] += entry["duration"]
+                counts["unusable"] += entry["hashes"] == 0
+            counts["hashes"] += len(hashes)
+            chunks.append(hashes)
+            index.write(json.dumps(entry, ensure_ascii=False) + "\n")
+            bar.update()
+        with open(tmp_hashes, "wb") as f:
+            np.save(f, np.concatenate(chunks) if chunks else np.zeros(0, HASH_DTYPE))
+    stats = {
+        "part": part,
+        "parts": parts,
+        "fingerprint_version": VERSION,
+        **counts,
+        "audio_seconds": round(counts["audio_seconds"], 3),
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+    write_json(out_stats, stats)
+    return stats
+
+
+def _fingerprint_record(audio_root: str, item: tuple[int, bytes]) -> tuple[dict, np.ndarray]:
+    """(index entry less line and start, hashes) of one record line."""
+    record = json.loads(item[1])
+    speaker = parse_speaker(record["speaker"]).speaker_id
+    entry = {
+        "audio_filepath": record["audio_filepath"],
+        "offset": record["offset"],
+        "duration": record["duration"],
+        "speaker": speaker,
+    }
+    try:
+        path, _ = resolve_audio_path(audio_root, record["audio_filepath"])
+        entry["span"] = span_key(path, record["offset"], record["duration"])
+        audio, rate = load_span(path, record["offset"], record["duration"])
+        fp = fingerprint(audio, rate)
+    except Exception as e:  # reported per record; quality rejects its record
+        return {
+            **entry,
+            "utterance": None,
+            "hashes": 0,
+            "error": f"{record['audio_filepath']}: {e}",
+        }, np.zeros(0, HASH_DTYPE)
+    entry["utterance"] = utterance_key(speaker, record.get("normalized_text") or record.get("text"))
+    hashes = np.zeros(len(fp) if fp.usable else 0, HASH_DTYPE)
+    if fp.usable:
+        hashes["hash"], hashes["time"] = fp.hashes, fp.times
+    entry["hashes"] = len(hashes)
+    return entry, hashes

@@ -1,0 +1,299 @@
+"""Held out means held out, by content: fingerprints, utterance keys, the identity job and the
+splits job reading its links (sharflow.identity, sharflow.splits.stage)."""
+
+import io
+import itertools
+import json
+import logging
+
+import numpy as np
+import pytest
+import soundfile as sf
+import soxr
+import yaml
+
+from sharflow.core.audio import load_span
+from sharflow.core.errors import SharflowError
+from sharflow.core.splits import TRAIN, SplitRules, span_key
+from sharflow.identity.fingerprint import fingerprint, match
+from sharflow.identity.keys import folded_text, utterance_key
+from sharflow.identity.links import (
+    SAME_CONTENT,
+    SAME_UTTERANCE,
+    HeldOut,
+    MatchRules,
+)
+from sharflow.identity.part import HASH_DTYPE
+from sharflow.splits.stage import DatasetSplits, assign_splits
+from testkit import DEMO, REPO, prepare_demo, read_jsonl, run_identity, write_jsonl
+
+RULES = MatchRules()
+DEMO_SPLITS = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["datasets"]["demo"]["splits"]
+MANIFEST = [json.loads(x) for x in (DEMO / "manifest.json").read_text().splitlines()]
+
+
+def _encoded(x, rate, fmt, subtype, to=None):
+    if to and to != rate:
+        x, rate = soxr.resample(x, rate, to).astype(np.float32), to
+    buf = io.BytesIO()
+    sf.write(buf, x, rate, format=fmt, subtype=subtype)
+    buf.seek(0)
+    return sf.read(buf, dtype="float32")
+
+
+# What copies of a corpus go through (the issue's list): rate, codec, gain, trim and pad.
+COPIES = {
+    "16k": lambda x, r: (x, r),
+    "22.05k": lambda x, r: (soxr.resample(x, r, 22050).astype(np.float32), 22050),
+    "24k": lambda x, r: (soxr.resample(x, r, 24000).astype(np.float32), 24000),
+    "44.1k": lambda x, r: (soxr.resample(x, r, 44100).astype(np.float32), 44100),
+    "mp3": lambda x, r: _encoded(x, r, "MP3", "MPEG_LAYER_III"),
+    "opus": lambda x, r: _encoded(x, r, "OGG", "OPUS", to=48000),
+    "+6dB": lambda x, r: (np.clip(x * 2.0, -1.0, 1.0), r),
+    "-6dB": lambda x, r: (x * 0.5, r),
+    "trim300": lambda x, r: (x[int(0.3 * r) :], r),
+    "pad300": lambda x, r: (np.concatenate([np.zeros(int(0.3 * r), np.float32), x]), r),
+    "trim_end300": lambda x, r: (x[: -int(0.3 * r)], r),
+}
+
+
+def demo_audio(record):
+    return load_span(
+        str(DEMO / "audio" / record["audio_filepath"]), record.get("offset", 0.0), record["duration"]
+    )
+
+
+def key(record) -> str:
+    """A demo record's name: its file and offset (some demo files hold two utterances)."""
+    return f"{record['audio_filepath']}@{record.get('offset', 0.0)}"
+
+
+def held_out(record) -> bool:
+    rules = SplitRules.from_config(DEMO_SPLITS)
+    path = str(DEMO / "audio" / record["audio_filepath"])
+    return (
+        rules.split(record["speaker"], record["audio_filepath"], span_key(path, 0.0, record["duration"]))
+        != TRAIN
+    )
+
+
+@pytest.fixture(scope="module")
+def prints():
+    return {key(r): fingerprint(*demo_audio(r)) for r in MANIFEST}
+
+
+def is_match(a, b) -> bool:
+    """The identity job's rule, through its index (HeldOut.best) rather than match()."""
+    held = HeldOut()
+    held.add("x", {"audio_filepath": "a", "offset": 0.0, "duration": 1.0, "span": "a"}, "dev_seen", _array(a))
+    held.freeze()
+    return held.best(_array(b), RULES) is not None
+
+
+def _array(fp):
+    out = np.zeros(len(fp) if fp.usable else 0, HASH_DTYPE)
+    if fp.usable:
+        out["hash"], out["time"] = fp.hashes, fp.times
+    return out
+
+
+def test_every_copy_of_a_held_out_utterance_matches_and_no_two_distinct_utterances_do(prints):
+    held = [r for r in MANIFEST if held_out(r)]
+    assert len(held) == 30 and all(len(prints[key(r)]) >= 80 for r in MANIFEST)
+    worst = {}
+    for r in held:
+        x, rate = demo_audio(r)
+        for name, copy in COPIES.items():
+            fp = fingerprint(*copy(x, rate))
+            worst[name] = min(worst.get(name, 1.0), match(prints[key(r)], fp))
+            assert is_match(prints[key(r)], fp), (r["audio_filepath"], name)
+    assert min(worst.values()) >= 0.2, worst
+    scores = {
+        (a, b): match(prints[a], prints[b]) for a, b in itertools.combinations([key(r) for r in MANIFEST], 2)
+    }
+    assert len(scores) == 56 * 55 // 2 and max(scores.values()) < RULES.min_score / 2, max(scores.values())
+    assert not any(is_match(prints[a], prints[b]) for (a, b), s in scores.items() if s > 0.02)
+    # among them, one voice's sentence inside another voice's longer clip (the same text, read twice)
+    text = {key(r): folded_text(r["text"]) for r in MANIFEST}
+    speaker = {key(r): r["speaker"] for r in MANIFEST}
+    same_sentence = [
+        (a, b) for a, b in scores if speaker[a] != speaker[b] and (text[a] in text[b] or text[b] in text[a])
+    ]
+    assert len(same_sentence) >= 20 and max(scores[p] for p in same_sentence) < RULES.min_score / 2
+
+
+def test_silence_and_clips_too_short_to_fingerprint_never_match(prints):
+    x, rate = demo_audio(MANIFEST[0])
+    silence = fingerprint(np.zeros(3 * rate, np.float32), rate)
+    blip = fingerprint(x[int(1.0 * rate) : int(1.1 * rate)], rate)
+    assert len(silence) == 0 and not blip.usable
+    assert match(silence, silence) == 0.0 and match(blip, prints[key(MANIFEST[0])]) == 0.0
+    assert not is_match(blip, fingerprint(x, rate))
+    one_second = fingerprint(x[int(1.0 * rate) : int(2.0 * rate)], rate)
+    assert one_second.usable and is_match(
+        one_second, fingerprint(x, rate)
+    )  # a segment of a clip: scored on the shorter
+
+
+def test_an_utterance_is_a_speaker_and_a_folded_text_long_enough_to_say_so():
+    text = "The birch canoe slid on the smooth planks."
+    assert utterance_key("awb", text) == utterance_key("awb", "the BIRCH canoe -- slid on the smooth planks")
+    assert utterance_key("awb", text) != utterance_key("rms", text)  # two voices, one sentence
+    assert utterance_key("awb", text) != utterance_key("awb", text + " Twice.")
+    assert utterance_key("awb", "Yes.") is None and utterance_key("awb", "Thank you very much.") is None
+    assert utterance_key("awb", None) is None
+
+
+# ---- the identity job and the splits job --------------------------------------------------------
+
+
+def make_dataset(tmp, name, rows):
+    """A prepared dataset from rows (speaker, rel path, text, (audio, rate)), or of demo files (every
+    audio None: the root is the demo's): (prepared records path, audio root, count)."""
+    demo_files = all(audio is None for *_, audio in rows)
+    root = DEMO / "audio" if demo_files else tmp / name / "audio"
+    manifest = []
+    for speaker, rel, text, audio in rows:
+        if not demo_files:
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            subtype = {"mp3": "MPEG_LAYER_III", "ogg": "OPUS"}.get(rel.rsplit(".", 1)[-1], "PCM_16")
+            sf.write(root / rel, *audio, subtype=subtype)
+        info = sf.info(str(root / rel))
+        duration = round(info.frames / info.samplerate, 3)
+        manifest.append({"audio_filepath": rel, "duration": duration, "text": text, "speaker": speaker})
+    prep = prepare_demo(tmp / name, write_jsonl(tmp / name / "manifest.json", manifest), root)
+    records = prep / "prepared.jsonl"
+    assert len(read_jsonl(records)) == len(rows), read_jsonl(prep / "stats.json")
+    return records, root, len(rows)
+
+
+def demo_dataset(tmp):
+    """The demo corpus, prepared: (records, audio root, count)."""
+    return prepare_demo(tmp / "demo") / "prepared.jsonl", DEMO / "audio", len(MANIFEST)
+
+
+def test_no_copy_of_held_out_audio_reaches_train_and_copies_of_train_audio_lose_nothing(tmp_path):
+    """A dataset of renamed copies of the demo's held-out utterances (every kind of copy, under their
+    own speaker ids and under others), and one of copies of its train utterances."""
+    demo = demo_dataset(tmp_path)
+    names = list(COPIES)
+    leaks, clean = [], []
+    for i, r in enumerate(MANIFEST):
+        x, rate = demo_audio(r)
+        kind = names[i % len(names)]
+        audio = COPIES[kind](x, rate)
+        suffix = {"mp3": "mp3", "opus": "ogg"}.get(kind, "flac")
+        for j, speaker in enumerate((r["speaker"], f"other{i}")):
+            row = (
+                speaker,
+                f"c/{i:03d}_{j}_{kind}.{suffix}",
+                r["text"] if j == 0 else f"copy number {i}",
+                audio,
+            )
+            (leaks if held_out(r) else clean).append(row)
+    assert (
+        len(leaks) == 60
+        and len(clean) == 52
+        and {row[1].rsplit(".", 1)[-1] for row in leaks} == {"flac", "mp3", "ogg"}
+    )
+    identity, out = run_identity(
+        tmp_path,
+        {
+            "demo": (*demo, DEMO_SPLITS),
+            "leaks": (*make_dataset(tmp_path, "leaks", leaks), {}),
+            "clean": (*make_dataset(tmp_path, "clean", clean), {}),
+        },
+    )
+    stats, records, rejects = out["leaks"]
+    assert records == [] and stats["rejected"] == {SAME_CONTENT: 60}, stats["rejected"]
+    assert all(" of dataset demo (score " in r["detail"] for r in rejects)
+    matched = {json.loads(r["original"])["audio_filepath"]: r["detail"] for r in rejects}
+    assert len(matched) == 60
+    # the unseen speakers' copies, under other ids, are gone too
+    assert any("dev_unseen kal/" in d for d in matched.values()) and any(
+        "test_unseen us_m3/" in d for d in matched.values()
+    )
+    stats, records, _ = out["clean"]
+    assert stats["rejected_total"] == 0 and len(records) == 52  # no over-rejection
+    assert out["demo"][0]["rejected_total"] == 0 and identity["by_dataset_pair"] == {"leaks <- demo": 60}
+
+
+def test_the_same_speaker_and_text_is_one_utterance_and_another_voice_reading_it_is_not(tmp_path):
+    """awb_001 held out; 'again' has awb reading its text in another recording (awb_002's audio),
+    and rms reading it (rms_003's audio): the first is the held-out utterance, the second is not."""
+    by_path = {r["audio_filepath"]: r for r in MANIFEST}
+    demo = demo_dataset(tmp_path)
+    text = by_path["awb/awb_001.flac"]["text"]
+    again = make_dataset(
+        tmp_path,
+        "again",
+        [("awb", "awb/awb_002.flac", text, None), ("rms", "rms/rms_003.flac", text, None)],
+    )
+    # "again" does not hold out what demo holds out: its own hash rules would; test the link alone
+    _, out = run_identity(
+        tmp_path,
+        {"demo": (*demo, {"dev_seen": {"utterances": ["awb/awb_001.flac"]}}), "again": (*again, {})},
+    )
+    stats, records, rejects = out["again"]
+    assert stats["rejected"] == {SAME_UTTERANCE: 1} and records[0]["speaker"].endswith("rms |")
+    assert "dev_seen awb/awb_001.flac" in rejects[0]["detail"]
+
+
+def test_two_segments_of_one_file_are_two_utterances_and_a_span_held_out_twice_stays(tmp_path):
+    a, b = (demo_audio(r)[0] for r in MANIFEST[:2])
+    n = min(len(a), len(b))
+    long = (np.concatenate([a[:n], b[:n]]), 16000)
+    seconds = round(n / 16000, 3)
+    rows = [("awb", "long.flac", MANIFEST[0]["text"], long)]
+    ds = make_dataset(tmp_path, "long", rows)
+    # two segments (offsets 0 and n, one duration) of the file: find a seed that holds out one only
+    base = json.loads(ds[0].read_text())
+    segments = [
+        {**base, "offset": off, "duration": seconds, "text": t}
+        for off, t in ((0.0, MANIFEST[0]["text"]), (seconds, MANIFEST[1]["text"]))
+    ]
+    write_jsonl(ds[0], segments)
+    path = str(ds[1] / "long.flac")
+
+    def splits(seed):
+        rules = SplitRules.from_config({"seed": seed, "dev_seen": {"fraction": 0.5}})
+        return [rules.split("awb", "long.flac", span_key(path, s["offset"], s["duration"])) for s in segments]
+
+    seed = next(s for s in range(100) if sorted(splits(s)) == ["dev_seen", TRAIN])
+    other = make_dataset(tmp_path, "other", rows)
+    write_jsonl(other[0], segments)
+    both = {"seed": seed, "dev_seen": {"fraction": 0.5}}
+    _, out = run_identity(tmp_path, {"long": (ds[0], ds[1], 2, both), "other": (other[0], other[1], 2, both)})
+    for name in ("long", "other"):
+        stats, records, _ = out[name]
+        assert stats["rejected_total"] == 0, stats  # the train segment is another utterance
+        assert sorted(r["split"] for r in records) == ["dev_seen", TRAIN]  # held out in both: stays
+
+
+def test_a_split_that_selects_nothing_is_said_and_can_stop_the_run(tmp_path, caplog):
+    demo = demo_dataset(tmp_path)
+    rules = {"seed": 0, "dev_unseen": {"fraction": 0.01}, "test_seen": {"utterances": ["nowhere.flac"]}}
+    assert not any(SplitRules.from_config(rules).speaker_split(s) for s in {r["speaker"] for r in MANIFEST})
+    files = {k: str(tmp_path / k) for k in ("records.jsonl", "rejected", "stats.json")}
+    kwargs = {
+        "links": None,
+        "records_in": 56,
+        "out_records": files["records.jsonl"],
+        "rejected_dir": files["rejected"],
+        "stats": files["stats.json"],
+    }
+    with caplog.at_level(logging.WARNING):
+        stats = assign_splits("demo", DatasetSplits(str(demo[0]), str(demo[1]), rules), **kwargs)
+    empty = {e["split"]: e for e in stats["empty_splits"]}
+    assert set(empty) == {"dev_unseen", "test_seen"} and empty["dev_unseen"]["expected"] == 0.07
+    assert (
+        "dataset demo: the dev_unseen split is empty (dev_unseen.fraction 0.01 of 7 speakers" in caplog.text
+    )
+    assert "test_seen.utterances names ['nowhere.flac']" in caplog.text
+    with pytest.raises(SharflowError, match="dataset demo: the dev_unseen split is empty"):
+        assign_splits(
+            "demo",
+            DatasetSplits(str(demo[0]), str(demo[1]), {**rules, "empty": "error"}),
+            **kwargs,
+            empty="error",
+        )

@@ -1,0 +1,12 @@
+"""Snakemake adapter: sharflow.identity.links.link_identities."""
+
+from sharflow.core.logs import job_log
+from sharflow.identity.links import DatasetIdentity, MatchRules, link_identities
+
+with job_log(snakemake.log[0]):
+    link_identities(
+        {name: DatasetIdentity(**ds) for name, ds in snakemake.params.datasets.items()},
+        rules=MatchRules(snakemake.params.min_score, snakemake.params.min_matched),
+        out_links=snakemake.output.links,
+        out_stats=snakemake.output.stats,
+    )
