@@ -22,9 +22,7 @@ rule catalog:
 
 rule dataset_card:
     input:
-        catalog=DS.catalog,
-        buckets=DS.buckets,
-        verify=DS.verify,
+        unpack(get_card_inputs),
     output:
         card=report(DS.dataset_card, caption="report/dataset_card.rst", category="Datasets"),
     log:

@@ -236,13 +236,14 @@ def measured_records(dataset):
 
 
 def get_splits_inputs(wildcards):
-    """The dataset's records and their stats, and the identity job's links (of every dataset)."""
+    """The dataset's records and their stats; with identity, the identity job's links (of every
+    dataset) and the dataset's own identity parts (each record's identity fields)."""
     records, stats = measured_records(wildcards.dataset)
-    return {
-        "records": records,
-        "records_stats": stats,
-        **({"links": layout.IDENTITY_LINKS} if IDENTITY else {}),
-    }
+    if not IDENTITY:
+        return {"records": records, "records_stats": stats}
+    files = layout.dataset_files(wildcards.dataset)
+    parts = [files.identity_part(p).records for p in range(config["identity"]["parts"])]
+    return {"records": records, "records_stats": stats, "links": layout.IDENTITY_LINKS, "identity": parts}
 
 
 def get_split_dataset(wildcards):
@@ -563,6 +564,18 @@ def get_validation_sets(wildcards):
     return out
 
 
+def get_card_inputs(wildcards):
+    """The dataset card's files: catalog, buckets, verify; with splits its splits stats, and the
+    identity job's stats."""
+    files = layout.dataset_files(wildcards.dataset)
+    out = {"catalog": files.catalog, "buckets": files.buckets, "verify": files.verify}
+    if SPLITS:
+        out["splits"] = files.split_stats
+    if IDENTITY:
+        out["identity"] = layout.IDENTITY_STATS
+    return out
+
+
 def get_report_datasets(wildcards):
     """Arguments of sharflow.report.report.write_report: every stats file of every dataset."""
     out = {}
@@ -582,6 +595,10 @@ def get_report_datasets(wildcards):
             out[ds].update(
                 quality=files.quality_stats, records=files.text_records, quality_metrics=files.quality_metrics
             )
+        if SPLITS:
+            out[ds]["splits"] = files.split_stats
+        if IDENTITY:
+            out[ds]["identity"] = layout.IDENTITY_STATS
     return out
 
 

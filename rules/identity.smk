@@ -32,6 +32,7 @@ rule identity:
         datasets=get_identity_datasets,
         min_score=config["identity"]["min_score"],
         min_matched=config["identity"]["min_matched"],
+        train_duplicates=config["identity"]["train_duplicates"],
     resources:
         mem_mb=8000,
     script:

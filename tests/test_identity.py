@@ -5,6 +5,8 @@ import io
 import itertools
 import json
 import logging
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,6 +20,7 @@ from sharflow.core.splits import TRAIN, SplitRules, span_key
 from sharflow.identity.fingerprint import fingerprint, match
 from sharflow.identity.keys import folded_text, utterance_key
 from sharflow.identity.links import (
+    DUPLICATE,
     SAME_CONTENT,
     SAME_UTTERANCE,
     HeldOut,
@@ -148,8 +151,8 @@ def test_an_utterance_is_a_speaker_and_a_folded_text_long_enough_to_say_so():
 
 
 def make_dataset(tmp, name, rows):
-    """A prepared dataset from rows (speaker, rel path, text, (audio, rate)), or of demo files (every
-    audio None: the root is the demo's): (prepared records path, audio root, count)."""
+    """A prepared dataset from rows (speaker, rel path, text, (audio, rate) or a file to copy), or of
+    demo files (every audio None: the root is the demo's): (prepared records path, audio root, count)."""
     demo_files = all(audio is None for *_, audio in rows)
     root = DEMO / "audio" if demo_files else tmp / name / "audio"
     manifest = []
@@ -157,7 +160,10 @@ def make_dataset(tmp, name, rows):
         if not demo_files:
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             subtype = {"mp3": "MPEG_LAYER_III", "ogg": "OPUS"}.get(rel.rsplit(".", 1)[-1], "PCM_16")
-            sf.write(root / rel, *audio, subtype=subtype)
+            if isinstance(audio, Path):  # a renamed copy of a file, byte for byte
+                shutil.copyfile(audio, root / rel)
+            else:
+                sf.write(root / rel, *audio, subtype=subtype)
         info = sf.info(str(root / rel))
         duration = round(info.frames / info.samplerate, 3)
         manifest.append({"audio_filepath": rel, "duration": duration, "text": text, "speaker": speaker})
@@ -215,6 +221,13 @@ def test_no_copy_of_held_out_audio_reaches_train_and_copies_of_train_audio_lose_
     )
     stats, records, _ = out["clean"]
     assert stats["rejected_total"] == 0 and len(records) == 52  # no over-rejection
+    # every record carries its identity fields (the catalog's columns), varied
+    every = [r for name in out for r in out[name][1]]
+    assert all(r["fingerprint_hashes"] >= 0 and len(r["audio_digest"]) == 16 for r in every)
+    assert (
+        len({r["audio_digest"] for r in every}) > 70  # copies under two speaker ids share one
+        and len({r["fingerprint_hashes"] for r in every}) > 20
+    )
     assert out["demo"][0]["rejected_total"] == 0 and identity["by_dataset_pair"] == {"leaks <- demo": 60}
 
 
@@ -237,6 +250,42 @@ def test_the_same_speaker_and_text_is_one_utterance_and_another_voice_reading_it
     stats, records, rejects = out["again"]
     assert stats["rejected"] == {SAME_UTTERANCE: 1} and records[0]["speaker"].endswith("rms |")
     assert "dev_seen awb/awb_001.flac" in rejects[0]["detail"]
+
+
+@pytest.mark.parametrize("action", ["keep", "drop", "mark"])
+def test_exact_duplicates_within_train_are_kept_dropped_or_marked(tmp_path, action):
+    """Byte copies of six demo train files under new names, one of them twice: five duplicates in
+    train, found by their samples; no held-out rule touches them."""
+    train = [r for r in MANIFEST if not held_out(r) and "offset" not in r][:6]
+    rows = [
+        (r["speaker"], f"d/{i}.flac", r["text"], DEMO / "audio" / r["audio_filepath"])
+        for i, r in enumerate(train)
+    ]
+    rows.append(
+        (train[0]["speaker"], "d/again.flac", train[0]["text"], DEMO / "audio" / train[0]["audio_filepath"])
+    )
+    identity, out = run_identity(
+        tmp_path,
+        {"demo": (*demo_dataset(tmp_path), DEMO_SPLITS), "dups": (*make_dataset(tmp_path, "dups", rows), {})},
+        MatchRules(train_duplicates=action),
+    )
+    assert identity["train_duplicates"] == {"found": 7, "action": action} and identity["links"] == 0
+    stats, records, rejects = out["dups"]
+    first = {r["audio_digest"] for r in out["demo"][1]}
+    if action == "drop":
+        assert stats["rejected"] == {DUPLICATE: 7} and records == []
+        assert all("train " in r["detail"] and "of dataset demo" in r["detail"] for r in rejects)
+    else:
+        assert (
+            stats["rejected_total"] == 0
+            and len(records) == 7
+            and {r["audio_digest"] for r in records} <= first
+        )
+        marks = [r.get("duplicate_of") for r in records]
+        if action == "mark":
+            assert all(m and m.startswith("demo:") for m in marks) and stats["marked_duplicates"] == 7
+        else:
+            assert not any(marks)
 
 
 def test_two_segments_of_one_file_are_two_utterances_and_a_span_held_out_twice_stays(tmp_path):

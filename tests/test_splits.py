@@ -318,6 +318,10 @@ def test_each_split_is_its_own_verified_shar_in_one_catalog_and_training_sees_tr
         # shard and position are within the split's own Shar
         assert rows.shard.max() == shar["shards"] - 1 and (rows.groupby("shard").position.min() == 0).all()
     assert catalog.cut_id.is_unique
+    # the identity stage's columns, filled in every row and varied
+    assert catalog.fingerprint_hashes.notna().all() and catalog.audio_digest.notna().all()
+    assert catalog.fingerprint_hashes.min() > 50 and catalog.audio_digest.nunique() == len(catalog)
+    assert "duplicate_of" not in catalog  # identity.train_duplicates: keep marks nothing
     card = (results / "demo" / "DATASET.md").read_text()  # hours and speakers per split
     for split, rows in catalog.groupby("split", observed=True):
         hours, speakers = rows.duration.sum() / 3600, rows.speaker.nunique()

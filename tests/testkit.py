@@ -298,6 +298,7 @@ def run_identity(tmp, datasets: dict, rules=None):
             name,
             DatasetSplits(str(records), str(root), split_rules),
             links=str(links),
+            identity=[str(tmp / "identity" / name / "part.jsonl")],
             records_in=n,
             out_records=files["records.jsonl"],
             rejected_dir=files["rejected"],

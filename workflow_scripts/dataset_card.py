@@ -10,4 +10,6 @@ with job_log(snakemake.log[0]):
         buckets=snakemake.input.buckets,
         verify=snakemake.input.verify,
         out=snakemake.output.card,
+        splits=snakemake.input.get("splits"),
+        identity=snakemake.input.get("identity"),
     )

@@ -6,7 +6,9 @@ from sharflow.identity.links import DatasetIdentity, MatchRules, link_identities
 with job_log(snakemake.log[0]):
     link_identities(
         {name: DatasetIdentity(**ds) for name, ds in snakemake.params.datasets.items()},
-        rules=MatchRules(snakemake.params.min_score, snakemake.params.min_matched),
+        rules=MatchRules(
+            snakemake.params.min_score, snakemake.params.min_matched, snakemake.params.train_duplicates
+        ),
         out_links=snakemake.output.links,
         out_stats=snakemake.output.stats,
     )

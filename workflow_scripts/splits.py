@@ -9,6 +9,7 @@ with job_log(snakemake.log[0]):
         snakemake.wildcards.dataset,
         DatasetSplits(**snakemake.params.dataset),
         links=snakemake.input.get("links"),
+        identity=snakemake.input.get("identity"),
         records_in=read_json(snakemake.input.records_stats)["records_out"],
         out_records=snakemake.output.records,
         rejected_dir=snakemake.output.rejected,

@@ -59,11 +59,15 @@ FRAGMENT_SCHEMA = pa.schema(
         ("asr_text", pa.string()),
         ("tokenizer_names", STRING),
         ("normalized_text_source", STRING),
+        ("fingerprint_hashes", pa.int32()),
+        ("audio_digest", pa.string()),
+        ("duplicate_of", pa.string()),
     ]
 )
 TEXT_COLUMNS = ("tokenizer_names", "normalized_text_source")  # the text stage's (sharflow.text)
+IDENTITY_COLUMNS = ("fingerprint_hashes", "audio_digest", "duplicate_of")  # the identity stage's
 # dropped when null in every row
-OPTIONAL_COLUMNS = (*CATALOG_METRICS, "validation_status", "asr_text", *TEXT_COLUMNS)
+OPTIONAL_COLUMNS = (*CATALOG_METRICS, "validation_status", "asr_text", *TEXT_COLUMNS, *IDENTITY_COLUMNS)
 ROW_GROUP_ROWS = 65536
 # What each column holds (the docs' catalog table is generated from this; <codec>: each codec's name).
 COLUMN_DOCS: dict[str, str] = {
@@ -94,6 +98,11 @@ COLUMN_DOCS: dict[str, str] = {
     "tokenizer_names": "the cut's `tokenizer_names` (MagpieTTS picks one per step), comma-separated",
     "normalized_text_source": "where `normalized_text` came from: manifest, normalizer (NeMo's text "
     "normalizer) or text (read as it is)",
+    "fingerprint_hashes": "landmark hashes of the cut's content fingerprint (identity stage, with "
+    "splits; 0: too short or silent to fingerprint, never matched by content)",
+    "audio_digest": "digest of the cut's decoded source samples (identity stage; equal for exact copies)",
+    "duplicate_of": "the first train copy of the same samples (`<dataset>:<file>@<offset>`; "
+    "identity.train_duplicates: mark)",
     "tokens": "text tokens as MagpieTTS counts them (with training.tokenizer)",
     "frames_<codec>": "code frames of the target audio for that codec",
     "context_frames_<codec>": "code frames of the context audio for that codec",
@@ -149,6 +158,10 @@ def catalog_row(
     row["tokenizer_names"] = ",".join(names) if isinstance(names, list) else None
     source = record.get("normalized_text_source")
     row["normalized_text_source"] = source if isinstance(source, str) else None
+    hashes = record.get("fingerprint_hashes")
+    row["fingerprint_hashes"] = hashes if isinstance(hashes, int) and not isinstance(hashes, bool) else None
+    for name in ("audio_digest", "duplicate_of"):
+        row[name] = record[name] if isinstance(record.get(name), str) else None
     return row
 
 

@@ -130,8 +130,16 @@ def percentiles(values: np.ndarray) -> dict[str, float]:
     return {f"p{p}": float(v) for p, v in zip(PERCENTILES, np.percentile(values, PERCENTILES), strict=True)}
 
 
-def dataset_card(dataset: str, catalog: str, buckets: dict, verify: dict) -> str:
-    """results/<dataset>/DATASET.md: what the dataset holds, in Markdown."""
+def dataset_card(
+    dataset: str,
+    catalog: str,
+    buckets: dict,
+    verify: dict,
+    splits: dict | None = None,
+    identity: dict | None = None,
+) -> str:
+    """results/<dataset>/DATASET.md: what the dataset holds, in Markdown (with splits, `splits` is
+    the splits job's stats and `identity` the identity job's)."""
     cols = read_columns(catalog, ["duration", "context_similarity", "source_sample_rate", "sample_rate"])
     speakers = speaker_table(catalog)
     languages = pd.Series(dtype="float64")
@@ -163,6 +171,7 @@ def dataset_card(dataset: str, catalog: str, buckets: dict, verify: dict) -> str
         f"- **buckets**: {buckets['num_buckets']} duration buckets, bins {buckets['bucket_duration_bins']}",
         "",
         *_splits_section(catalog),
+        *identity_section(dataset, splits, identity),
         "## Percentiles" + (" (train)" if "split" in column_names(catalog) else ""),
         "",
         markdown_table(frame),
@@ -185,6 +194,41 @@ def _splits_section(catalog: str) -> list[str]:
     return ["## Splits", "", "The figures above are the train split's.", "", *rows, ""]
 
 
+def identity_section(dataset: str, splits: dict | None, identity: dict | None) -> list[str]:
+    """The card's "held out by content" section: what the identity job linked in this dataset's
+    train (per reason, the dataset matched, examples), exact duplicates, and empty held-out splits."""
+    if not splits:
+        return []
+    lines = ["## Held out by content", ""]
+    rejected = splits.get("rejected", {})
+    if identity:
+        reasons = [r for r in identity["by_reason"] if r != "duplicate_in_train"]
+        counts = ", ".join(f"`{r}` {rejected.get(r, 0):,}" for r in reasons)
+        lines.append(f"- Train records rejected as held-out utterances again: {counts}")
+        pairs = {k: v for k, v in identity["by_dataset_pair"].items() if k.startswith(f"{dataset} <- ")}
+        if pairs:
+            lines.append(
+                "- Matched in: " + ", ".join(f"{k.split(' <- ')[1]} ({v:,})" for k, v in pairs.items())
+            )
+        dup = identity.get("train_duplicates", {})
+        lines.append(
+            f"- Exact duplicates within train (all datasets): {dup.get('found', 0):,} "
+            f"(identity.train_duplicates: {dup.get('action', 'keep')}; here dropped "
+            f"{rejected.get('duplicate_in_train', 0):,}, marked {splits.get('marked_duplicates', 0):,})"
+        )
+        examples = [e for rows in identity["examples"].values() for e in rows if e["dataset"] == dataset][:5]
+        if examples:
+            lines += ["", "| train record | reason | matched (split, dataset) | score |", "|---|---|---|---|"]
+            lines += [
+                f"| {e['audio_filepath']} @ {e['offset']} | {e['reason']} | {e['matched']['audio_filepath']} "
+                f"({e['matched']['split']}, {e['matched']['dataset']}) | {e['score']} |"
+                for e in examples
+            ]
+    for e in splits.get("empty_splits", []):
+        lines.append(f"- **Empty split**: {e['message']}")
+    return [*lines, ""]
+
+
 def markdown_table(frame: pd.DataFrame) -> str:
     """A DataFrame as a Markdown table, numbers to 3 decimals."""
     head = ["", *map(str, frame.columns)]
@@ -196,7 +240,16 @@ def markdown_table(frame: pd.DataFrame) -> str:
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
 
 
-def write_dataset_card(dataset: str, *, catalog: str, buckets: str, verify: str, out: str) -> str:
+def write_dataset_card(
+    dataset: str,
+    *,
+    catalog: str,
+    buckets: str,
+    verify: str,
+    out: str,
+    splits: str | None = None,
+    identity: str | None = None,
+) -> str:
     """Write results/<dataset>/DATASET.md (see dataset_card) and return its text."""
     import yaml
 
@@ -204,7 +257,14 @@ def write_dataset_card(dataset: str, *, catalog: str, buckets: str, verify: str,
 
     with open(buckets, encoding="utf-8") as f:
         bins = yaml.safe_load(f)
-    text = dataset_card(dataset, catalog, bins, read_json(verify))
+    text = dataset_card(
+        dataset,
+        catalog,
+        bins,
+        read_json(verify),
+        read_json(splits) if splits else None,
+        read_json(identity) if identity else None,
+    )
     with atomic_file(out, "w", encoding="utf-8") as f:
         f.write(text)
     return text

@@ -13,7 +13,13 @@ its own included, when it is
    recording of it: `same_utterance_held_out`.
 
 Held-out records are never linked (a record two datasets both hold out stays in each held-out set);
-only train records go, each listed with the held-out record it matched and the score. The links
+only train records go, each listed with the held-out record it matched and the score.
+
+Exact duplicates within train (the same decoded samples: a clip listed twice, in one dataset or
+two) are found too, by sorting the train records' sample digests (8 bytes a record): every copy
+after the first (by dataset name, then line) is linked to the first as `duplicate_in_train`, and
+`identity.train_duplicates` says what the splits job does with it: keep (counted only), drop
+(rejected with that reason) or mark (kept, with `duplicate_of` naming the first). The links
 (`links.jsonl`, one line per linked train record, by dataset and line) are what each dataset's
 splits job reads, so no dataset reads another's records.
 
@@ -33,6 +39,7 @@ import numpy as np
 from tqdm import tqdm
 
 from sharflow.core.atomic import atomic_file, write_json
+from sharflow.core.errors import SharflowError
 from sharflow.core.splits import TRAIN, SplitRules
 
 log = logging.getLogger(__name__)
@@ -40,6 +47,8 @@ log = logging.getLogger(__name__)
 SAME_AUDIO = "same_audio_held_out"
 SAME_CONTENT = "same_content_held_out"
 SAME_UTTERANCE = "same_utterance_held_out"
+DUPLICATE = "duplicate_in_train"
+DUPLICATE_ACTIONS = ("keep", "drop", "mark")
 REASONS = {
     SAME_AUDIO: "a train record whose audio span (file name and size, offset, duration) is held out "
     "in this or another dataset",
@@ -47,7 +56,10 @@ REASONS = {
     "renamed, re-encoded, resampled, louder or quieter, trimmed or padded copy)",
     SAME_UTTERANCE: "a train record of the same speaker and text as a held-out record (another "
     "recording of the same utterance)",
+    DUPLICATE: "a train record whose decoded samples equal an earlier train record's (with "
+    "identity.train_duplicates: drop)",
 }
+HELD_OUT_REASONS = (SAME_AUDIO, SAME_CONTENT, SAME_UTTERANCE)
 OFFSET_BITS = 24  # a time offset of ± 8 M frames (18 hours at 8 ms) fits below the record index
 EXAMPLES = 5  # links shown per reason in the stats (the report and card show them)
 
@@ -58,6 +70,7 @@ class MatchRules:
 
     min_score: float = 0.15
     min_matched: int = 8
+    train_duplicates: str = "keep"  # keep | drop | mark
 
 
 @dataclass(frozen=True)
@@ -139,22 +152,30 @@ class HeldOut:
 def link_identities(
     datasets: Mapping[str, DatasetIdentity], *, rules: MatchRules, out_links: str, out_stats: str
 ) -> dict:
-    """Index every dataset's held-out records, stream every train record past them, and write the
-    links (one line per linked train record) and stats (per reason and dataset pair, examples)."""
+    """Index every dataset's held-out records, stream every train record past them, find exact
+    duplicates within train, and write the links (one line per linked train record) and stats
+    (per reason and dataset pair, examples)."""
+    if rules.train_duplicates not in DUPLICATE_ACTIONS:
+        raise SharflowError(
+            f"identity.train_duplicates must be one of {DUPLICATE_ACTIONS}, got {rules.train_duplicates!r}"
+        )
     start = time.perf_counter()
     held = HeldOut()
     splits_of = {
         name: SplitRules.from_config(ds.rules, f"datasets.{name}.splits") for name, ds in datasets.items()
     }
     train = Counter()
+    digests = []
     for name in sorted(datasets):
         for entry, hashes in _entries(datasets[name]):
             split = splits_of[name].split(entry["speaker"], entry["audio_filepath"], entry["span"])
             if split == TRAIN:
                 train[name] += 1
+                digests.append(int(entry.get("digest", "0"), 16))
             else:
                 held.add(name, entry, split, hashes)
     held.freeze()
+    first_of = _first_copies(np.array(digests, dtype=np.uint64))
     log.info(
         "identity: %d held-out records indexed (%d hashes, %.1f MB); %d train records to check",
         len(held.items),
@@ -165,29 +186,36 @@ def link_identities(
     by_reason: Counter = Counter()
     by_pair: Counter = Counter()
     examples: dict[str, list] = {r: [] for r in REASONS}
+    firsts: dict[int, dict] = {}  # train record number -> where, of the first copies of duplicates
+    wanted = set(first_of[first_of >= 0].tolist())
     with (
         atomic_file(out_links, "w", encoding="utf-8") as out,
         tqdm(total=sum(train.values()), desc="identity", unit="utt", mininterval=5) as bar,
     ):
+        n = -1
         for name in sorted(datasets):
             for entry, hashes in _entries(datasets[name]):
                 split = splits_of[name].split(entry["speaker"], entry["audio_filepath"], entry["span"])
                 if split != TRAIN:
                     continue
+                n += 1
                 bar.update()
+                if n in wanted:
+                    firsts[n] = {**_where(name, entry), "split": TRAIN}
                 link = _link(entry, hashes, held, rules)
-                if link is None:
+                if link is not None:
+                    reason, owner, score = link
+                    matched = held.items[owner]
+                elif first_of[n] >= 0:
+                    reason, score, matched = DUPLICATE, 1.0, firsts[int(first_of[n])]
+                else:
                     continue
-                reason, owner, score = link
-                row = {
-                    **_where(name, entry),
-                    "reason": reason,
-                    "score": round(score, 4),
-                    "matched": held.items[owner],
-                }
+                row = {**_where(name, entry), "reason": reason, "score": round(score, 4), "matched": matched}
+                if reason == DUPLICATE:
+                    row["action"] = rules.train_duplicates
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
                 by_reason[reason] += 1
-                by_pair[f"{name} <- {held.items[owner]['dataset']}"] += 1
+                by_pair[f"{name} <- {matched['dataset']}"] += reason != DUPLICATE
                 if len(examples[reason]) < EXAMPLES:
                     examples[reason].append(row)
     stats = {
@@ -196,16 +224,37 @@ def link_identities(
         "held_out_hashes": int(len(held.hashes)),
         "index_mb": round(held.nbytes / 1e6, 3),
         "train_checked": dict(sorted(train.items())),
-        "links": sum(by_reason.values()),
+        "links": sum(by_reason[r] for r in HELD_OUT_REASONS),
         "by_reason": {r: by_reason[r] for r in REASONS},
-        "by_dataset_pair": dict(sorted(by_pair.items())),
+        "by_dataset_pair": {k: v for k, v in sorted(by_pair.items()) if v},
+        "train_duplicates": {"found": by_reason[DUPLICATE], "action": rules.train_duplicates},
         "examples": examples,
         "rules": {"min_score": rules.min_score, "min_matched": rules.min_matched},
         "seconds": round(time.perf_counter() - start, 3),
     }
     write_json(out_stats, stats)
-    log.info("identity: %d train records linked to held-out ones %s", stats["links"], dict(by_reason))
+    log.info(
+        "identity: %d train records linked to held-out ones, %d exact duplicates within train (%s) %s",
+        stats["links"],
+        by_reason[DUPLICATE],
+        rules.train_duplicates,
+        dict(by_reason),
+    )
     return stats
+
+
+def _first_copies(digests: np.ndarray) -> np.ndarray:
+    """For each train record, the number of the first record with its digest, or -1 if it is first."""
+    first = np.full(len(digests), -1, dtype=np.int64)
+    if len(digests) < 2:
+        return first
+    order = np.argsort(digests, kind="stable")  # equal digests keep record order
+    d = digests[order]
+    starts = np.flatnonzero(np.r_[True, d[1:] != d[:-1]])
+    group_first = np.repeat(order[starts], np.diff(np.r_[starts, len(d)]))
+    repeats = order != group_first
+    first[order[repeats]] = group_first[repeats]
+    return first
 
 
 def _link(entry: dict, hashes: np.ndarray, held: HeldOut, rules: MatchRules) -> tuple[str, int, float] | None:

@@ -6,9 +6,10 @@ seconds (sharflow.core.parts). Each record's span is decoded as the shard stores
 processes, in line order. A part writes:
 
 - `part-NNNN.jsonl`: one line per record: its line, audio_filepath, offset, duration, speaker id,
-  span key, utterance key (sharflow.identity.keys), how many hashes its fingerprint has and where
-  they start in the part's `.npy` (or an `error` for audio that could not be decoded: it then has
-  no fingerprint, and the quality stage rejects it);
+  span key, utterance key (sharflow.identity.keys), the digest of its decoded samples (equal for
+  exact copies only), how many hashes its fingerprint has and where they start in the part's
+  `.npy` (or an `error` for audio that could not be decoded: it then has no fingerprint, and the
+  quality stage rejects it);
 - `part-NNNN.npy`: the hashes and times of every fingerprint, one after another (a structured
   array of (hash uint32, time int32));
 - `part-NNNN.stats.json`: counts and seconds.
@@ -17,6 +18,7 @@ Memory: one record's audio per worker and the part's hashes (about 0.7 kB per se
 Bytes depend on the records alone, not on the worker count.
 """
 
+import hashlib
 import json
 import logging
 import time
@@ -91,6 +93,11 @@ def run_identity_part(
     return stats
 
 
+def samples_digest(audio: np.ndarray) -> str:
+    """16 hex digits of blake2b over the decoded samples (float32): the same for exact copies only."""
+    return hashlib.blake2b(np.ascontiguousarray(audio, dtype=np.float32).tobytes(), digest_size=8).hexdigest()
+
+
 def _fingerprint_record(audio_root: str, item: tuple[int, bytes]) -> tuple[dict, np.ndarray]:
     """(index entry less line and start, hashes) of one record line."""
     record = json.loads(item[1])
@@ -114,6 +121,7 @@ def _fingerprint_record(audio_root: str, item: tuple[int, bytes]) -> tuple[dict,
             "error": f"{record['audio_filepath']}: {e}",
         }, np.zeros(0, HASH_DTYPE)
     entry["utterance"] = utterance_key(speaker, record.get("normalized_text") or record.get("text"))
+    entry["digest"] = samples_digest(audio)
     hashes = np.zeros(len(fp) if fp.usable else 0, HASH_DTYPE)
     if fp.usable:
         hashes["hash"], hashes["time"] = fp.hashes, fp.times

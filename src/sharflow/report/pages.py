@@ -33,7 +33,65 @@ def _html_table(frame: pd.DataFrame, floats: str = "{:.4f}") -> str:
     return frame.to_html(index=False, border=0, float_format=floats.format, na_rep="")
 
 
-def write_summary(rows: list[dict], verify: dict[str, dict], html_path: str, tsv_path: str) -> None:
+def identity_html(datasets: list[DatasetStats]) -> str:
+    """The summary's "held out by content" section (docs: splits): links per reason and dataset
+    pair, exact duplicates, example pairs with their scores, and held-out splits left empty."""
+    identity = next((ds.identity for ds in datasets if ds.identity), None)
+    empty = [e["message"] for ds in datasets if ds.splits for e in ds.splits.get("empty_splits", [])]
+    if identity is None and not empty:
+        return ""
+    parts = ["<h2>Held out by content</h2>"]
+    if identity:
+        reasons = pd.DataFrame(
+            [
+                {
+                    "train dataset": ds.name,
+                    **{r: (ds.splits or {}).get("rejected", {}).get(r, 0) for r in identity["by_reason"]},
+                }
+                for ds in datasets
+            ]
+        )
+        parts.append(
+            f"<p>{identity['held_out']:,} held-out records indexed; train records linked to them, and "
+            f"exact duplicates within train ({identity['train_duplicates']['found']:,} found, "
+            f"identity.train_duplicates: {html.escape(identity['train_duplicates']['action'])}), "
+            "as the splits jobs rejected them:</p>"
+        )
+        parts.append(_html_table(reasons))
+        pairs = pd.DataFrame(
+            [{"train <- held out": k, "links": v} for k, v in identity["by_dataset_pair"].items()],
+            columns=["train <- held out", "links"],
+        )
+        parts.append(_html_table(pairs))
+        examples = [
+            {
+                "reason": e["reason"],
+                "train record": _where(e),
+                "matched": _where(e["matched"]),
+                "split": e["matched"]["split"],
+                "score": e["score"],
+            }
+            for rows in identity["examples"].values()
+            for e in rows
+        ]
+        if examples:
+            parts.append("<h3>Examples</h3>" + _html_table(pd.DataFrame(examples)))
+    if empty:
+        parts.append(
+            "<h3>Empty held-out splits</h3><ul>"
+            + "".join(f"<li>{html.escape(m)}</li>" for m in empty)
+            + "</ul>"
+        )
+    return "\n".join(parts)
+
+
+def _where(e: dict) -> str:
+    return f"{e['dataset']}: {e['audio_filepath']} @ {e['offset']}"
+
+
+def write_summary(
+    rows: list[dict], verify: dict[str, dict], html_path: str, tsv_path: str, identity: str = ""
+) -> None:
     frame = pd.DataFrame(rows, columns=list(COLUMNS))
     with atomic_file(tsv_path, "w", encoding="utf-8") as f:
         frame.to_csv(f, sep="\t", index=False, lineterminator="\n")
@@ -46,7 +104,8 @@ def write_summary(rows: list[dict], verify: dict[str, dict], html_path: str, tsv
     body = (
         "<h2>Records and hours through every stage</h2>\n"
         + _html_table(shown)
-        + f"\n<h3>Verify</h3><ul>{checks}</ul>"
+        + f"\n<h3>Verify</h3><ul>{checks}</ul>\n"
+        + identity
     )
     with atomic_file(html_path, "w", encoding="utf-8") as f:
         f.write(_page("sharflow summary", body))

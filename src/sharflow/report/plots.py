@@ -79,6 +79,7 @@ def plot_rejects(datasets: list[DatasetStats], path: str) -> None:
                 "prepare": "tab:orange",
                 "text": "tab:cyan",
                 "quality": "tab:olive",
+                "splits": "tab:red",
                 "context": "tab:purple",
                 "shar": "tab:brown",
             }

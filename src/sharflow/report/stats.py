@@ -29,11 +29,14 @@ class DatasetStats:
     quality: dict | None = None  # the quality filter's stats; None when the stage is off
     records: str = ""  # the text stage's records (what the quality metrics are measured on)
     quality_metrics: str = ""
+    splits: dict | None = None  # the splits job's stats; None without splits
+    identity: dict | None = None  # the identity job's stats (every dataset's); None without it
 
 
 def load_dataset(name: str, files: dict) -> DatasetStats:
     """`files`: prepare, text, context, shar, verify (json), buckets (yaml), codes {codec: json},
-    catalog; with the quality stage on, also quality (the filter's stats), records and quality_metrics."""
+    catalog; with the quality stage on, also quality (the filter's stats), records and quality_metrics;
+    with splits, splits (the splits job's stats) and identity (the identity job's)."""
     with open(files["buckets"], encoding="utf-8") as f:
         buckets = yaml.safe_load(f)
     return DatasetStats(
@@ -49,6 +52,8 @@ def load_dataset(name: str, files: dict) -> DatasetStats:
         buckets=buckets,
         verify=read_json(files["verify"]),
         catalog=files["catalog"],
+        splits=read_json(files["splits"]) if files.get("splits") else None,
+        identity=read_json(files["identity"]) if files.get("identity") else None,
     )
 
 
@@ -69,10 +74,12 @@ def summary_rows(ds: DatasetStats) -> list[dict]:
     rows = [counted("prepare", p, p["hours_in"]), counted("text", t, t["hours_in"])]
     if q:
         rows.append(counted("quality", q, q["hours_in"]))
+    if ds.splits:
+        rows.append(counted("splits", ds.splits, ds.splits["hours_in"]))
     # with splits, the dataset's Shar is train: its hours in are the context stage's train hours
     shar_in = c["splits"]["train"]["hours_out"] if "splits" in c else c["hours_out"]
     rows += [
-        counted("context", c, (q or t)["hours_out"]),
+        counted("context", c, (ds.splits or q or t)["hours_out"]),
         ("shar", s["records_in"], s["cuts"], s["rejected_total"], shar_in, s["hours"]),
     ]
     for codec, k in ds.codes.items():
@@ -96,6 +103,7 @@ def rejected_by_reason(ds: DatasetStats) -> dict[tuple[str, str], int]:
         ("prepare", ds.prepare),
         ("text", ds.text),
         ("quality", ds.quality),
+        ("splits", ds.splits),
         ("context", ds.context),
         ("shar", ds.shar),
     )

@@ -7,6 +7,11 @@ sound, the same speaker and text) is rejected here with the link's reason and th
 matched: whatever each dataset's settings or names, held-out audio never reaches train. The job
 reads its own records and the links (a line per linked record), never another dataset's records.
 
+With the identity stage, every record also gets its `fingerprint_hashes` (landmark hashes of its
+content fingerprint; 0: too short or silent to have one) and `audio_digest` (of its decoded
+samples), read in step from the dataset's own identity parts, and an exact duplicate within train
+is dropped (`duplicate_in_train`) or marked (`duplicate_of`) as identity.train_duplicates says.
+
 A held-out split the rules ask for that selects nothing (a fraction of few speakers can hash to
 none) is said in the log and the stats (`empty_splits`), with the count expected and the fix; with
 `splits.empty: error` it stops the run.
@@ -56,6 +61,7 @@ def assign_splits(
     ds: DatasetSplits,
     *,
     links: str | None,
+    identity: list[str] | None = None,
     records_in: int,
     out_records: str,
     rejected_dir: str,
@@ -63,10 +69,14 @@ def assign_splits(
     empty: str = "warn",
 ) -> dict:
     """Write the dataset's records with a `split` field, reject the train records the identity job
-    linked to held-out ones (`links`), check records in = out + rejected, and write stats per split."""
+    linked to held-out ones (`links`), drop or mark its exact duplicates within train, add each
+    record's identity fields from `identity` (the dataset's identity part files, in order), check
+    records in = out + rejected, and write stats per split."""
     if empty not in EMPTY_ACTIONS:
         raise SharflowError(f"splits.empty must be one of {EMPTY_ACTIONS}, got {empty!r}")
     linked = read_links(links, dataset) if links else {}
+    fields = IdentityFields(identity) if identity else None
+    marked = 0
     per_split: dict[str, Counter] = {s: Counter() for s in SPLITS}
     speakers: dict[str, set] = defaultdict(set)
     all_speakers: set[str] = set()
@@ -78,13 +88,20 @@ def assign_splits(
         ledger = Ledger("splits", dataset, rejects)
         for line, (raw, record, speaker, _, split) in enumerate(splits_of(dataset, ds), start=1):
             all_speakers.add(speaker)
-            link = linked.get((record["audio_filepath"], record["offset"], record["duration"]))
-            if split == TRAIN and link is not None:
+            where = (record["audio_filepath"], record["offset"], record["duration"])
+            if fields is not None:
+                record.update(fields.of(where))
+            link = linked.get(where)
+            if split == TRAIN and link is not None and link.get("action") != "keep":
                 reason = link["reason"]
-                ledger.reject(
-                    reason, record["duration"], reject_row(reason, _detail(link), raw.rstrip("\n"), line=line)
-                )
-                continue
+                if link.get("action") == "mark":
+                    m = link["matched"]
+                    record["duplicate_of"] = f"{m['dataset']}:{m['audio_filepath']}@{m['offset']}"
+                    marked += 1
+                else:
+                    row = reject_row(reason, _detail(link), raw.rstrip("\n"), line=line)
+                    ledger.reject(reason, record["duration"], row)
+                    continue
             out.write(json.dumps({**record, "split": split}, ensure_ascii=False) + "\n")
             ledger.keep(record["duration"])
             per_split[split].update(records=1, seconds=record["duration"])
@@ -106,6 +123,7 @@ def assign_splits(
             for s in SPLITS
         },
         "empty_splits": empties,
+        "marked_duplicates": marked,
     }
     write_json(stats, summary)
     for e in empties:
@@ -122,6 +140,30 @@ def assign_splits(
             "; ".join(e["message"] for e in empties) + " (splits.empty: error; set it to warn to go on)"
         )
     return summary
+
+
+class IdentityFields:
+    """A dataset's identity part entries read in step with its records (a subsequence of the text
+    stage's records, in the same order): each record's identity fields, in O(1) memory."""
+
+    def __init__(self, index_files: list[str]):
+        self._entries = self._read(index_files)
+
+    @staticmethod
+    def _read(index_files):
+        for path in index_files:
+            with open(path, encoding="utf-8") as f:
+                for text in f:
+                    yield json.loads(text)
+
+    def of(self, where: tuple) -> dict:
+        for entry in self._entries:
+            if (entry["audio_filepath"], entry["offset"], entry["duration"]) == where:
+                return {"fingerprint_hashes": entry["hashes"], "audio_digest": entry.get("digest")}
+        raise SharflowError(
+            f"the identity parts hold no entry for {where[0]} at {where[1]} s (or not in the records' "
+            "order): they are out of date; rerun with --forcerun identity_part"
+        )
 
 
 def empty_splits(dataset: str, rules: SplitRules, per_split: Mapping, speakers: int, seen: int) -> list[dict]:
