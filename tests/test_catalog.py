@@ -411,6 +411,9 @@ def test_a_row_holds_every_field_of_its_cut():
         "asr_text": None,
         "tokenizer_names": None,
         "normalized_text_source": None,
+        "fingerprint_hashes": None,
+        "audio_digest": None,
+        "duplicate_of": None,
     }
     assert list(row) == FRAGMENT_SCHEMA.names  # the fragment's column order
     # the text stage's fields: the cut's tokenizers (comma-separated) and where normalized_text came from
@@ -425,6 +428,27 @@ def test_a_row_holds_every_field_of_its_cut():
     assert (row["tokenizer_names"], row["normalized_text_source"]) == (
         "german_chars,german_phoneme",
         "manifest",
+    )
+    # the identity stage's fields (with splits): its fingerprint's size, its samples' digest, a mark
+    identified = {
+        **record,
+        "fingerprint_hashes": 312,
+        "audio_digest": "00ff00ff00ff00ff",
+        "duplicate_of": "d:a@0",
+    }
+    row = catalog_row(
+        identified,
+        cut_id="c",
+        shard=1,
+        position=2,
+        language="de",
+        target=(22050, 44100),
+        context=(16000, 48000),
+    )
+    assert (row["fingerprint_hashes"], row["audio_digest"], row["duplicate_of"]) == (
+        312,
+        "00ff00ff00ff00ff",
+        "d:a@0",
     )
 
 

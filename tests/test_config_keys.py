@@ -72,6 +72,14 @@ EFFECTS: dict[str, str] = {
             ("test_seen", "utterances"),
         )
     },
+    "splits.empty": "test_identity.py::test_a_split_that_selects_nothing_is_said_and_can_stop_the_run",
+    "identity.enabled": f"{HERE}::test_identity_enabled_adds_the_identity_jobs_only_with_splits",
+    "identity.parts": "test_identity.py::test_any_parts_and_workers_give_the_same_fingerprints_and_links",
+    "identity.workers": "test_identity.py::test_any_parts_and_workers_give_the_same_fingerprints_and_links",
+    "identity.min_score": "test_identity.py::test_the_match_thresholds_decide_what_is_one_content",
+    "identity.min_matched": "test_identity.py::test_the_match_thresholds_decide_what_is_one_content",
+    "identity.train_duplicates": "test_identity.py::"
+    "test_exact_duplicates_within_train_are_kept_dropped_or_marked",
     "prepare.workers": "test_prepare.py::test_serial_and_parallel_runs_are_byte_identical",
     "prepare.duration_tolerance": "test_manifest.py::"
     "test_duration_tolerance_at_the_value_and_one_ulp_either_side",
@@ -232,6 +240,16 @@ def test_keys_that_change_which_jobs_run(tmp_path):
     given["codecs"]["tiny_nemo"] = {"backend": "nemo", "model": str(tmp_path / "codec.nemo")}
     (tmp_path / "codec.nemo").write_bytes(b"a model file")
     assert planned_jobs(tmp_path, given, spec) == {"codec_model": 1}
+
+
+def test_identity_enabled_adds_the_identity_jobs_only_with_splits(tmp_path):
+    """With splits, identity parts per dataset and one identity job (identity.parts of them); off, or
+    without splits, none, and the splits job reads no links."""
+    on = planned_jobs(tmp_path, demo_config(degraded=True, splits=True, identity={"parts": 2}))
+    assert on["identity_part"] == 4 and on["identity"] == 1 and on["splits"] == 2
+    off = planned_jobs(tmp_path, demo_config(degraded=True, splits=True, identity={"enabled": False}))
+    assert "identity_part" not in off and "identity" not in off and off["splits"] == 2
+    assert not {"identity_part", "identity", "splits"} & set(planned_jobs(tmp_path, demo_config()))
 
 
 def test_text_keys_reach_the_text_jobs(tmp_path):

@@ -12,11 +12,11 @@ import yaml
 from sharflow.context.part import REASONS as CONTEXT_REASONS
 from sharflow.core.metrics import METRICS
 from sharflow.dataset.catalog import FRAGMENT_SCHEMA
+from sharflow.identity.links import REASONS as SPLITS_REASONS
 from sharflow.prepare.manifest import REASONS as PREPARE_REASONS
 from sharflow.quality.filter import REASONS as QUALITY_REASONS
 from sharflow.report.reference import write_pages
 from sharflow.shar.shard import REASONS as SHAR_REASONS
-from sharflow.splits.stage import REASONS as SPLITS_REASONS
 from sharflow.text.fields import REASONS as TEXT_REASONS
 from testkit import README, REPO
 

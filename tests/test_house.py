@@ -19,6 +19,7 @@ PACKAGES = (
     "prepare",
     "text",
     "quality",
+    "identity",
     "splits",
     "context",
     "shar",

@@ -23,10 +23,12 @@ from sharflow.identity.links import (
     DUPLICATE,
     SAME_CONTENT,
     SAME_UTTERANCE,
+    DatasetIdentity,
     HeldOut,
     MatchRules,
+    link_identities,
 )
-from sharflow.identity.part import HASH_DTYPE
+from sharflow.identity.part import HASH_DTYPE, run_identity_part
 from sharflow.splits.stage import DatasetSplits, assign_splits
 from testkit import DEMO, REPO, prepare_demo, read_jsonl, run_identity, write_jsonl
 
@@ -123,6 +125,63 @@ def test_every_copy_of_a_held_out_utterance_matches_and_no_two_distinct_utteranc
         (a, b) for a, b in scores if speaker[a] != speaker[b] and (text[a] in text[b] or text[b] in text[a])
     ]
     assert len(same_sentence) >= 20 and max(scores[p] for p in same_sentence) < RULES.min_score / 2
+
+
+def test_the_match_thresholds_decide_what_is_one_content(prints):
+    """An Opus copy of a held-out utterance (scores ~0.3) is one content by default, not when
+    identity.min_score asks for 0.9 nor when identity.min_matched asks for more hashes than it has."""
+    record = next(r for r in MANIFEST if held_out(r))
+    copy = fingerprint(*COPIES["opus"](*demo_audio(record)))
+    original = prints[key(record)]
+    held = HeldOut()
+    held.add(
+        "x",
+        {"audio_filepath": "a", "offset": 0.0, "duration": 1.0, "span": "a"},
+        "dev_seen",
+        _array(original),
+    )
+    held.freeze()
+    owner, score, matched = held.best(_array(copy), MatchRules())
+    assert owner == 0 and 0.15 < score < 0.9 and matched >= 8
+    assert held.best(_array(copy), MatchRules(min_score=0.9)) is None
+    assert held.best(_array(copy), MatchRules(min_matched=matched + 1)) is None
+    assert held.best(_array(copy), MatchRules(min_matched=matched)) is not None
+
+
+def test_any_parts_and_workers_give_the_same_fingerprints_and_links(tmp_path):
+    """The demo fingerprinted as 1 part by 1 worker and as 2 parts by 2 workers: the same entries
+    (less where each starts in its part's file), the same hashes, byte-identical links."""
+    records, root, _ = demo_dataset(tmp_path)
+    layouts = {}
+    for parts, workers in ((1, 1), (2, 2)):
+        out = tmp_path / f"p{parts}w{workers}"
+        files = []
+        for part in range(parts):
+            prefix = out / f"part-{part}"
+            run_identity_part(
+                part,
+                records=str(records),
+                parts=parts,
+                audio_root=str(root),
+                out_records=f"{prefix}.jsonl",
+                out_hashes=f"{prefix}.npy",
+                out_stats=f"{prefix}.stats.json",
+                workers=workers,
+            )
+            files.append([f"{prefix}.jsonl", f"{prefix}.npy"])
+        entries = [{k: v for k, v in e.items() if k != "start"} for f, _ in files for e in read_jsonl(f)]
+        hashes = np.concatenate([np.load(h) for _, h in files])
+        link_identities(
+            {"demo": DatasetIdentity(files, DEMO_SPLITS)},
+            rules=MatchRules(),
+            out_links=str(out / "links.jsonl"),
+            out_stats=str(out / "stats.json"),
+        )
+        layouts[parts] = (entries, hashes, (out / "links.jsonl").read_bytes(), files)
+    (e1, h1, l1, _), (e2, h2, l2, f2) = layouts[1], layouts[2]
+    assert len(f2) == 2 and all(read_jsonl(f) for f, _ in f2)  # two parts, both hold records
+    assert len(e1) == 56 and len({e["digest"] for e in e1}) == 56 and e1 == e2
+    assert len(h1) > 56 * 80 and np.array_equal(h1, h2) and l1 == l2
 
 
 def test_silence_and_clips_too_short_to_fingerprint_never_match(prints):

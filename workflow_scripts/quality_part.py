@@ -8,17 +8,14 @@ from sharflow.quality.part import AsrOptions, MeasureSettings, run_quality_part
 if __name__ == "__main__":
     with job_log(snakemake.log[0]):
         out = QualityPartFiles.of(snakemake.output)
+        asr = AsrOptions(**snakemake.params.asr) if snakemake.params.asr else None
         run_quality_part(
             int(snakemake.wildcards.part),
             records=snakemake.input.records,
             parts=snakemake.params.parts,
             out_metrics=out.metrics,
             out_stats=out.stats,
-            settings=MeasureSettings(
-                snakemake.params.audio_root,
-                snakemake.params.dnsmos_max_windows,
-                AsrOptions(**snakemake.params.asr) if snakemake.params.asr else None,
-            ),
+            settings=MeasureSettings(snakemake.params.audio_root, snakemake.params.dnsmos_max_windows, asr),
             device=snakemake.params.device,
             workers=snakemake.threads,
             gpus=snakemake.resources.gpu,

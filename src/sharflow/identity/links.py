@@ -160,21 +160,8 @@ def link_identities(
             f"identity.train_duplicates must be one of {DUPLICATE_ACTIONS}, got {rules.train_duplicates!r}"
         )
     start = time.perf_counter()
-    held = HeldOut()
-    splits_of = {
-        name: SplitRules.from_config(ds.rules, f"datasets.{name}.splits") for name, ds in datasets.items()
-    }
-    train = Counter()
-    digests = []
-    for name in sorted(datasets):
-        for entry, hashes in _entries(datasets[name]):
-            split = splits_of[name].split(entry["speaker"], entry["audio_filepath"], entry["span"])
-            if split == TRAIN:
-                train[name] += 1
-                digests.append(int(entry.get("digest", "0"), 16))
-            else:
-                held.add(name, entry, split, hashes)
-    held.freeze()
+    records = _Records(datasets)
+    held, train, digests = records.index()
     first_of = _first_copies(np.array(digests, dtype=np.uint64))
     log.info(
         "identity: %d held-out records indexed (%d hashes, %.1f MB); %d train records to check",
@@ -183,64 +170,108 @@ def link_identities(
         held.nbytes / 1e6,
         sum(train.values()),
     )
-    by_reason: Counter = Counter()
-    by_pair: Counter = Counter()
-    examples: dict[str, list] = {r: [] for r in REASONS}
-    firsts: dict[int, dict] = {}  # train record number -> where, of the first copies of duplicates
-    wanted = set(first_of[first_of >= 0].tolist())
+    tally = _Tally()
     with (
         atomic_file(out_links, "w", encoding="utf-8") as out,
         tqdm(total=sum(train.values()), desc="identity", unit="utt", mininterval=5) as bar,
     ):
-        n = -1
-        for name in sorted(datasets):
-            for entry, hashes in _entries(datasets[name]):
-                split = splits_of[name].split(entry["speaker"], entry["audio_filepath"], entry["span"])
-                if split != TRAIN:
-                    continue
-                n += 1
-                bar.update()
-                if n in wanted:
-                    firsts[n] = {**_where(name, entry), "split": TRAIN}
-                link = _link(entry, hashes, held, rules)
-                if link is not None:
-                    reason, owner, score = link
-                    matched = held.items[owner]
-                elif first_of[n] >= 0:
-                    reason, score, matched = DUPLICATE, 1.0, firsts[int(first_of[n])]
-                else:
-                    continue
-                row = {**_where(name, entry), "reason": reason, "score": round(score, 4), "matched": matched}
-                if reason == DUPLICATE:
-                    row["action"] = rules.train_duplicates
+        for row in records.links(held, first_of, rules):
+            bar.update()
+            if row is not None:
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
-                by_reason[reason] += 1
-                by_pair[f"{name} <- {matched['dataset']}"] += reason != DUPLICATE
-                if len(examples[reason]) < EXAMPLES:
-                    examples[reason].append(row)
+                tally.add(row)
     stats = {
         "datasets": sorted(datasets),
         "held_out": len(held.items),
         "held_out_hashes": int(len(held.hashes)),
         "index_mb": round(held.nbytes / 1e6, 3),
         "train_checked": dict(sorted(train.items())),
-        "links": sum(by_reason[r] for r in HELD_OUT_REASONS),
-        "by_reason": {r: by_reason[r] for r in REASONS},
-        "by_dataset_pair": {k: v for k, v in sorted(by_pair.items()) if v},
-        "train_duplicates": {"found": by_reason[DUPLICATE], "action": rules.train_duplicates},
-        "examples": examples,
+        "links": sum(tally.by_reason[r] for r in HELD_OUT_REASONS),
+        "by_reason": {r: tally.by_reason[r] for r in REASONS},
+        "by_dataset_pair": dict(sorted(tally.by_pair.items())),
+        "train_duplicates": {"found": tally.by_reason[DUPLICATE], "action": rules.train_duplicates},
+        "examples": tally.examples,
         "rules": {"min_score": rules.min_score, "min_matched": rules.min_matched},
         "seconds": round(time.perf_counter() - start, 3),
     }
     write_json(out_stats, stats)
-    log.info(
-        "identity: %d train records linked to held-out ones, %d exact duplicates within train (%s) %s",
-        stats["links"],
-        by_reason[DUPLICATE],
-        rules.train_duplicates,
-        dict(by_reason),
-    )
+    log.info("identity: links %s, duplicates within train: %s", dict(tally.by_reason), rules.train_duplicates)
     return stats
+
+
+class _Tally:
+    """The links written: per reason, per (train dataset, held-out dataset), a few examples each."""
+
+    def __init__(self):
+        self.by_reason: Counter = Counter()
+        self.by_pair: Counter = Counter()
+        self.examples: dict[str, list] = {r: [] for r in REASONS}
+
+    def add(self, row: dict) -> None:
+        reason = row["reason"]
+        self.by_reason[reason] += 1
+        if reason != DUPLICATE:
+            self.by_pair[f"{row['dataset']} <- {row['matched']['dataset']}"] += 1
+        if len(self.examples[reason]) < EXAMPLES:
+            self.examples[reason].append(row)
+
+
+class _Records:
+    """Every dataset's identity entries with their splits, streamed twice: to index, then to link."""
+
+    def __init__(self, datasets: Mapping[str, DatasetIdentity]):
+        self.datasets = datasets
+        self.rules = {n: SplitRules.from_config(d.rules, f"datasets.{n}.splits") for n, d in datasets.items()}
+
+    def __iter__(self) -> Iterator[tuple[str, dict, np.ndarray, str]]:
+        for name in sorted(self.datasets):
+            for entry, hashes in _entries(self.datasets[name]):
+                split = self.rules[name].split(entry["speaker"], entry["audio_filepath"], entry["span"])
+                yield name, entry, hashes, split
+
+    def index(self) -> tuple[HeldOut, Counter, list[int]]:
+        """The held-out index, train records per dataset, and the train records' sample digests."""
+        held, train, digests = HeldOut(), Counter(), []
+        for name, entry, hashes, split in self:
+            if split == TRAIN:
+                train[name] += 1
+                digests.append(int(entry["digest"], 16))
+            else:
+                held.add(name, entry, split, hashes)
+        held.freeze()
+        return held, train, digests
+
+    def links(self, held: HeldOut, first_of: np.ndarray, rules: MatchRules) -> Iterator[dict | None]:
+        """Each train record's link row (held-out match first, else a duplicate), or None."""
+        firsts: dict[int, dict] = {}  # train record number -> where, of the first copies of duplicates
+        wanted = set(first_of[first_of >= 0].tolist())
+        n = -1
+        for name, entry, hashes, split in self:
+            if split != TRAIN:
+                continue
+            n += 1
+            if n in wanted:
+                firsts[n] = {**_where(name, entry), "split": TRAIN}
+            link = _link(entry, hashes, held, rules)
+            if link is not None:
+                reason, owner, score = link
+                yield {
+                    **_where(name, entry),
+                    "reason": reason,
+                    "score": round(score, 4),
+                    "matched": held.items[owner],
+                }
+            elif first_of[n] >= 0:
+                matched = firsts[int(first_of[n])]
+                yield {
+                    **_where(name, entry),
+                    "reason": DUPLICATE,
+                    "score": 1.0,
+                    "matched": matched,
+                    "action": rules.train_duplicates,
+                }
+            else:
+                yield None
 
 
 def _first_copies(digests: np.ndarray) -> np.ndarray:

@@ -86,10 +86,9 @@ def run_quality_part(
     what = f"quality part {part}"
     with rank_job(what, device=device, workers=workers, gpus=gpus, scratch_beside=out_metrics) as job:
         log.info(
-            "quality part %d of %d: %d records, %d measured before (kept), %d to measure on ranks %s",
+            "quality part %d of %d: %d kept from the last run, %d records on ranks %s",
             part,
             parts,
-            len(mine),
             len(mine) - len(todo),
             len(todo),
             job.devices,
@@ -184,7 +183,11 @@ class _Pending:
 
 
 def measure_records(
-    rank: Rank, lines: list[tuple[int, int]], records: str, settings: MeasureSettings, digest: str
+    rank: Rank,
+    lines: list[tuple[int, int]],
+    records: str,
+    settings: MeasureSettings,
+    digest: str | None = None,
 ) -> dict:
     """One rank: measure its records (line, byte offset); write {"line", metrics... | error, "key"}
     in line order to its scratch file `.jsonl`.
@@ -195,6 +198,7 @@ def measure_records(
     from sharflow.quality.metrics import Meters, measure
 
     start = time.perf_counter()
+    digest = digest or measure_digest(settings)
     meters = Meters.load(rank.device, settings.dnsmos_max_windows) if lines else None
     transcriber = _transcriber(settings.asr, rank.device) if lines else None
     if lines:  # once per rank and job (tests/test_workflow.py counts these lines)

@@ -91,55 +91,66 @@ def assign_splits(
             where = (record["audio_filepath"], record["offset"], record["duration"])
             if fields is not None:
                 record.update(fields.of(where))
-            link = linked.get(where)
-            if split == TRAIN and link is not None and link.get("action") != "keep":
-                reason = link["reason"]
-                if link.get("action") == "mark":
-                    m = link["matched"]
-                    record["duplicate_of"] = f"{m['dataset']}:{m['audio_filepath']}@{m['offset']}"
-                    marked += 1
-                else:
-                    row = reject_row(reason, _detail(link), raw.rstrip("\n"), line=line)
-                    ledger.reject(reason, record["duration"], row)
-                    continue
+            link = linked.get(where) if split == TRAIN else None
+            if link is not None and link.get("action") == "mark":
+                record["duplicate_of"] = _first_copy(link["matched"])
+                marked += 1
+            elif link is not None and link.get("action") != "keep":
+                row = reject_row(link["reason"], _detail(link), raw.rstrip("\n"), line=line)
+                ledger.reject(link["reason"], record["duration"], row)
+                continue
             out.write(json.dumps({**record, "split": split}, ensure_ascii=False) + "\n")
             ledger.keep(record["duration"])
             per_split[split].update(records=1, seconds=record["duration"])
             speakers[split].add(speaker)
         ledger.check(records_in, fix=f"rerun with --forcerun splits for dataset {dataset}")
-    rules = SplitRules.from_config(ds.rules, f"datasets.{dataset}.splits")
     seen = sum(per_split[s]["records"] for s in SPLITS if s not in UNSEEN)
-    empties = empty_splits(dataset, rules, per_split, len(all_speakers), seen)
+    rules = SplitRules.from_config(ds.rules, f"datasets.{dataset}.splits")
     summary = {
         "dataset": dataset,
         **ledger.counts(),
         **ledger.hours(),
-        "splits": {
-            s: {
-                "records": per_split[s]["records"],
-                "hours": round(per_split[s]["seconds"] / 3600, 6),
-                "speakers": len(speakers[s]),
-            }
-            for s in SPLITS
-        },
-        "empty_splits": empties,
+        "splits": _per_split(per_split, speakers),
+        "empty_splits": empty_splits(dataset, rules, per_split, len(all_speakers), seen),
         "marked_duplicates": marked,
     }
+    _finish(summary, stats, empty, dict(ledger.rejected))
+    return summary
+
+
+def _finish(summary: dict, stats: str, empty: str, rejected: dict) -> None:
+    """Write the splits stats, say every empty split, log the counts; stop on an empty split if asked."""
     write_json(stats, summary)
-    for e in empties:
+    for e in summary["empty_splits"]:
         log.warning("sharflow: %s", e["message"])
     log.info(
         "splits %s: %s; %d rejected %s",
-        dataset,
+        summary["dataset"],
         ", ".join(f"{s} {v['records']}" for s, v in summary["splits"].items()),
         summary["rejected_total"],
-        dict(ledger.rejected),
+        rejected,
     )
-    if empties and empty == "error":
+    if summary["empty_splits"] and empty == "error":
         raise SharflowError(
-            "; ".join(e["message"] for e in empties) + " (splits.empty: error; set it to warn to go on)"
+            "; ".join(e["message"] for e in summary["empty_splits"])
+            + " (splits.empty: error; set it to warn to go on)"
         )
-    return summary
+
+
+def _per_split(per_split: Mapping[str, Counter], speakers: Mapping[str, set]) -> dict:
+    return {
+        s: {
+            "records": per_split[s]["records"],
+            "hours": round(per_split[s]["seconds"] / 3600, 6),
+            "speakers": len(speakers[s]),
+        }
+        for s in SPLITS
+    }
+
+
+def _first_copy(m: dict) -> str:
+    """`duplicate_of` of a marked copy: the first copy's dataset, file and offset."""
+    return f"{m['dataset']}:{m['audio_filepath']}@{m['offset']}"
 
 
 class IdentityFields:
