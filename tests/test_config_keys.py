@@ -228,6 +228,7 @@ def planned_jobs(tmp_path, config, *targets) -> dict[str, int]:
 def test_keys_that_change_which_jobs_run(tmp_path):
     base = planned_jobs(tmp_path, demo_config())
     assert base["quality_part"] == 2 and "build_random_asr" not in base
+    assert not {"identity_part", "identity", "splits"} & set(base)  # no splits: no identity stage
     off = planned_jobs(tmp_path, demo_config(quality={"enabled": False}))
     assert not {"quality_part", "quality_merge", "quality_filter"} & set(off)
     asr = demo_config(quality={"asr": {"random_from_config": str(REPO / "config/models/tiny_asr.yaml")}})
@@ -243,13 +244,12 @@ def test_keys_that_change_which_jobs_run(tmp_path):
 
 
 def test_identity_enabled_adds_the_identity_jobs_only_with_splits(tmp_path):
-    """With splits, identity parts per dataset and one identity job (identity.parts of them); off, or
-    without splits, none, and the splits job reads no links."""
+    """With splits, identity parts per dataset and one identity job (identity.parts of them); off,
+    none, and the splits job reads no links (without splits: test_keys_that_change_which_jobs_run)."""
     on = planned_jobs(tmp_path, demo_config(degraded=True, splits=True, identity={"parts": 2}))
     assert on["identity_part"] == 4 and on["identity"] == 1 and on["splits"] == 2
     off = planned_jobs(tmp_path, demo_config(degraded=True, splits=True, identity={"enabled": False}))
     assert "identity_part" not in off and "identity" not in off and off["splits"] == 2
-    assert not {"identity_part", "identity", "splits"} & set(planned_jobs(tmp_path, demo_config()))
 
 
 def test_text_keys_reach_the_text_jobs(tmp_path):

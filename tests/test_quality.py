@@ -477,9 +477,9 @@ def test_a_grown_manifest_is_measured_only_where_it_grew(tmp_path):
     prep = prepare_demo(tmp_path)
     lines = [x for x in (prep / "prepared.jsonl").read_text().splitlines() if json.loads(x)["duration"] < 3.5]
     first, grown = tmp_path / "first.jsonl", tmp_path / "grown.jsonl"
-    first.write_text("\n".join(lines[:6]) + "\n")
-    changed = {**json.loads(lines[3]), "duration": 1.0}  # same file, another span
-    new = [lines[6], lines[0], lines[7], lines[1], lines[2], json.dumps(changed), lines[5]]  # less lines[4]
+    first.write_text("\n".join(lines[:4]) + "\n")
+    changed = {**json.loads(lines[2]), "duration": 1.0}  # same file, another span
+    new = [lines[4], lines[0], json.dumps(changed), lines[3]]  # less lines[1]
     grown.write_text("\n".join(new) + "\n")
 
     def measure(records, name, previous=None):
@@ -496,12 +496,12 @@ def test_a_grown_manifest_is_measured_only_where_it_grew(tmp_path):
         return stats, (tmp_path / f"{name}.jsonl").read_bytes()
 
     stats, before = measure(first, "before")
-    assert (stats["measured"], stats["reused"]) == (6, 0)
+    assert (stats["measured"], stats["reused"]) == (4, 0)
     stats, after = measure(grown, "after", previous=str(tmp_path / "before.jsonl"))
-    assert (stats["measured"], stats["reused"]) == (3, 4)  # lines[6], lines[7], the changed span
+    assert (stats["measured"], stats["reused"]) == (2, 2)  # lines[4] and the changed span
     rows = [json.loads(x) for x in after.decode().splitlines()]
-    assert [r["line"] for r in rows] == list(range(1, 8))
-    assert len({r["dnsmos_ovrl"] for r in rows}) == 7  # the values carry information
+    assert [r["line"] for r in rows] == list(range(1, 5))
+    assert len({r["dnsmos_ovrl"] for r in rows}) == 4  # the values carry information
     assert rows[1]["dnsmos_ovrl"] == json.loads(before.decode().splitlines()[0])["dnsmos_ovrl"]
     _, fresh = measure(grown, "fresh")
     assert after == fresh
