@@ -169,6 +169,7 @@ def test_any_parts_and_workers_give_the_same_fingerprints_and_links(tmp_path):
                 workers=workers,
             )
             files.append([f"{prefix}.jsonl", f"{prefix}.npy"])
+        assert not list(out.glob(".*"))  # no scratch left (the hashes are copied in under a header)
         entries = [{k: v for k, v in e.items() if k != "start"} for f, _ in files for e in read_jsonl(f)]
         hashes = np.concatenate([np.load(h) for _, h in files])
         link_identities(

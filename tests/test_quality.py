@@ -489,7 +489,7 @@ def test_a_grown_manifest_is_measured_only_where_it_grew(tmp_path):
             parts=1,
             out_metrics=str(tmp_path / f"{name}.jsonl"),
             out_stats=str(tmp_path / f"{name}.stats.json"),
-            settings=MeasureSettings(str(DEMO / "audio")),
+            settings=MeasureSettings(str(DEMO / "audio"), dnsmos_max_windows=1),
             device="cpu",
             previous=previous,
         )

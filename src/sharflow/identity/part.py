@@ -14,15 +14,19 @@ processes, in line order. A part writes:
   array of (hash uint32, time int32));
 - `part-NNNN.stats.json`: counts and seconds.
 
-Memory: one record's audio per worker and the part's hashes (about 0.7 kB per second of audio).
+Memory: one record's audio per worker; hashes go to disk as they come.
 Bytes depend on the records alone, not on the worker count.
 """
 
 import hashlib
 import json
 import logging
+import os
+import tempfile
 import time
+from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -57,18 +61,13 @@ def run_identity_part(
     mine = part_records(records, part, parts)
     log.info("identity part %d of %d: %d records, %d workers", part, parts, len(mine), workers)
     counts = {"records": len(mine), "unreadable": 0, "unusable": 0, "hashes": 0, "audio_seconds": 0.0}
-    with open(records, "rb") as src:
-        raw = []
-        for line, offset, _ in mine:
-            src.seek(offset)
-            raw.append((line, src.readline()))
     with (
         atomic_file(out_records, "w", encoding="utf-8") as index,
-        atomic_path(out_hashes) as tmp_hashes,
+        _HashesFile(out_hashes) as sink,
         tqdm(total=len(mine), desc=f"identity part {part}", unit="utt", mininterval=5) as bar,
     ):
-        chunks = []
-        for (line, _), (entry, hashes) in ordered_map(partial(_fingerprint_record, audio_root), raw, workers):
+        fingerprinted = ordered_map(partial(_fingerprint_record, audio_root), _lines(records, mine), workers)
+        for (line, _), (entry, hashes) in fingerprinted:
             entry = {"line": line, **entry, "start": counts["hashes"]}
             if "error" in entry:
                 counts["unreadable"] += 1
@@ -76,11 +75,9 @@ def run_identity_part(
                 counts["audio_seconds"] += entry["duration"]
                 counts["unusable"] += entry["hashes"] == 0
             counts["hashes"] += len(hashes)
-            chunks.append(hashes)
+            sink.write(hashes)
             index.write(json.dumps(entry, ensure_ascii=False) + "\n")
             bar.update()
-        with open(tmp_hashes, "wb") as f:
-            np.save(f, np.concatenate(chunks) if chunks else np.zeros(0, HASH_DTYPE))
     stats = {
         "part": part,
         "parts": parts,
@@ -91,6 +88,59 @@ def run_identity_part(
     }
     write_json(out_stats, stats)
     return stats
+
+
+def _lines(records: str, mine) -> Iterator[tuple[int, bytes]]:
+    """(line, raw record) of a part's records, read by offset one at a time."""
+    with open(records, "rb") as src:
+        for line, offset, _ in mine:
+            src.seek(offset)
+            yield line, src.readline()
+
+
+class _HashesFile:
+    """The part's .npy of hashes, written as they come: raw rows to a scratch file beside it, then
+    copied block by block under an .npy header (the count is known only at the end), renamed last."""
+
+    BLOCK = 1 << 20
+
+    def __init__(self, path: str):
+        self.path = Path(path)
+        self.rows = 0
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, self.raw_path = tempfile.mkstemp(
+            prefix=f".{self.path.name}.", suffix=".raw", dir=self.path.parent
+        )
+        self.raw = os.fdopen(fd, "wb")
+        return self
+
+    def write(self, hashes: np.ndarray) -> None:
+        self.raw.write(np.ascontiguousarray(hashes, dtype=HASH_DTYPE).tobytes())
+        self.rows += len(hashes)
+
+    def __exit__(self, exc_type, *_):
+        self.raw.close()
+        try:
+            if exc_type is None:
+                self._publish()
+        finally:
+            os.unlink(self.raw_path)
+        return False
+
+    def _publish(self) -> None:
+        with atomic_path(self.path) as tmp:
+            if not self.rows:
+                with open(tmp, "wb") as f:
+                    np.save(f, np.zeros(0, HASH_DTYPE))
+                return
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=HASH_DTYPE, shape=(self.rows,))
+            src = np.memmap(self.raw_path, dtype=HASH_DTYPE, mode="r", shape=(self.rows,))
+            for i in range(0, self.rows, self.BLOCK):
+                out[i : i + self.BLOCK] = src[i : i + self.BLOCK]
+            out.flush()
+            del out, src
 
 
 def samples_digest(audio: np.ndarray) -> str:
