@@ -253,7 +253,13 @@ def get_split_dataset(wildcards):
         "records": measured_records(ds)[0],
         "audio_root": config["datasets"][ds]["audio_root"],
         "rules": split_block(ds),
+        "own_speaker_ids": config["datasets"][ds]["speaker_ids"] == "own",
     }
+
+
+def get_own_speaker_ids(wildcards):
+    """Whether the dataset's speaker ids are its own (datasets.<name>.speaker_ids: own)."""
+    return config["datasets"][wildcards.dataset]["speaker_ids"] == "own"
 
 
 def get_empty_split_action(wildcards):

@@ -10,6 +10,7 @@ rule identity_part:
     params:
         parts=config["identity"]["parts"],
         audio_root=get_audio_root,
+        own_speaker_ids=get_own_speaker_ids,
     threads: threads_of("identity")
     resources:
         mem_mb=2000,

@@ -73,6 +73,8 @@ EFFECTS: dict[str, str] = {
         )
     },
     "splits.empty": "test_identity.py::test_a_split_that_selects_nothing_is_said_and_can_stop_the_run",
+    "datasets.<name>.speaker_ids": "test_identity.py::"
+    "test_the_same_speaker_and_text_is_one_utterance_and_another_voice_reading_it_is_not",
     "identity.enabled": f"{HERE}::test_identity_enabled_adds_the_identity_jobs_only_with_splits",
     "identity.parts": "test_identity.py::test_any_parts_and_workers_give_the_same_fingerprints_and_links",
     "identity.workers": "test_identity.py::test_any_parts_and_workers_give_the_same_fingerprints_and_links",

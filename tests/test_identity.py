@@ -16,7 +16,7 @@ import yaml
 
 from sharflow.core.audio import load_span
 from sharflow.core.errors import SharflowError
-from sharflow.core.splits import TRAIN, SplitRules, span_key
+from sharflow.core.splits import TRAIN, SplitRules, span_key, speaker_identity
 from sharflow.identity.fingerprint import fingerprint, match
 from sharflow.identity.keys import folded_text, utterance_key
 from sharflow.identity.links import (
@@ -291,9 +291,13 @@ def test_no_copy_of_held_out_audio_reaches_train_and_copies_of_train_audio_lose_
     assert out["demo"][0]["rejected_total"] == 0 and identity["by_dataset_pair"] == {"leaks <- demo": 60}
 
 
-def test_the_same_speaker_and_text_is_one_utterance_and_another_voice_reading_it_is_not(tmp_path):
+@pytest.mark.parametrize("speaker_ids", ["shared", "own"])
+def test_the_same_speaker_and_text_is_one_utterance_and_another_voice_reading_it_is_not(
+    tmp_path, speaker_ids
+):
     """awb_001 held out; 'again' has awb reading its text in another recording (awb_002's audio),
-    and rms reading it (rms_003's audio): the first is the held-out utterance, the second is not."""
+    and rms reading it (rms_003's audio): the first is the held-out utterance, the second is not.
+    With speaker_ids: own, 'again''s awb is another person: neither is."""
     by_path = {r["audio_filepath"]: r for r in MANIFEST}
     demo = demo_dataset(tmp_path)
     text = by_path["awb/awb_001.flac"]["text"]
@@ -305,9 +309,15 @@ def test_the_same_speaker_and_text_is_one_utterance_and_another_voice_reading_it
     # "again" does not hold out what demo holds out: its own hash rules would; test the link alone
     _, out = run_identity(
         tmp_path,
-        {"demo": (*demo, {"dev_seen": {"utterances": ["awb/awb_001.flac"]}}), "again": (*again, {})},
+        {
+            "demo": (*demo, {"dev_seen": {"utterances": ["awb/awb_001.flac"]}}),
+            "again": (*again, {}, speaker_ids == "own"),
+        },
     )
     stats, records, rejects = out["again"]
+    if speaker_ids == "own":
+        assert stats["rejected_total"] == 0 and len(records) == 2
+        return
     assert stats["rejected"] == {SAME_UTTERANCE: 1} and records[0]["speaker"].endswith("rms |")
     assert "dev_seen awb/awb_001.flac" in rejects[0]["detail"]
 
@@ -346,6 +356,18 @@ def test_exact_duplicates_within_train_are_kept_dropped_or_marked(tmp_path, acti
             assert all(m and m.startswith("demo:") for m in marks) and stats["marked_duplicates"] == 7
         else:
             assert not any(marks)
+
+
+def test_a_speaker_id_names_one_person_across_datasets_unless_a_dataset_owns_its_ids():
+    """Unseen speakers by hash: the same id in two datasets gets one decision (shared), or one each
+    (own: the id within its dataset), while listed speakers stay listed."""
+    rules = SplitRules.from_config({"seed": 5, "dev_unseen": {"fraction": 0.5, "speakers": ["7"]}})
+    ids = [str(i) for i in range(40)]
+    shared = [rules.speaker_split(i, speaker_identity("b", i, False)) for i in ids]
+    own = [rules.speaker_split(i, speaker_identity("b", i, True)) for i in ids]
+    assert shared == [rules.speaker_split(i) for i in ids]  # shared: the id is the person
+    assert 5 < sum(a != b for a, b in zip(shared, own, strict=True)) < 35  # own: decided anew
+    assert shared[7] == own[7] == "dev_unseen"  # listed by its id in its own dataset
 
 
 def test_two_segments_of_one_file_are_two_utterances_and_a_span_held_out_twice_stays(tmp_path):

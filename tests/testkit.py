@@ -270,9 +270,11 @@ FIELDS = ("cuts", "target_audio", "context_audio")
 
 def run_identity(tmp, datasets: dict, rules=None):
     """Identity parts, the identity job and each dataset's splits job over datasets {name: (records,
-    audio root, count, splits block)}: (identity stats, {name: (splits stats, records, rejects)})."""
+    audio root, count, splits block[, speaker_ids own])}: (identity stats, {name: (splits stats,
+    records, rejects)})."""
     parts = {}
-    for name, (records, root, _, _) in datasets.items():
+    own = {name: bool(spec[4:] and spec[4]) for name, spec in datasets.items()}  # speaker_ids: own
+    for name, (records, root, *_) in datasets.items():
         out = tmp / "identity" / name
         run_identity_part(
             0,
@@ -282,6 +284,8 @@ def run_identity(tmp, datasets: dict, rules=None):
             out_records=str(out / "part.jsonl"),
             out_hashes=str(out / "part.npy"),
             out_stats=str(out / "part.stats.json"),
+            dataset=name,
+            own_speaker_ids=own[name],
         )
         parts[name] = DatasetIdentity([[str(out / "part.jsonl"), str(out / "part.npy")]], datasets[name][3])
     links = tmp / "identity" / "links.jsonl"
@@ -292,11 +296,11 @@ def run_identity(tmp, datasets: dict, rules=None):
         out_stats=str(tmp / "identity" / "stats.json"),
     )
     result = {}
-    for name, (records, root, n, split_rules) in datasets.items():
+    for name, (records, root, n, split_rules, *_) in datasets.items():
         files = {k: str(tmp / "splits" / name / k) for k in ("records.jsonl", "rejected", "stats.json")}
         stats = assign_splits(
             name,
-            DatasetSplits(str(records), str(root), split_rules),
+            DatasetSplits(str(records), str(root), split_rules, own[name]),
             links=str(links),
             identity=[str(tmp / "identity" / name / "part.jsonl")],
             records_in=n,

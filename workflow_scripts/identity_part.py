@@ -17,4 +17,6 @@ if __name__ == "__main__":
             out_hashes=out.hashes,
             out_stats=out.stats,
             workers=snakemake.threads,
+            dataset=snakemake.wildcards.dataset,
+            own_speaker_ids=snakemake.params.own_speaker_ids,
         )

@@ -11,7 +11,8 @@ records or speakers never moves an existing one between splits:
    the first `dev_seen.fraction` (then `test_seen.fraction`), is held out; the rest is train.
 
 A speaker is its speaker id (`core.speakers`), whatever its dataset: the same id in two datasets
-is one speaker with one split. An utterance's hash key is its span: the audio file's name and size
+is one speaker with one split, unless a dataset says its ids are its own (speaker_identity). An
+utterance's hash key is its span: the audio file's name and size
 in bytes, offset and duration (to the millisecond), so the same audio in two datasets (or moved to
 another folder) gets the same decision, whatever its path relative to each dataset's audio root.
 """
@@ -52,6 +53,13 @@ def _file_size(path: str) -> int:
     return os.path.getsize(path)
 
 
+def speaker_identity(dataset: str, speaker: str, own_ids: bool) -> str:
+    """Who a speaker id names across datasets: the id itself (datasets.<name>.speaker_ids: shared,
+    the default: the same id in two datasets is one person, as in LibriTTS and LibriTTS-R), or the
+    id within its dataset (own: `<dataset>/<id>`, for corpora that each number their speakers)."""
+    return f"{dataset}/{speaker}" if own_ids else speaker
+
+
 def span_key(path: str, offset: float, duration: float) -> str:
     """An utterance's identity for splits: file name, its size in bytes, offset and duration (ms)."""
     return f"{os.path.basename(path)}:{_file_size(path)}:{offset:.3f}:{duration:.3f}"
@@ -85,16 +93,17 @@ class SplitRules:
     def enabled(self) -> bool:
         return any(self.fractions.values()) or bool(self.speakers) or bool(self.utterances)
 
-    def speaker_split(self, speaker: str) -> str | None:
-        """The unseen split of a speaker, or None for a seen speaker."""
+    def speaker_split(self, speaker: str, who: str | None = None) -> str | None:
+        """The unseen split of a speaker, or None for a seen speaker; `who` is the speaker as the
+        hash sees it (speaker_identity), the id itself by default."""
         if speaker in self.speakers:
             return self.speakers[speaker]
-        return self._by_hash(UNSEEN, "speaker", speaker)
+        return self._by_hash(UNSEEN, "speaker", who or speaker)
 
-    def split(self, speaker: str, audio_filepath: str, span: str) -> str:
-        """The split of an utterance of `speaker` at `audio_filepath` (as in the manifest), `span`
-        its span_key."""
-        unseen = self.speaker_split(speaker)
+    def split(self, speaker: str, audio_filepath: str, span: str, who: str | None = None) -> str:
+        """The split of an utterance of `speaker` (its id; `who`: as speaker_identity names it) at
+        `audio_filepath` (as in the manifest), `span` its span_key."""
+        unseen = self.speaker_split(speaker, who)
         if unseen:
             return unseen
         if audio_filepath in self.utterances:

@@ -226,7 +226,9 @@ class _Records:
     def __iter__(self) -> Iterator[tuple[str, dict, np.ndarray, str]]:
         for name in sorted(self.datasets):
             for entry, hashes in _entries(self.datasets[name]):
-                split = self.rules[name].split(entry["speaker"], entry["audio_filepath"], entry["span"])
+                split = self.rules[name].split(
+                    entry["speaker"], entry["audio_filepath"], entry["span"], entry.get("who")
+                )
                 yield name, entry, hashes, split
 
     def index(self) -> tuple[HeldOut, Counter, list[int]]:

@@ -5,7 +5,8 @@ seconds (sharflow.core.parts). Each record's span is decoded as the shard stores
 (sharflow.core.audio.load_span) and fingerprinted (sharflow.identity.fingerprint) in `workers`
 processes, in line order. A part writes:
 
-- `part-NNNN.jsonl`: one line per record: its line, audio_filepath, offset, duration, speaker id,
+- `part-NNNN.jsonl`: one line per record: its line, audio_filepath, offset, duration, speaker id
+  and who it names across datasets (`who`: core.splits.speaker_identity),
   span key, utterance key (sharflow.identity.keys), the digest of its decoded samples (equal for
   exact copies only), how many hashes its fingerprint has and where they start in the part's
   `.npy` (or an `error` for audio that could not be decoded: it then has no fingerprint, and the
@@ -36,7 +37,7 @@ from sharflow.core.audio import load_span, resolve_audio_path
 from sharflow.core.parallel import ordered_map
 from sharflow.core.parts import part_records
 from sharflow.core.speakers import parse_speaker
-from sharflow.core.splits import span_key
+from sharflow.core.splits import span_key, speaker_identity
 from sharflow.identity.fingerprint import VERSION, fingerprint
 from sharflow.identity.keys import utterance_key
 
@@ -55,8 +56,11 @@ def run_identity_part(
     out_hashes: str,
     out_stats: str,
     workers: int = 1,
+    dataset: str = "",
+    own_speaker_ids: bool = False,
 ) -> dict:
-    """Fingerprint and key the records of one part; write its three files (see the module)."""
+    """Fingerprint and key the records of one part; write its three files (see the module). A
+    speaker is `who` (core.splits.speaker_identity of `dataset` and `own_speaker_ids`)."""
     start = time.perf_counter()
     mine = part_records(records, part, parts)
     log.info("identity part %d of %d: %d records, %d workers", part, parts, len(mine), workers)
@@ -66,7 +70,8 @@ def run_identity_part(
         _HashesFile(out_hashes) as sink,
         tqdm(total=len(mine), desc=f"identity part {part}", unit="utt", mininterval=5) as bar,
     ):
-        fingerprinted = ordered_map(partial(_fingerprint_record, audio_root), _lines(records, mine), workers)
+        work = partial(_fingerprint_record, audio_root, dataset, own_speaker_ids)
+        fingerprinted = ordered_map(work, _lines(records, mine), workers)
         for (line, _), (entry, hashes) in fingerprinted:
             entry = {"line": line, **entry, "start": counts["hashes"]}
             if "error" in entry:
@@ -148,7 +153,9 @@ def samples_digest(audio: np.ndarray) -> str:
     return hashlib.blake2b(np.ascontiguousarray(audio, dtype=np.float32).tobytes(), digest_size=8).hexdigest()
 
 
-def _fingerprint_record(audio_root: str, item: tuple[int, bytes]) -> tuple[dict, np.ndarray]:
+def _fingerprint_record(
+    audio_root: str, dataset: str, own_ids: bool, item: tuple[int, bytes]
+) -> tuple[dict, np.ndarray]:
     """(index entry less line and start, hashes) of one record line."""
     record = json.loads(item[1])
     speaker = parse_speaker(record["speaker"]).speaker_id
@@ -157,6 +164,7 @@ def _fingerprint_record(audio_root: str, item: tuple[int, bytes]) -> tuple[dict,
         "offset": record["offset"],
         "duration": record["duration"],
         "speaker": speaker,
+        "who": speaker_identity(dataset, speaker, own_ids),
     }
     try:
         path, _ = resolve_audio_path(audio_root, record["audio_filepath"])
@@ -170,7 +178,7 @@ def _fingerprint_record(audio_root: str, item: tuple[int, bytes]) -> tuple[dict,
             "hashes": 0,
             "error": f"{record['audio_filepath']}: {e}",
         }, np.zeros(0, HASH_DTYPE)
-    entry["utterance"] = utterance_key(speaker, record.get("normalized_text") or record.get("text"))
+    entry["utterance"] = utterance_key(entry["who"], record.get("normalized_text") or record.get("text"))
     entry["digest"] = samples_digest(audio)
     hashes = np.zeros(len(fp) if fp.usable else 0, HASH_DTYPE)
     if fp.usable:

@@ -28,7 +28,7 @@ from sharflow.core.audio import resolve_audio_path
 from sharflow.core.errors import SharflowError
 from sharflow.core.ledger import Ledger, RejectWriter, reject_row
 from sharflow.core.speakers import parse_speaker
-from sharflow.core.splits import HELD_OUT, SPLITS, TRAIN, UNSEEN, SplitRules, span_key
+from sharflow.core.splits import HELD_OUT, SPLITS, TRAIN, UNSEEN, SplitRules, span_key, speaker_identity
 from sharflow.identity.links import read_links
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ class DatasetSplits:
     records: str
     audio_root: str
     rules: Mapping  # the merged `splits` config block (SplitRules.from_config)
+    own_speaker_ids: bool = False  # datasets.<name>.speaker_ids: own (core.splits.speaker_identity)
 
 
 def splits_of(name: str, ds: DatasetSplits) -> Iterator[tuple[str, dict, str, str, str]]:
@@ -53,7 +54,8 @@ def splits_of(name: str, ds: DatasetSplits) -> Iterator[tuple[str, dict, str, st
             path, _ = resolve_audio_path(ds.audio_root, record["audio_filepath"])
             span = span_key(path, record["offset"], record["duration"])
             speaker = parse_speaker(record["speaker"]).speaker_id
-            yield raw, record, speaker, span, rules.split(speaker, record["audio_filepath"], span)
+            who = speaker_identity(name, speaker, ds.own_speaker_ids)
+            yield raw, record, speaker, span, rules.split(speaker, record["audio_filepath"], span, who)
 
 
 def assign_splits(
