@@ -208,7 +208,9 @@ def identity_section(dataset: str, splits: dict | None, identity: dict | None) -
         pairs = {k: v for k, v in identity["by_dataset_pair"].items() if k.startswith(f"{dataset} <- ")}
         if pairs:
             lines.append(
-                "- Matched in: " + ", ".join(f"{k.split(' <- ')[1]} ({v:,})" for k, v in pairs.items())
+                "- Links found, by held-out dataset (among the text stage's records: some may have left at "
+                "quality before splits): "
+                + ", ".join(f"{k.split(' <- ')[1]} ({v:,})" for k, v in pairs.items())
             )
         dup = identity.get("train_duplicates", {})
         lines.append(
