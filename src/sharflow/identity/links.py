@@ -31,6 +31,7 @@ hashes and counts them by (held-out record, time offset): never a matrix over re
 import json
 import logging
 import time
+from array import array
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -162,7 +163,7 @@ def link_identities(
     start = time.perf_counter()
     records = _Records(datasets)
     held, train, digests = records.index()
-    first_of = _first_copies(np.array(digests, dtype=np.uint64))
+    first_of = _first_copies(np.frombuffer(digests, dtype=np.uint64))
     log.info(
         "identity: %d held-out records indexed (%d hashes, %.1f MB); %d train records to check",
         len(held.items),
@@ -231,9 +232,9 @@ class _Records:
                 )
                 yield name, entry, hashes, split
 
-    def index(self) -> tuple[HeldOut, Counter, list[int]]:
+    def index(self) -> tuple[HeldOut, Counter, array]:
         """The held-out index, train records per dataset, and the train records' sample digests."""
-        held, train, digests = HeldOut(), Counter(), []
+        held, train, digests = HeldOut(), Counter(), array("Q")  # 8 bytes a train record
         for name, entry, hashes, split in self:
             if split == TRAIN:
                 train[name] += 1

@@ -147,10 +147,11 @@ def _read(src, settings: MeasureSettings, digest: str, item: tuple[int, int]):
     stopped decoding)."""
     src.seek(item[1])
     record = json.loads(src.readline())
-    path = _audio_path(settings.audio_root, record)
+    path = _audio_path(settings.audio_root, record)  # resolved once: for the key and for reading
     key = record_key(record, path, digest, settings.asr is not None)
     try:
-        path, _ = resolve_audio_path(settings.audio_root, record["audio_filepath"])
+        if not path:  # an escaping or unreadable path: the reason, as resolve_audio_path gives it
+            resolve_audio_path(settings.audio_root, record["audio_filepath"])
         audio, rate = load_span(path, record["offset"], record["duration"])
         return record, key, (audio, rate, resample(audio, rate, MODEL_RATE))
     except Exception as e:  # reported per record; the part goes on without it
