@@ -282,17 +282,27 @@ def get_identity_part_files(kind):
 
 
 def get_identity_datasets(wildcards):
-    """Fields of sharflow.identity.links.DatasetIdentity for every dataset."""
+    """Fields of sharflow.identity.links.DatasetIdentity for every dataset (the parts' voices with
+    identity.voices)."""
+    voices = config["identity"]["voices"]["enabled"]
     return {
         ds: {
             "parts": [
-                [f.records, f.hashes]
+                [f.records, f.hashes, *([f.voices] if voices else [])]
                 for f in map(layout.dataset_files(ds).identity_part, range(config["identity"]["parts"]))
             ],
             "rules": split_block(ds),
         }
         for ds in DATASETS
     }
+
+
+def get_voice_embedding(wildcards):
+    """Fields of sharflow.identity.part.VoiceEmbedding (identity.voices), or None without voices."""
+    voices = config["identity"]["voices"]
+    if not voices["enabled"]:
+        return None
+    return {"embedder": voices["embedder"], "options": tuple(sorted(voices["embedder_options"].items()))}
 
 
 # ---- context ----------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ rule identity_part:
         parts=config["identity"]["parts"],
         audio_root=get_audio_root,
         own_speaker_ids=get_own_speaker_ids,
+        voices=get_voice_embedding,
     threads: threads_of("identity")
     resources:
         mem_mb=2000,
@@ -22,9 +23,11 @@ rule identity:
     input:
         records=get_identity_part_files("records"),
         hashes=get_identity_part_files("hashes"),
+        voices=get_identity_part_files("voices"),
     output:
         links=layout.IDENTITY_LINKS,
         stats=layout.IDENTITY_STATS,
+        decisions=update(layout.SPEAKER_DECISIONS),
     log:
         layout.log("identity"),
     benchmark:
@@ -34,6 +37,7 @@ rule identity:
         min_score=config["identity"]["min_score"],
         min_matched=config["identity"]["min_matched"],
         train_duplicates=config["identity"]["train_duplicates"],
+        voices=config["identity"]["voices"],
     resources:
         mem_mb=8000,
     script:

@@ -82,6 +82,18 @@ EFFECTS: dict[str, str] = {
     "identity.min_matched": "test_identity.py::test_the_match_thresholds_decide_what_is_one_content",
     "identity.train_duplicates": "test_identity.py::"
     "test_exact_duplicates_within_train_are_kept_dropped_or_marked",
+    "identity.voices.enabled": "test_identity.py::"
+    "test_an_unseen_speaker_under_another_id_is_linked_by_voice_and_the_closest_other_voice_is_not",
+    "identity.voices.embedder": f"{HERE}::test_identity_voice_keys_reach_the_identity_jobs",
+    "identity.voices.embedder_options": f"{HERE}::test_identity_voice_keys_reach_the_identity_jobs",
+    "identity.voices.min_similarity": "test_identity.py::"
+    "test_a_pair_is_decided_once_and_stays_decided_as_its_voices_drift",
+    "identity.voices.min_seconds": "test_identity.py::"
+    "test_a_pair_is_decided_once_and_stays_decided_as_its_voices_drift",
+    "identity.voices.confirm": "test_identity.py::"
+    "test_the_same_id_in_datasets_that_share_ids_is_one_person_and_the_config_decides_a_pair",
+    "identity.voices.deny": "test_identity.py::"
+    "test_the_same_id_in_datasets_that_share_ids_is_one_person_and_the_config_decides_a_pair",
     "prepare.workers": "test_prepare.py::test_serial_and_parallel_runs_are_byte_identical",
     "prepare.duration_tolerance": "test_manifest.py::"
     "test_duration_tolerance_at_the_value_and_one_ulp_either_side",
@@ -252,6 +264,29 @@ def test_identity_enabled_adds_the_identity_jobs_only_with_splits(tmp_path):
     assert on["identity_part"] == 4 and on["identity"] == 1 and on["splits"] == 2
     off = planned_jobs(tmp_path, demo_config(degraded=True, splits=True, identity={"enabled": False}))
     assert "identity_part" not in off and "identity" not in off and off["splits"] == 2
+
+
+def test_identity_voice_keys_reach_the_identity_jobs(tmp_path):
+    """identity.voices' embedder and options reach the identity parts (as VoiceEmbedding's fields,
+    which choose the embedder: test_ge2e.py shows the level option's effect), its rules the identity
+    job, and the parts' voices files its inputs only while voices are on."""
+    from test_layout import parsed_rules
+
+    voices = {"embedder_options": {"level": "raise"}, "min_similarity": 0.9, "deny": [["demo:a", "demo:b"]]}
+    rules = {r.name: r for r in parsed_rules(demo_config(splits=True, identity={"voices": voices}), tmp_path)}
+    assert rules["identity_part"].params.voices(None) == {
+        "embedder": "ge2e",
+        "options": (("level", "raise"),),
+    }
+    job = rules["identity"].params
+    assert job.voices["min_similarity"] == 0.9 and job.voices["deny"] == [["demo:a", "demo:b"]]
+    assert all(len(part) == 3 for part in job.datasets(None)["demo"]["parts"])
+    off = {
+        r.name: r
+        for r in parsed_rules(demo_config(splits=True, identity={"voices": {"enabled": False}}), tmp_path)
+    }
+    assert off["identity_part"].params.voices(None) is None
+    assert all(len(part) == 2 for part in off["identity"].params.datasets(None)["demo"]["parts"])
 
 
 def test_text_keys_reach_the_text_jobs(tmp_path):

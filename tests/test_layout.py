@@ -32,7 +32,11 @@ EXPECTED = {
     "quality_merge": {"metrics": DS.quality_metrics, "stats": DS.quality_metrics_stats},
     "quality_filter": {"kept": DS.quality_kept, "rejected": DS.quality_rejected, "stats": DS.quality_stats},
     "identity_part": DS.identity_part("{part}").named(),
-    "identity": {"links": layout.IDENTITY_LINKS, "stats": layout.IDENTITY_STATS},
+    "identity": {
+        "links": layout.IDENTITY_LINKS,
+        "stats": layout.IDENTITY_STATS,
+        "decisions": layout.SPEAKER_DECISIONS,
+    },
     "splits": {"records": DS.split_records, "rejected": DS.split_rejected, "stats": DS.split_stats},
     "context_plan": {"plan": DS.context_plan},
     "context_part": DS.context_part("{part}").named(),

@@ -323,6 +323,11 @@ def test_each_split_is_its_own_verified_shar_in_one_catalog_and_training_sees_tr
     assert catalog.fingerprint_hashes.min() > 50 and catalog.audio_digest.nunique() == len(catalog)
     assert "duplicate_of" not in catalog  # identity.train_duplicates: keep marks nothing
     card = (results / "demo" / "DATASET.md").read_text()  # hours and speakers per split
+    # voices compared in the run: none linked, the closest pair (two voices of one engine) shown
+    identity = json.loads((results / "identity" / "stats.json").read_text())["speakers"]
+    assert (identity["speakers"], identity["held_out_unseen"], identity["linked"]) == (8, 2, [])
+    assert "rejected): none; the closest pair not linked: gb_f2 ~ demo:us_m3 (test_unseen, not_linked, " in card
+    assert "Closest pairs not linked" in (results / "report" / "summary.html").read_text()
     for split, rows in catalog.groupby("split", observed=True):
         hours, speakers = rows.duration.sum() / 3600, rows.speaker.nunique()
         assert f"| {split} | {len(rows):,} | {hours:.3f} | {speakers:,} |" in card

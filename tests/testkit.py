@@ -268,10 +268,14 @@ def run_stage(
 FIELDS = ("cuts", "target_audio", "context_audio")
 
 
-def run_identity(tmp, datasets: dict, rules=None):
+def run_identity(tmp, datasets: dict, rules=None, voices=None):
     """Identity parts, the identity job and each dataset's splits job over datasets {name: (records,
-    audio root, count, splits block[, speaker_ids own])}: (identity stats, {name: (splits stats,
-    records, rejects)})."""
+    audio root, count, splits block[, speaker_ids own])}, voices by `voices` (VoiceRules; the
+    default's without): (identity stats, {name: (splits stats, records, rejects)})."""
+    from sharflow.identity.part import VoiceEmbedding
+    from sharflow.identity.voices import VoiceRules
+
+    voices = voices or VoiceRules()
     parts = {}
     own = {name: bool(spec[4:] and spec[4]) for name, spec in datasets.items()}  # speaker_ids: own
     for name, (records, root, *_) in datasets.items():
@@ -284,16 +288,21 @@ def run_identity(tmp, datasets: dict, rules=None):
             out_records=str(out / "part.jsonl"),
             out_hashes=str(out / "part.npy"),
             out_stats=str(out / "part.stats.json"),
+            out_voices=str(out / "part.voices.npy"),
             dataset=name,
             own_speaker_ids=own[name],
+            voices=VoiceEmbedding(voices.embedder) if voices.enabled else None,
         )
-        parts[name] = DatasetIdentity([[str(out / "part.jsonl"), str(out / "part.npy")]], datasets[name][3])
+        files = [str(out / "part.jsonl"), str(out / "part.npy"), str(out / "part.voices.npy")]
+        parts[name] = DatasetIdentity([files if voices.enabled else files[:2]], datasets[name][3])
     links = tmp / "identity" / "links.jsonl"
     identity = link_identities(
         parts,
         rules=rules or MatchRules(),
         out_links=str(links),
         out_stats=str(tmp / "identity" / "stats.json"),
+        voices=voices,
+        decisions=str(tmp / "identity" / "speaker_decisions.jsonl"),
     )
     result = {}
     for name, (records, root, n, split_rules, *_) in datasets.items():

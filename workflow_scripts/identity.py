@@ -2,6 +2,7 @@
 
 from sharflow.core.logs import job_log
 from sharflow.identity.links import DatasetIdentity, MatchRules, link_identities
+from sharflow.identity.voices import VoiceRules
 
 with job_log(snakemake.log[0]):
     link_identities(
@@ -11,4 +12,6 @@ with job_log(snakemake.log[0]):
         ),
         out_links=snakemake.output.links,
         out_stats=snakemake.output.stats,
+        voices=VoiceRules.from_config(snakemake.params.voices),
+        decisions=snakemake.output.decisions,
     )

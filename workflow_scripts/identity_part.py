@@ -2,7 +2,7 @@
 
 from sharflow.core.layout import IdentityPartFiles
 from sharflow.core.logs import job_log
-from sharflow.identity.part import run_identity_part
+from sharflow.identity.part import VoiceEmbedding, run_identity_part
 
 # The guard keeps spawned worker processes, which re-run this file as __mp_main__, out of the body.
 if __name__ == "__main__":
@@ -16,7 +16,9 @@ if __name__ == "__main__":
             out_records=out.records,
             out_hashes=out.hashes,
             out_stats=out.stats,
+            out_voices=out.voices,
             workers=snakemake.threads,
             dataset=snakemake.wildcards.dataset,
             own_speaker_ids=snakemake.params.own_speaker_ids,
+            voices=VoiceEmbedding(**snakemake.params.voices) if snakemake.params.voices else None,
         )

@@ -218,10 +218,12 @@ class QualityPartFiles(Outputs):
 
 @dataclass(frozen=True)
 class IdentityPartFiles(Outputs):
-    """An identity part's files: per-record keys (.jsonl), fingerprints (.npy) and stats."""
+    """An identity part's files: per-record keys (.jsonl), fingerprints (.npy), speaker embeddings
+    (.voices.npy) and stats."""
 
     records: str
     hashes: str
+    voices: str
     stats: str
 
 
@@ -306,7 +308,9 @@ class DatasetFiles:
 
     def identity_part(self, part: int | str) -> IdentityPartFiles:
         prefix = self._path("identity", "parts", f"part-{part_key(part)}")
-        return IdentityPartFiles(f"{prefix}.jsonl", f"{prefix}.npy", prefix + STATS_SUFFIX)
+        return IdentityPartFiles(
+            f"{prefix}.jsonl", f"{prefix}.npy", f"{prefix}.voices.npy", prefix + STATS_SUFFIX
+        )
 
     @property
     def split_records(self) -> str:
@@ -491,6 +495,8 @@ def text_normalizer(language: str) -> str:
 
 IDENTITY_LINKS = f"{RESULTS}/identity/links.jsonl"  # train records linked to held-out ones, all datasets
 IDENTITY_STATS = f"{RESULTS}/identity/stats.json"
+# Speaker pairs decided (linked to a held-out unseen speaker or not): read and rewritten by every run
+SPEAKER_DECISIONS = f"{RESULTS}/identity/speaker_decisions.jsonl"
 INPUT_CFG = f"{RESULTS}/input_cfg.yaml"
 VALIDATION_DS = f"{RESULTS}/validation_ds.yaml"
 REPORT_DIR = f"{RESULTS}/report"

@@ -218,17 +218,40 @@ def identity_section(dataset: str, splits: dict | None, identity: dict | None) -
             f"(identity.train_duplicates: {dup.get('action', 'keep')}; here dropped "
             f"{rejected.get('duplicate_in_train', 0):,}, marked {splits.get('marked_duplicates', 0):,})"
         )
+        lines += _linked_speakers(dataset, identity.get("speakers"))
         examples = [e for rows in identity["examples"].values() for e in rows if e["dataset"] == dataset][:5]
         if examples:
             lines += ["", "| train record | reason | matched (split, dataset) | score |", "|---|---|---|---|"]
             lines += [
-                f"| {e['audio_filepath']} @ {e['offset']} | {e['reason']} | {e['matched']['audio_filepath']} "
+                f"| {e['audio_filepath']} @ {e['offset']} | {e['reason']} | "
+                f"{e['matched'].get('audio_filepath') or 'speaker ' + e['matched']['speaker']} "
                 f"({e['matched']['split']}, {e['matched']['dataset']}) | {e['score']} |"
                 for e in examples
             ]
     for e in splits.get("empty_splits", []):
         lines.append(f"- **Empty split**: {e['message']}")
     return [*lines, ""]
+
+
+def _linked_speakers(dataset: str, speakers: dict | None) -> list[str]:
+    """The card's line on this dataset's speakers linked to held-out unseen ones, and its closest
+    pair not linked (sharflow.identity.voices)."""
+    if not speakers:
+        return []
+
+    def pair(p):
+        return (
+            f"{p['speaker']['speaker']} ~ {p['held_out']['dataset']}:{p['held_out']['speaker']} "
+            f"({p['held_out']['split']}, {p['how']}, similarity {p['similarity']})"
+        )
+
+    linked = [pair(p) for p in speakers["linked"] if p["speaker"]["dataset"] == dataset]
+    near = [pair(p) for p in speakers["near_misses"] if p["speaker"]["dataset"] == dataset][:1]
+    return [
+        "- Speakers linked to held-out unseen speakers (their train records rejected): "
+        + (", ".join(linked) if linked else "none")
+        + (f"; the closest pair not linked: {near[0]}" if near else "")
+    ]
 
 
 def markdown_table(frame: pd.DataFrame) -> str:

@@ -10,7 +10,9 @@ its own included, when it is
    at least `min_score` of the shorter fingerprint's hashes), whatever its file name, format, rate,
    gain or trim: `same_content_held_out`;
 3. the same utterance: the same speaker id and the same text (sharflow.identity.keys), another
-   recording of it: `same_utterance_held_out`.
+   recording of it: `same_utterance_held_out`;
+4. the same person: its speaker is linked to a held-out unseen speaker by id or by voice
+   (sharflow.identity.voices): `linked_speaker_held_out`.
 
 Held-out records are never linked (a record two datasets both hold out stays in each held-out set);
 only train records go, each listed with the held-out record it matched and the score.
@@ -23,9 +25,10 @@ after the first (by dataset name, then line) is linked to the first as `duplicat
 (`links.jsonl`, one line per linked train record, by dataset and line) are what each dataset's
 splits job reads, so no dataset reads another's records.
 
-Memory: the held-out records' keys and fingerprints (an index sorted by hash, 12 bytes a hash);
-every other record streams through, one at a time. A query gathers the index entries of its
-hashes and counts them by (held-out record, time offset): never a matrix over records.
+Memory: the held-out records' keys and fingerprints (an index sorted by hash, 12 bytes a hash) and
+one voice vector a speaker; every other record streams through, one at a time. A query gathers the
+index entries of its hashes and counts them by (held-out record, time offset): never a matrix over
+records.
 """
 
 import json
@@ -42,6 +45,14 @@ from tqdm import tqdm
 from sharflow.core.atomic import atomic_file, write_json
 from sharflow.core.errors import SharflowError
 from sharflow.core.splits import TRAIN, SplitRules
+from sharflow.identity.voices import (
+    LINKED_SPEAKER,
+    VoiceRules,
+    Voices,
+    link_speakers,
+    linked_speakers,
+    read_decisions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +68,13 @@ REASONS = {
     "renamed, re-encoded, resampled, louder or quieter, trimmed or padded copy)",
     SAME_UTTERANCE: "a train record of the same speaker and text as a held-out record (another "
     "recording of the same utterance)",
+    LINKED_SPEAKER: "a train record of a speaker linked to a held-out unseen speaker: the same id in "
+    "datasets that share their ids, a voice as similar as identity.voices.min_similarity, or a pair "
+    "confirmed in identity.voices.confirm",
     DUPLICATE: "a train record whose decoded samples equal an earlier train record's (with "
     "identity.train_duplicates: drop)",
 }
-HELD_OUT_REASONS = (SAME_AUDIO, SAME_CONTENT, SAME_UTTERANCE)
+HELD_OUT_REASONS = (SAME_AUDIO, SAME_CONTENT, SAME_UTTERANCE, LINKED_SPEAKER)
 OFFSET_BITS = 24  # a time offset of ± 8 M frames (18 hours at 8 ms) fits below the record index
 EXAMPLES = 5  # links shown per reason in the stats (the report and card show them)
 
@@ -78,7 +92,7 @@ class MatchRules:
 class DatasetIdentity:
     """A dataset as the identity job sees it: its identity parts and its splits block."""
 
-    parts: list  # [(part-NNNN.jsonl, part-NNNN.npy)]
+    parts: list  # [(part-NNNN.jsonl, part-NNNN.npy[, part-NNNN.voices.npy])]
     rules: Mapping
 
 
@@ -151,36 +165,50 @@ class HeldOut:
 
 
 def link_identities(
-    datasets: Mapping[str, DatasetIdentity], *, rules: MatchRules, out_links: str, out_stats: str
+    datasets: Mapping[str, DatasetIdentity],
+    *,
+    rules: MatchRules,
+    out_links: str,
+    out_stats: str,
+    voices: VoiceRules | None = None,
+    decisions: str | None = None,
 ) -> dict:
-    """Index every dataset's held-out records, stream every train record past them, find exact
-    duplicates within train, and write the links (one line per linked train record) and stats
-    (per reason and dataset pair, examples)."""
+    """Index every dataset's held-out records, link speakers to held-out unseen ones (by id, the
+    config, and with `voices` enabled by voice; the decisions file `decisions`, if given, is read,
+    then rewritten), stream every train record past them,
+    find exact duplicates within train, and write the links (one line per linked train record) and
+    stats (per reason and dataset pair, examples, speaker links)."""
     if rules.train_duplicates not in DUPLICATE_ACTIONS:
         raise SharflowError(
             f"identity.train_duplicates must be one of {DUPLICATE_ACTIONS}, got {rules.train_duplicates!r}"
         )
     start = time.perf_counter()
     records = _Records(datasets)
-    held, train, digests = records.index()
+    held, train, digests, speakers = records.index()
     first_of = _first_copies(np.frombuffer(digests, dtype=np.uint64))
+    voices = voices or VoiceRules(enabled=False)  # speakers are still linked by id and confirm
+    pairs = link_speakers(speakers, voices, read_decisions(decisions))
     log.info(
-        "identity: %d held-out records indexed (%d hashes, %.1f MB); %d train records to check",
+        "identity: %d held-out records indexed (%d hashes, %.1f MB); %d train records to check; "
+        "%d speakers linked to held-out unseen ones",
         len(held.items),
         len(held.hashes),
         held.nbytes / 1e6,
         sum(train.values()),
+        sum(p["linked"] for p in pairs),
     )
     tally = _Tally()
     with (
         atomic_file(out_links, "w", encoding="utf-8") as out,
         tqdm(total=sum(train.values()), desc="identity", unit="utt", mininterval=5) as bar,
     ):
-        for row in records.links(held, first_of, rules):
+        for row in records.links(held, first_of, rules, linked_speakers(pairs)):
             bar.update()
             if row is not None:
                 out.write(json.dumps(row, ensure_ascii=False) + "\n")
                 tally.add(row)
+    if decisions:
+        write_decisions(decisions, pairs)
     stats = {
         "datasets": sorted(datasets),
         "held_out": len(held.items),
@@ -193,11 +221,53 @@ def link_identities(
         "train_duplicates": {"found": tally.by_reason[DUPLICATE], "action": rules.train_duplicates},
         "examples": tally.examples,
         "rules": {"min_score": rules.min_score, "min_matched": rules.min_matched},
+        "speakers": speaker_stats(speakers, voices, pairs),
         "seconds": round(time.perf_counter() - start, 3),
     }
     write_json(out_stats, stats)
     log.info("identity: links %s, duplicates within train: %s", dict(tally.by_reason), rules.train_duplicates)
+    _warn_drifted(pairs)
     return stats
+
+
+def _warn_drifted(pairs: list[dict]) -> None:
+    """Say each pair decided earlier that its similarity now would decide otherwise."""
+    for p in pairs:
+        if p.get("drifted"):
+            log.warning(
+                "sharflow: the speakers %s were decided %s at similarity %s and score %s now; "
+                "confirm or deny the pair under identity.voices to settle it",
+                p["pair"],
+                "linked" if p["linked"] else "not linked",
+                p["decided_similarity"],
+                p["similarity"],
+            )
+
+
+def write_decisions(path: str, pairs: list[dict]) -> None:
+    """The decided speaker pairs, one line each, by pair (read again by the next run)."""
+    with atomic_file(path, "w", encoding="utf-8") as f:
+        for row in sorted(pairs, key=lambda r: r["pair"]):
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+
+
+def speaker_stats(speakers: Voices, voices: VoiceRules, pairs: list[dict]) -> dict:
+    """Speakers, those held out unseen, those with enough audio to compare, the links and the
+    closest pairs not linked (the report and card show them)."""
+    every = speakers.speakers.values()
+    out = {
+        "speakers": len(every),
+        "held_out_unseen": sum(1 for s in every if s.unseen),
+        "voices": voices.enabled,
+        "linked": [p for p in pairs if p["linked"]],
+        "near_misses": sorted(
+            (p for p in pairs if not p["linked"]), key=lambda p: -(p["similarity"] or -1.0)
+        )[:EXAMPLES],
+    }
+    if voices.enabled:
+        out["with_enough_audio"] = sum(1 for s in every if s.seconds >= voices.min_seconds)
+        out["rules"] = {"min_similarity": voices.min_similarity, "min_seconds": voices.min_seconds}
+    return out
 
 
 class _Tally:
@@ -224,32 +294,37 @@ class _Records:
         self.datasets = datasets
         self.rules = {n: SplitRules.from_config(d.rules, f"datasets.{n}.splits") for n, d in datasets.items()}
 
-    def __iter__(self) -> Iterator[tuple[str, dict, np.ndarray, str]]:
+    def __iter__(self) -> Iterator[tuple[str, dict, np.ndarray, str, np.ndarray | None]]:
         for name in sorted(self.datasets):
-            for entry, hashes in _entries(self.datasets[name]):
+            for entry, hashes, voice in _entries(self.datasets[name]):
                 split = self.rules[name].split(
                     entry["speaker"], entry["audio_filepath"], entry["span"], entry.get("who")
                 )
-                yield name, entry, hashes, split
+                yield name, entry, hashes, split, voice
 
-    def index(self) -> tuple[HeldOut, Counter, array]:
-        """The held-out index, train records per dataset, and the train records' sample digests."""
-        held, train, digests = HeldOut(), Counter(), array("Q")  # 8 bytes a train record
-        for name, entry, hashes, split in self:
+    def index(self) -> tuple[HeldOut, Counter, array, Voices]:
+        """The held-out index, train records per dataset, the train records' sample digests, and
+        every speaker's voice and splits."""
+        held, train, digests, voices = HeldOut(), Counter(), array("Q"), Voices()  # 8 bytes a train record
+        for name, entry, hashes, split, voice in self:
+            voices.add(name, entry, split, voice)
             if split == TRAIN:
                 train[name] += 1
                 digests.append(int(entry["digest"], 16))
             else:
                 held.add(name, entry, split, hashes)
         held.freeze()
-        return held, train, digests
+        return held, train, digests, voices
 
-    def links(self, held: HeldOut, first_of: np.ndarray, rules: MatchRules) -> Iterator[dict | None]:
-        """Each train record's link row (held-out match first, else a duplicate), or None."""
+    def links(
+        self, held: HeldOut, first_of: np.ndarray, rules: MatchRules, speakers: Mapping
+    ) -> Iterator[dict | None]:
+        """Each train record's link row (held-out match first, else a duplicate), or None;
+        `speakers`: {(dataset, speaker id): link} of the speakers linked to held-out unseen ones."""
         firsts: dict[int, dict] = {}  # train record number -> where, of the first copies of duplicates
         wanted = set(first_of[first_of >= 0].tolist())
         n = -1
-        for name, entry, hashes, split in self:
+        for name, entry, hashes, split, _ in self:
             if split != TRAIN:
                 continue
             n += 1
@@ -264,6 +339,8 @@ class _Records:
                     "score": round(score, 4),
                     "matched": held.items[owner],
                 }
+            elif (name, entry["speaker"]) in speakers:
+                yield {**_where(name, entry), "reason": LINKED_SPEAKER, **speakers[(name, entry["speaker"])]}
             elif first_of[n] >= 0:
                 matched = firsts[int(first_of[n])]
                 yield {
@@ -303,16 +380,19 @@ def _link(entry: dict, hashes: np.ndarray, held: HeldOut, rules: MatchRules) -> 
     return None
 
 
-def _entries(ds: DatasetIdentity) -> Iterator[tuple[dict, np.ndarray]]:
-    """(index entry, fingerprint) of every decodable record of a dataset, in part and line order."""
-    for index, hashes_file in ds.parts:
+def _entries(ds: DatasetIdentity) -> Iterator[tuple[dict, np.ndarray, np.ndarray | None]]:
+    """(index entry, fingerprint, voice or None) of every decodable record of a dataset, in part
+    and line order."""
+    for index, hashes_file, *voices_file in ds.parts:
         hashes = np.load(hashes_file, mmap_mode="r")
+        voices = np.load(voices_file[0], mmap_mode="r")["voice"] if voices_file else None
         with open(index, encoding="utf-8") as f:
-            for text in f:
+            for row, text in enumerate(f):
                 entry = json.loads(text)
                 if "error" in entry:
                     continue  # undecodable: quality rejects it, nothing to compare
-                yield entry, np.asarray(hashes[entry["start"] : entry["start"] + entry["hashes"]])
+                voice = np.asarray(voices[row]) if voices is not None else None
+                yield entry, np.asarray(hashes[entry["start"] : entry["start"] + entry["hashes"]]), voice
 
 
 def _where(dataset: str, entry: dict) -> dict:

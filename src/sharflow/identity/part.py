@@ -13,6 +13,9 @@ processes, in line order. A part writes:
   quality stage rejects it);
 - `part-NNNN.npy`: the hashes and times of every fingerprint, one after another (a structured
   array of (hash uint32, time int32));
+- `part-NNNN.voices.npy` (with identity.voices): each record's speaker embedding, a row per line of
+  the `.jsonl` (zeros for audio that could not be decoded), by the voices' embedder at its
+  level-normalised setting, one torch thread a process (the same bytes whatever the workers);
 - `part-NNNN.stats.json`: counts and seconds.
 
 Memory: one record's audio per worker; hashes go to disk as they come.
@@ -26,6 +29,7 @@ import os
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 
@@ -33,7 +37,7 @@ import numpy as np
 from tqdm import tqdm
 
 from sharflow.core.atomic import atomic_file, atomic_path, write_json
-from sharflow.core.audio import load_span, resolve_audio_path
+from sharflow.core.audio import load_span, resample, resolve_audio_path
 from sharflow.core.parallel import ordered_map
 from sharflow.core.parts import part_records
 from sharflow.core.speakers import parse_speaker
@@ -44,6 +48,39 @@ from sharflow.identity.keys import utterance_key
 log = logging.getLogger(__name__)
 
 HASH_DTYPE = np.dtype([("hash", "<u4"), ("time", "<i4")])
+NO_VOICES = np.dtype([("voice", "<f4", (0,))])  # the voices file of a part without identity.voices
+
+
+@dataclass(frozen=True)
+class VoiceEmbedding:
+    """The embedder of the records' voices (identity.voices: embedder, embedder_options)."""
+
+    embedder: str = "ge2e"
+    options: tuple = ()  # (key, value) pairs: hashable and picklable
+    dim: int = 256
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype([("voice", "<f4", (self.dim,))])
+
+    def load(self):
+        """The embedder, once per process, on one torch thread (so that bytes do not depend on the
+        worker count); GE2E level-normalised unless its options say otherwise."""
+        key = (self.embedder, self.options)
+        if key not in _EMBEDDERS:
+            import torch
+
+            from sharflow.models.speaker_embedders import load_embedder
+
+            torch.set_num_threads(1)
+            options = dict(self.options)
+            if self.embedder == "ge2e":
+                options.setdefault("level", "normalize")
+            _EMBEDDERS[key] = load_embedder(self.embedder, "cpu", **options)
+        return _EMBEDDERS[key]
+
+
+_EMBEDDERS: dict = {}
 
 
 def run_identity_part(
@@ -58,21 +95,27 @@ def run_identity_part(
     workers: int = 1,
     dataset: str = "",
     own_speaker_ids: bool = False,
+    out_voices: str | None = None,
+    voices: VoiceEmbedding | None = None,
 ) -> dict:
-    """Fingerprint and key the records of one part; write its three files (see the module). A
-    speaker is `who` (core.splits.speaker_identity of `dataset` and `own_speaker_ids`)."""
+    """Fingerprint and key the records of one part; write its files (see the module). A speaker is
+    `who` (core.splits.speaker_identity of `dataset` and `own_speaker_ids`). With `voices` (the
+    embedder) and `out_voices`, each record's speaker embedding too."""
     start = time.perf_counter()
     mine = part_records(records, part, parts)
+    if voices is not None:
+        voices = replace(voices, dim=voices.load().dim)
     log.info("identity part %d of %d: %d records, %d workers", part, parts, len(mine), workers)
     counts = {"records": len(mine), "unreadable": 0, "unusable": 0, "hashes": 0, "audio_seconds": 0.0}
     with (
         atomic_file(out_records, "w", encoding="utf-8") as index,
-        _HashesFile(out_hashes) as sink,
+        _RowsFile(out_hashes, HASH_DTYPE) as sink,
+        _RowsFile(out_voices, voices.dtype if voices else NO_VOICES) as voice_sink,
         tqdm(total=len(mine), desc=f"identity part {part}", unit="utt", mininterval=5) as bar,
     ):
-        work = partial(_fingerprint_record, audio_root, dataset, own_speaker_ids)
+        work = partial(_fingerprint_record, audio_root, dataset, own_speaker_ids, voices)
         fingerprinted = ordered_map(work, _lines(records, mine), workers)
-        for (line, _), (entry, hashes) in fingerprinted:
+        for (line, _), (entry, hashes, voice) in fingerprinted:
             entry = {"line": line, **entry, "start": counts["hashes"]}
             if "error" in entry:
                 counts["unreadable"] += 1
@@ -81,6 +124,7 @@ def run_identity_part(
                 counts["unusable"] += entry["hashes"] == 0
             counts["hashes"] += len(hashes)
             sink.write(hashes)
+            voice_sink.write(voice)
             index.write(json.dumps(entry, ensure_ascii=False) + "\n")
             bar.update()
     stats = {
@@ -103,17 +147,21 @@ def _lines(records: str, mine) -> Iterator[tuple[int, bytes]]:
             yield line, src.readline()
 
 
-class _HashesFile:
-    """The part's .npy of hashes, written as they come: raw rows to a scratch file beside it, then
-    copied block by block under an .npy header (the count is known only at the end), renamed last."""
+class _RowsFile:
+    """A part's .npy of rows of `dtype`, written as they come: raw rows to a scratch file beside it,
+    then copied block by block under an .npy header (the count is known only at the end), renamed
+    last. Without a path, nothing is written; None rows are skipped."""
 
     BLOCK = 1 << 20
 
-    def __init__(self, path: str):
-        self.path = Path(path)
+    def __init__(self, path: str | None, dtype: np.dtype):
+        self.path = Path(path) if path else None
+        self.dtype = dtype
         self.rows = 0
 
     def __enter__(self):
+        if self.path is None:
+            return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, self.raw_path = tempfile.mkstemp(
             prefix=f".{self.path.name}.", suffix=".raw", dir=self.path.parent
@@ -121,11 +169,15 @@ class _HashesFile:
         self.raw = os.fdopen(fd, "wb")
         return self
 
-    def write(self, hashes: np.ndarray) -> None:
-        self.raw.write(np.ascontiguousarray(hashes, dtype=HASH_DTYPE).tobytes())
-        self.rows += len(hashes)
+    def write(self, rows: np.ndarray | None) -> None:
+        if self.path is None or rows is None:
+            return
+        self.raw.write(np.ascontiguousarray(rows, dtype=self.dtype).tobytes())
+        self.rows += len(rows)
 
     def __exit__(self, exc_type, *_):
+        if self.path is None:
+            return False
         self.raw.close()
         try:
             if exc_type is None:
@@ -138,10 +190,10 @@ class _HashesFile:
         with atomic_path(self.path) as tmp:
             if not self.rows:
                 with open(tmp, "wb") as f:
-                    np.save(f, np.zeros(0, HASH_DTYPE))
+                    np.save(f, np.zeros(0, self.dtype))
                 return
-            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=HASH_DTYPE, shape=(self.rows,))
-            src = np.memmap(self.raw_path, dtype=HASH_DTYPE, mode="r", shape=(self.rows,))
+            out = np.lib.format.open_memmap(tmp, mode="w+", dtype=self.dtype, shape=(self.rows,))
+            src = np.memmap(self.raw_path, dtype=self.dtype, mode="r", shape=(self.rows,))
             for i in range(0, self.rows, self.BLOCK):
                 out[i : i + self.BLOCK] = src[i : i + self.BLOCK]
             out.flush()
@@ -154,9 +206,9 @@ def samples_digest(audio: np.ndarray) -> str:
 
 
 def _fingerprint_record(
-    audio_root: str, dataset: str, own_ids: bool, item: tuple[int, bytes]
-) -> tuple[dict, np.ndarray]:
-    """(index entry less line and start, hashes) of one record line."""
+    audio_root: str, dataset: str, own_ids: bool, voices: VoiceEmbedding | None, item: tuple[int, bytes]
+) -> tuple[dict, np.ndarray, np.ndarray | None]:
+    """(index entry less line and start, hashes, voice row or None) of one record line."""
     record = json.loads(item[1])
     speaker = parse_speaker(record["speaker"]).speaker_id
     entry = {
@@ -166,22 +218,25 @@ def _fingerprint_record(
         "speaker": speaker,
         "who": speaker_identity(dataset, speaker, own_ids),
     }
+    voice = np.zeros(1, voices.dtype) if voices else None
     try:
         path, _ = resolve_audio_path(audio_root, record["audio_filepath"])
         entry["span"] = span_key(path, record["offset"], record["duration"])
         audio, rate = load_span(path, record["offset"], record["duration"])
         fp = fingerprint(audio, rate)
     except Exception as e:  # reported per record; quality rejects its record
-        return {
-            **entry,
-            "utterance": None,
-            "hashes": 0,
-            "error": f"{record['audio_filepath']}: {e}",
-        }, np.zeros(0, HASH_DTYPE)
+        return (
+            {**entry, "utterance": None, "hashes": 0, "error": f"{record['audio_filepath']}: {e}"},
+            np.zeros(0, HASH_DTYPE),
+            voice,
+        )
     entry["utterance"] = utterance_key(entry["who"], record.get("normalized_text") or record.get("text"))
     entry["digest"] = samples_digest(audio)
     hashes = np.zeros(len(fp) if fp.usable else 0, HASH_DTYPE)
     if fp.usable:
         hashes["hash"], hashes["time"] = fp.hashes, fp.times
     entry["hashes"] = len(hashes)
-    return entry, hashes
+    if voices:
+        embedder = voices.load()
+        voice["voice"] = embedder.embed([resample(audio, rate, embedder.sample_rate)])
+    return entry, hashes, voice

@@ -76,6 +76,7 @@ def identity_html(datasets: list[DatasetStats]) -> str:
         ]
         if examples:
             parts.append("<h3>Examples</h3>" + _html_table(pd.DataFrame(examples)))
+        parts.append(_speakers_html(identity.get("speakers", {})))
     if empty:
         parts.append(
             "<h3>Empty held-out splits</h3><ul>"
@@ -85,7 +86,54 @@ def identity_html(datasets: list[DatasetStats]) -> str:
     return "\n".join(parts)
 
 
+def _speakers_html(speakers: dict) -> str:
+    """Speakers linked to held-out unseen ones (by id, voice or the config), and the closest pairs
+    not linked, with their voice similarity: what to check by ear and confirm or deny."""
+    if not speakers:
+        return ""
+    rules = speakers.get("rules")
+    head = (
+        f"<h3>Speakers linked to held-out unseen speakers</h3><p>{speakers['speakers']:,} speakers, "
+        f"{speakers['held_out_unseen']:,} held out unseen"
+        + (
+            f"; voices compared where both have {rules['min_seconds']:g} s of audio "
+            f"({speakers['with_enough_audio']:,} speakers), linked at similarity {rules['min_similarity']:g} "
+            "or more (identity.voices)"
+            if rules
+            else "; voices not compared (identity.voices.enabled: false)"
+        )
+        + ".</p>"
+    )
+
+    def rows(pairs):
+        return pd.DataFrame(
+            [
+                {
+                    "speaker": f"{p['speaker']['dataset']}:{p['speaker']['speaker']}",
+                    "held out": (
+                        f"{p['held_out']['dataset']}:{p['held_out']['speaker']} ({p['held_out']['split']})"
+                    ),
+                    "how": p["how"],
+                    "similarity": p["similarity"],
+                    "decided at": p["decided_similarity"],
+                }
+                for p in pairs
+            ],
+            columns=["speaker", "held out", "how", "similarity", "decided at"],
+        )
+
+    out = [
+        head,
+        _html_table(rows(speakers["linked"])) if speakers["linked"] else "<p>No speaker is linked.</p>",
+    ]
+    if speakers["near_misses"]:
+        out += ["<p>Closest pairs not linked:</p>", _html_table(rows(speakers["near_misses"]))]
+    return "\n".join(out)
+
+
 def _where(e: dict) -> str:
+    if "audio_filepath" not in e:  # a held-out speaker (sharflow.identity.voices)
+        return f"{e['dataset']}: speaker {e['speaker']} (by {e['how']})"
     return f"{e['dataset']}: {e['audio_filepath']} @ {e['offset']}"
 
 

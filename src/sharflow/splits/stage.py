@@ -3,7 +3,8 @@ trained on here.
 
 Each record's split comes from its own dataset's rules (splits.assign). A train record the identity
 job linked to a held-out record of any dataset (sharflow.identity.links: the same span, the same
-sound, the same speaker and text) is rejected here with the link's reason and the record it
+sound, the same speaker and text) or whose speaker it linked to a held-out unseen speaker (by id or
+by voice: sharflow.identity.voices) is rejected here with the link's reason and the record it
 matched: whatever each dataset's settings or names, held-out audio never reaches train. The job
 reads its own records and the links (a line per linked record), never another dataset's records.
 
@@ -211,5 +212,10 @@ def empty_splits(dataset: str, rules: SplitRules, per_split: Mapping, speakers: 
 
 def _detail(link: dict) -> str:
     m = link["matched"]
+    if "audio_filepath" not in m:  # a speaker link (sharflow.identity.voices)
+        return (
+            f"the same person as {m['split']} speaker {m['speaker']} of dataset {m['dataset']} (by "
+            f"{m['how']}, voice similarity {link['score']})"
+        )
     where = f"{m['audio_filepath']} at {m['offset']} s for {m['duration']} s"
     return f"the same as {m['split']} {where} of dataset {m['dataset']} (score {link['score']})"
