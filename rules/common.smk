@@ -512,6 +512,15 @@ def get_dataset_file(kind):
     return lambda wildcards: getattr(layout.dataset_files(dataset_of(wildcards.dataset)), kind)
 
 
+def get_shar_plan_inputs(wildcards):
+    """The Shar set's records; for a dataset's train set with identity, its splits rejects too (the
+    plan keeps in their shards the records now found to be held-out audio: shar.leaks)."""
+    out = {"with_context": get_dataset_file("with_context")(wildcards)}
+    if IDENTITY and split_of(wildcards.dataset) == "train":
+        out["held_out_rejects"] = layout.dataset_files(wildcards.dataset).split_rejected
+    return out
+
+
 def get_held_out_plans(wildcards):
     """[(split, shard plan)] of the dataset's held-out Shar sets (None without splits): the catalog's
     rows after the dataset's own."""
@@ -589,6 +598,7 @@ def get_card_inputs(wildcards):
         out["splits"] = files.split_stats
     if IDENTITY:
         out["identity"] = layout.IDENTITY_STATS
+        out["plan"] = files.shard_plan
     return out
 
 

@@ -1,6 +1,6 @@
 checkpoint shar_plan:
     input:
-        with_context=get_dataset_file("with_context"),
+        unpack(get_shar_plan_inputs),
     output:
         plan=DS.shard_plan,
     log:
@@ -12,6 +12,7 @@ checkpoint shar_plan:
         seed=config["shar"]["seed"],
         shards_per_job=config["shar"]["shards_per_job"],
         grow=config["shar"]["grow"],
+        leaks=config["shar"]["leaks"],
         split=lambda wildcards: split_of(wildcards.dataset),
     resources:
         mem_mb=4000,

@@ -27,7 +27,7 @@ def spans(n: int, start: int = 0, **extra) -> list[dict]:
     ]
 
 
-def plan(tmp_path, records, grow="append", shard_size=5, seed=0, name="ds"):
+def plan(tmp_path, records, grow="append", shard_size=5, seed=0, name="ds", **leaks):
     files = DatasetFiles(str(tmp_path / name))
     write_jsonl(tmp_path / "with_context.jsonl", records)
     planned = plan_shards(
@@ -37,6 +37,7 @@ def plan(tmp_path, records, grow="append", shard_size=5, seed=0, name="ds"):
         shard_size=shard_size,
         seed=seed,
         grow=grow,
+        **leaks,
     )
     return planned, files
 
@@ -85,6 +86,48 @@ def test_a_removed_record_remakes_only_the_job_that_held_it(tmp_path):
     assert changed == {"shards-000010-000019.jsonl"} and second["removed"] == 1
     assert second["shards"][19]["records"] == 1 and second["records"] == 39
     assert len(planned_lines(files.shar_inputs)) == 39
+
+
+@pytest.mark.parametrize("leaks", ["report", "rebuild"])
+def test_a_record_in_a_shard_found_to_be_held_out_is_reported_and_remade_only_when_asked(
+    tmp_path, leaks, caplog
+):
+    """Two records already in shards are now rejected by the splits job as held-out audio, and one
+    other is simply gone: with shar.leaks: report the two stay in their shards (their jobs' inputs
+    not rewritten) and are listed with shard and reason; with rebuild they leave like the third."""
+    _, files = plan(tmp_path, spans(40), shard_size=2)
+    before, lines = stamps(files), planned_lines(files.shar_inputs)
+    leaked = [json.loads(lines[i][1]) for i in (0, 3)]  # shards 0 and 1: the first job's
+    gone = json.loads(lines[-1][1])  # shard 19: the second job's
+    rejects = Path(files.split_rejected)
+    write_jsonl(
+        rejects / "same_content_held_out.jsonl",
+        [{"reason": "same_content_held_out", "detail": "the same as ...", "original": json.dumps(leaked[0])}],
+    )
+    write_jsonl(
+        rejects / "linked_speaker_held_out.jsonl",
+        [{"reason": "linked_speaker_held_out", "detail": "...", "original": json.dumps(leaked[1])}],
+    )
+    out = {r["audio_filepath"] for r in (*leaked, gone)}
+    second, _ = plan(
+        tmp_path,
+        [r for r in spans(40) if r["audio_filepath"] not in out],
+        shard_size=2,
+        leaks=leaks,
+        held_out_rejects=str(rejects),
+    )
+    changed = {name for name, stamp in stamps(files).items() if stamp != before[name]}
+    if leaks == "rebuild":
+        assert "leaks" not in second and second["removed"] == 3 and second["records"] == 37
+        assert changed == {"shards-000000-000009.jsonl", "shards-000010-000019.jsonl"}
+        return
+    assert second["removed"] == 1 and second["records"] == 39 and changed == {"shards-000010-000019.jsonl"}
+    assert [(x["shard"], x["reason"]) for x in second["leaks"]] == [
+        (0, "same_content_held_out"),
+        (1, "linked_speaker_held_out"),
+    ]
+    assert "2 record(s) in shards made before are now found to be held-out audio" in caplog.text
+    assert planned_lines(files.shar_inputs)[:4] == lines[:4]
 
 
 def test_a_record_that_changed_under_its_cut_id_stops_the_plan(tmp_path):

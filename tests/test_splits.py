@@ -326,7 +326,9 @@ def test_each_split_is_its_own_verified_shar_in_one_catalog_and_training_sees_tr
     # voices compared in the run: none linked, the closest pair (two voices of one engine) shown
     identity = json.loads((results / "identity" / "stats.json").read_text())["speakers"]
     assert (identity["speakers"], identity["held_out_unseen"], identity["linked"]) == (8, 2, [])
-    assert "rejected): none; the closest pair not linked: gb_f2 ~ demo:us_m3 (test_unseen, not_linked, " in card
+    assert (
+        "rejected): none; the closest pair not linked: gb_f2 ~ demo:us_m3 (test_unseen, not_linked, " in card
+    )
     assert "Closest pairs not linked" in (results / "report" / "summary.html").read_text()
     for split, rows in catalog.groupby("split", observed=True):
         hours, speakers = rows.duration.sum() / 3600, rows.speaker.nunique()

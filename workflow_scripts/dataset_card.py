@@ -12,4 +12,5 @@ with job_log(snakemake.log[0]):
         out=snakemake.output.card,
         splits=snakemake.input.get("splits"),
         identity=snakemake.input.get("identity"),
+        plan=snakemake.input.get("plan"),
     )

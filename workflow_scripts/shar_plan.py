@@ -14,4 +14,6 @@ with job_log(snakemake.log[0]):
         shards_per_job=snakemake.params.shards_per_job,
         split=snakemake.params.split,
         grow=snakemake.params.grow,
+        leaks=snakemake.params.leaks,
+        held_out_rejects=snakemake.input.get("held_out_rejects"),
     )

@@ -137,9 +137,10 @@ def dataset_card(
     verify: dict,
     splits: dict | None = None,
     identity: dict | None = None,
+    leaks: list | None = None,
 ) -> str:
     """results/<dataset>/DATASET.md: what the dataset holds, in Markdown (with splits, `splits` is
-    the splits job's stats and `identity` the identity job's)."""
+    the splits job's stats, `identity` the identity job's, `leaks` the shard plan's)."""
     cols = read_columns(catalog, ["duration", "context_similarity", "source_sample_rate", "sample_rate"])
     speakers = speaker_table(catalog)
     languages = pd.Series(dtype="float64")
@@ -171,7 +172,7 @@ def dataset_card(
         f"- **buckets**: {buckets['num_buckets']} duration buckets, bins {buckets['bucket_duration_bins']}",
         "",
         *_splits_section(catalog),
-        *identity_section(dataset, splits, identity),
+        *identity_section(dataset, splits, identity, leaks or []),
         "## Percentiles" + (" (train)" if "split" in column_names(catalog) else ""),
         "",
         markdown_table(frame),
@@ -194,12 +195,20 @@ def _splits_section(catalog: str) -> list[str]:
     return ["## Splits", "", "The figures above are the train split's.", "", *rows, ""]
 
 
-def identity_section(dataset: str, splits: dict | None, identity: dict | None) -> list[str]:
+def identity_section(dataset: str, splits: dict | None, identity: dict | None, leaks: list) -> list[str]:
     """The card's "held out by content" section: what the identity job linked in this dataset's
-    train (per reason, the dataset matched, examples), exact duplicates, and empty held-out splits."""
+    train (per reason, the dataset matched, examples), exact duplicates, empty held-out splits, and
+    held-out audio kept in shards made before (`leaks`, sharflow.shar.plan)."""
     if not splits:
         return []
     lines = ["## Held out by content", ""]
+    if leaks:
+        lines.append(
+            f"- **Held-out audio in shards made before: {len(leaks):,} record(s)**, kept there "
+            "(shar.leaks: report; set it to rebuild and rerun to remake those shards without them): "
+            + "; ".join(f"shard {x['shard']}: `{x['cut_id']}` ({x['reason']})" for x in leaks[:10])
+            + (" ..." if len(leaks) > 10 else "")
+        )
     rejected = splits.get("rejected", {})
     if identity:
         reasons = [r for r in identity["by_reason"] if r != "duplicate_in_train"]
@@ -274,8 +283,10 @@ def write_dataset_card(
     out: str,
     splits: str | None = None,
     identity: str | None = None,
+    plan: str | None = None,
 ) -> str:
-    """Write results/<dataset>/DATASET.md (see dataset_card) and return its text."""
+    """Write results/<dataset>/DATASET.md (see dataset_card) and return its text; `plan` (the shard
+    plan) says the leaks kept in shards made before."""
     import yaml
 
     from sharflow.core.atomic import atomic_file, read_json
@@ -289,6 +300,7 @@ def write_dataset_card(
         read_json(verify),
         read_json(splits) if splits else None,
         read_json(identity) if identity else None,
+        read_json(plan).get("leaks", []) if plan else [],
     )
     with atomic_file(out, "w", encoding="utf-8") as f:
         f.write(text)

@@ -197,16 +197,7 @@ def link_identities(
         sum(train.values()),
         sum(p["linked"] for p in pairs),
     )
-    tally = _Tally()
-    with (
-        atomic_file(out_links, "w", encoding="utf-8") as out,
-        tqdm(total=sum(train.values()), desc="identity", unit="utt", mininterval=5) as bar,
-    ):
-        for row in records.links(held, first_of, rules, linked_speakers(pairs)):
-            bar.update()
-            if row is not None:
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
-                tally.add(row)
+    tally = _write_links(records.links(held, first_of, rules, linked_speakers(pairs)), out_links, train)
     if decisions:
         write_decisions(decisions, pairs)
     stats = {
@@ -228,6 +219,21 @@ def link_identities(
     log.info("identity: links %s, duplicates within train: %s", dict(tally.by_reason), rules.train_duplicates)
     _warn_drifted(pairs)
     return stats
+
+
+def _write_links(rows: Iterator[dict | None], out_links: str, train: Counter) -> "_Tally":
+    """Write each train record's link row (None: not linked) and count them."""
+    tally = _Tally()
+    with (
+        atomic_file(out_links, "w", encoding="utf-8") as out,
+        tqdm(total=sum(train.values()), desc="identity", unit="utt", mininterval=5) as bar,
+    ):
+        for row in rows:
+            bar.update()
+            if row is not None:
+                out.write(json.dumps(row, ensure_ascii=False) + "\n")
+                tally.add(row)
+    return tally
 
 
 def _warn_drifted(pairs: list[dict]) -> None:

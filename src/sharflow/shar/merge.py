@@ -28,13 +28,16 @@ def merge_shar_stats(
     shard_stats: list[str], *, context_stats: str, plan: str, stats: str, rejected_dir: str, dataset: str
 ) -> dict:
     """Sum the shards' stats, gather their rejects by reason, and check records in = cuts + rejected
-    (records in: the context stage's records out, less those the plan holds out for other splits).
+    (records in: the context stage's records out, less those the plan holds out for other splits,
+    plus the leaks the plan kept in shards made before: sharflow.shar.plan).
 
     Each shard's rejects are read from beside its stats (rejected_beside): listing them as
     inputs too would double the merge job's inputs, which Snakemake pays for per file.
     """
-    held_out = read_json(plan).get("held_out")  # with splits: the held-out splits' records
-    records_in = read_json(context_stats)["records_out"] - sum((held_out or {}).values())
+    planned = read_json(plan)
+    held_out = planned.get("held_out")  # with splits: the held-out splits' records
+    leaks = planned.get("leaks", [])  # records now held out, kept in shards made before
+    records_in = read_json(context_stats)["records_out"] - sum((held_out or {}).values()) + len(leaks)
     shards = [read_json(path) for path in shard_stats]
     ledger = Ledger("shar", dataset)
     for s in shards:
@@ -47,6 +50,7 @@ def merge_shar_stats(
         **ledger.counts(out="cuts"),
         "shards": len(shards),
         **({"held_out": held_out} if held_out is not None else {}),
+        **({"leaks": len(leaks)} if leaks else {}),
         "hours": round(figures["target_seconds"] / 3600, 6),
         "context_hours": round(figures["context_seconds"] / 3600, 6),
         **{k: figures[k] for k in FIGURES[2:]},

@@ -111,6 +111,8 @@ def plan_shards(
     shards_per_job: int = 10,
     split: str | None = None,
     grow: str = "append",
+    leaks: str = "report",
+    held_out_rejects: str | None = None,
 ) -> dict:
     """Plan the Shar set's shards and write, per shar job (sharflow.core.jobs), the records it writes
     (its inputs file in `inputs_dir`, rewritten only when they change), and the `plan` JSON.
@@ -120,6 +122,11 @@ def plan_shards(
     shards_per_job, records already planned keep their shards (the module comment above), records
     gone since leave theirs (only those shards' jobs run again), and new ones go to a new
     generation; otherwise (`grow: rebuild`, or other settings) every record is planned afresh.
+    A record gone since because the splits job found it to be held-out audio (a reject of a
+    held-out reason in `held_out_rejects`, the dataset's splits rejects folder) is a **leak** in a
+    shard already made: with `leaks: report` it stays in its shard (the shard is not remade) and
+    is listed in the plan's `leaks` with its shard and reason, and said in the log; with `leaks:
+    rebuild` it leaves like any record gone.
     Raises SharflowError if two records would get the same cut id, or if a planned record's content
     changed under its cut id.
     """
@@ -128,11 +135,17 @@ def plan_shards(
     settings = {"shard_size": shard_size, "seed": seed, "shards_per_job": shards_per_job}
     kept_plan = str(Path(inputs_dir) / KEPT_PLAN)
     earlier = _earlier_plan(kept_plan, settings, grow)
-    kept = _keep(earlier, records, with_context, inputs_dir) if earlier else _Kept()
+    if leaks not in LEAK_ACTIONS:
+        raise SharflowError(f"shar.leaks must be one of {LEAK_ACTIONS}, got {leaks!r}")
+    leaked = held_out_cut_ids(held_out_rejects) if leaks == "report" and held_out_rejects else {}
+    kept = _keep(earlier, records, with_context, inputs_dir, leaked) if earlier else _Kept()
     generation = _new_generation(records, kept, settings, split)
     jobs = kept.jobs + _write_new(generation, records, with_context, inputs_dir, shards_per_job)
     _remove_stale_inputs(inputs_dir, jobs)
     planned = _plan_json(records, kept, generation, settings, split)
+    if kept.leaks:
+        planned["leaks"] = kept.leaks
+        _warn_leaks(kept.leaks, plan)
     write_json(kept_plan, planned)
     write_json(plan, planned)
     log.info(
@@ -168,6 +181,35 @@ def _check_unique_ids(hashes: np.ndarray, path: str) -> None:
 # Snakemake deletes the checkpoint's output (the plan) before it runs the plan again: the copy beside
 # the jobs' inputs is what a grown corpus's plan keeps from the earlier one.
 KEPT_PLAN = "plan.json"
+LEAK_ACTIONS = ("report", "rebuild")
+
+
+def held_out_cut_ids(rejected_dir: str) -> dict[str, dict]:
+    """{cut id: {reason, detail}} of the records a splits job rejected for being held-out audio
+    (sharflow.identity.links.HELD_OUT_REASONS), from its rejects folder."""
+    from sharflow.identity.links import HELD_OUT_REASONS
+
+    out = {}
+    for reason in HELD_OUT_REASONS:
+        path = Path(rejected_dir) / f"{reason}.jsonl"
+        if path.exists():
+            with open(path, encoding="utf-8") as f:
+                for text in f:
+                    row = json.loads(text)
+                    out[cut_id(json.loads(row["original"]))] = {"reason": reason, "detail": row["detail"]}
+    return out
+
+
+def _warn_leaks(leaks: list[dict], plan: str) -> None:
+    log.warning(
+        "sharflow: %d record(s) in shards made before are now found to be held-out audio and stay "
+        "there (shar.leaks: report): %s%s. Set shar.leaks: rebuild and rerun to remake those shards "
+        "without them (the list is in %s under 'leaks')",
+        len(leaks),
+        "; ".join(f"shard {x['shard']}: {x['cut_id']} ({x['reason']})" for x in leaks[:5]),
+        " ..." if len(leaks) > 5 else "",
+        plan,
+    )
 
 
 # ---- what an earlier plan keeps -----------------------------------------------------------------
@@ -183,6 +225,7 @@ class _Kept:
     shards: list[dict] = field(default_factory=list)
     ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
     removed: list[str] = field(default_factory=list)
+    leaks: list[dict] = field(default_factory=list)  # held-out records kept in their shards
 
     @property
     def next_first(self) -> int:
@@ -213,9 +256,10 @@ def _earlier_plan(plan: str, settings: dict, grow: str) -> dict | None:
     return earlier
 
 
-def _keep(earlier: dict, records: _Records, with_context: str, inputs_dir: str) -> _Kept:
+def _keep(earlier: dict, records: _Records, with_context: str, inputs_dir: str, leaked: dict) -> _Kept:
     """Read every job's inputs of the earlier plan, one job at a time: what stays, what is gone (those
-    jobs' inputs rewritten without it), and refuse a record whose content changed."""
+    jobs' inputs rewritten without it; a record in `leaked` stays and is listed), and refuse a record
+    whose content changed."""
     kept = _Kept(generations=earlier["generations"])
     lookup = _Lookup(records)
     seconds = {s["index"]: s["seconds"] for s in earlier["shards"]}
@@ -229,6 +273,12 @@ def _keep(earlier: dict, records: _Records, with_context: str, inputs_dir: str) 
             for raw in lines:
                 record = json.loads(raw)
                 found = lookup.find(record, with_context)
+                if found is None and cut_id(record) in leaked:
+                    kept.leaks.append(
+                        {"shard": int(shard), "cut_id": cut_id(record), **leaked[cut_id(record)]}
+                    )
+                    staying[shard].append(raw)
+                    continue
                 if found is None:
                     kept.removed.append(cut_id(record))
                     continue
