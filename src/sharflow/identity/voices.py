@@ -6,7 +6,7 @@ core.splits.speaker_identity says) gets a voice: the L2-normalised mean of the s
 its records that have a sound (a content fingerprint: not silence, not too short), with the voiced
 seconds behind it. Every held-out unseen speaker's voice is compared with every speaker's that has
 train records, by a matrix product of the held-out voices against blocks of the others (memory:
-one vector a speaker, never a matrix over utterances). A pair is **linked**:
+one vector of 256 float32 a speaker, never a matrix over utterances). A pair is **linked**:
 
 - by **id**: the same speaker id in another dataset, both datasets sharing their ids
   (datasets.<name>.speaker_ids: shared, the default: one id, one person);
@@ -18,11 +18,12 @@ one vector a speaker, never a matrix over utterances). A pair is **linked**:
 
 Then every train record of the linked speaker is rejected from train (`linked_speaker_held_out`,
 sharflow.identity.links). A pair is decided once and stays decided as the data grows: the decisions
-(links, and pairs within `NEAR` below the threshold that were not linked) are kept in the
-decisions file and reused while the rules are the same, so a growing speaker's drifting similarity
-does not flip a decision; a decision the current similarity would make otherwise is flagged
-`drifted` for the user to confirm or deny. A pair with too little audio is not decided: it is
-decided once both sides have enough.
+(links, and for each held-out speaker its `NEAR_PER_SPEAKER` closest pairs within `NEAR` below the
+threshold, not linked) are kept in the decisions file and reused while the rules are the same, so
+a growing speaker's drifting similarity does not flip a decision; a decision the current similarity
+would make otherwise is flagged `drifted` for the user to confirm or deny. A pair with too little
+audio, or further below the threshold, is not decided: it is decided when both sides have enough
+audio and it comes near (a pair that rises to the threshold is then linked).
 """
 
 import hashlib
@@ -37,6 +38,7 @@ from sharflow.core.errors import SharflowError
 
 LINKED_SPEAKER = "linked_speaker_held_out"
 NEAR = 0.1  # pairs this far below min_similarity are decided (not linked) and shown as near misses
+NEAR_PER_SPEAKER = 5  # the closest such pairs kept per held-out speaker: memory bounded by speakers
 BLOCK = 4096  # speakers compared with the held-out voices at a time
 DECIDED = ("voice", "not_linked")  # decisions kept from run to run (id and config ones are re-read)
 
@@ -117,13 +119,13 @@ class Voices:
         if s is None:
             dim = 0 if embedding is None else len(embedding)
             s = self.speakers[key] = Speaker(
-                dataset, entry["speaker"], entry.get("who") or entry["speaker"], np.zeros(dim)
+                dataset, entry["speaker"], entry.get("who") or entry["speaker"], np.zeros(dim, np.float32)
             )
         s.splits[split] = s.splits.get(split, 0) + 1
         if embedding is not None and entry.get("hashes", 0) > 0:  # only records with a sound
             if not len(s.total):
-                s.total = np.zeros(len(embedding))
-            s.total += np.asarray(embedding, dtype=np.float64)
+                s.total = np.zeros(len(embedding), np.float32)
+            s.total += np.asarray(embedding, dtype=np.float32)
             s.seconds += entry["duration"]
 
 
@@ -155,9 +157,11 @@ def link_speakers(voices: Voices, rules: VoiceRules, earlier: Mapping[str, dict]
 
 def _similarities(held: list[Speaker], others: list[Speaker], rules: VoiceRules, wanted: set) -> dict:
     """{(held index, other index): cosine similarity} of the pairs that both have enough audio and
-    are within NEAR of the threshold, and of the `wanted` pairs (named in the config or decided
-    earlier: shown with their score whatever it is): a matrix product in blocks."""
-    out = {}
+    are at least min_similarity, the NEAR_PER_SPEAKER closest below it (within NEAR) of each held-out
+    speaker, and the `wanted` pairs (named in the config or decided earlier: shown with their score
+    whatever it is): a matrix product of the held-out voices against blocks of the others."""
+    out: dict = {}
+    near: dict[int, list[tuple[float, int]]] = {}  # held index -> its closest pairs below the threshold
     h_ok = [i for i, h in enumerate(held) if len(h.total)]
     if not h_ok:
         return out
@@ -171,12 +175,20 @@ def _similarities(held: list[Speaker], others: list[Speaker], rules: VoiceRules,
         enough = (
             enough_h[:, None] & np.array([others[j].seconds >= rules.min_seconds for j in block])[None, :]
         )
-        for a, b in zip(*np.nonzero(enough & (sim >= rules.min_similarity - NEAR)), strict=True):
+        for a, b in zip(*np.nonzero(enough & (sim >= rules.min_similarity)), strict=True):
             out[(h_ok[a], block[b])] = round(float(sim[a, b]), 4)
+        band = enough & (sim >= rules.min_similarity - NEAR) & (sim < rules.min_similarity)
+        for a in np.flatnonzero(band.any(axis=1)):
+            cols = np.flatnonzero(band[a])
+            top = cols[np.argsort(-sim[a, cols], kind="stable")[:NEAR_PER_SPEAKER]]
+            pairs = near.setdefault(h_ok[a], []) + [(round(float(sim[a, b]), 4), block[b]) for b in top]
+            near[h_ok[a]] = sorted(pairs, key=lambda p: (-p[0], p[1]))[:NEAR_PER_SPEAKER]
         row_of, col_of = {i: a for a, i in enumerate(h_ok)}, {j: b for b, j in enumerate(block)}
         for i, j in wanted:
             if (i, j) not in out and i in row_of and j in col_of:
                 out[(i, j)] = round(float(sim[row_of[i], col_of[j]]), 4)
+    for i, pairs in near.items():
+        out.update({(i, j): s for s, j in pairs})
     return out
 
 
