@@ -10,6 +10,7 @@ import pytest
 from sharflow.core.errors import SharflowError
 from sharflow.core.jobs import plan_jobs, planned_jobs
 from sharflow.core.layout import DatasetFiles, block_members, block_size, shard_numbers
+from sharflow.dataset.tables import identity_section
 from sharflow.shar.plan import plan_shards
 from testkit import planned_lines, write_jsonl
 
@@ -128,6 +129,8 @@ def test_a_record_in_a_shard_found_to_be_held_out_is_reported_and_remade_only_wh
     ]
     assert "2 record(s) in shards made before are now found to be held-out audio" in caplog.text
     assert planned_lines(files.shar_inputs)[:4] == lines[:4]
+    card = "\n".join(identity_section("ds", {"rejected": {}}, None, second["leaks"]))
+    assert "Held-out audio in shards made before: 2 record(s)" in card and "shard 1: `s" in card
 
 
 def test_a_record_that_changed_under_its_cut_id_stops_the_plan(tmp_path):

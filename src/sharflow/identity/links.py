@@ -173,11 +173,11 @@ def link_identities(
     voices: VoiceRules | None = None,
     decisions: str | None = None,
 ) -> dict:
-    """Index every dataset's held-out records, link speakers to held-out unseen ones (by id, the
+    """Index every dataset's held-out records, link speakers to held-out unseen ones (by id, by the
     config, and with `voices` enabled by voice; the decisions file `decisions`, if given, is read,
-    then rewritten), stream every train record past them,
-    find exact duplicates within train, and write the links (one line per linked train record) and
-    stats (per reason and dataset pair, examples, speaker links)."""
+    then rewritten), stream every train record past them, find exact duplicates within train, and
+    write the links (one line per linked train record) and stats (per reason and dataset pair,
+    examples, speaker links)."""
     if rules.train_duplicates not in DUPLICATE_ACTIONS:
         raise SharflowError(
             f"identity.train_duplicates must be one of {DUPLICATE_ACTIONS}, got {rules.train_duplicates!r}"

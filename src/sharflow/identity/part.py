@@ -13,9 +13,10 @@ processes, in line order. A part writes:
   quality stage rejects it);
 - `part-NNNN.npy`: the hashes and times of every fingerprint, one after another (a structured
   array of (hash uint32, time int32));
-- `part-NNNN.voices.npy` (with identity.voices): each record's speaker embedding, a row per line of
+- `part-NNNN.voices.npy`: with identity.voices, each record's speaker embedding, a row per line of
   the `.jsonl` (zeros for audio that could not be decoded), by the voices' embedder at its
   level-normalised setting, one torch thread a process (the same bytes whatever the workers);
+  without, an empty array;
 - `part-NNNN.stats.json`: counts and seconds.
 
 Memory: one record's audio per worker; hashes go to disk as they come.
