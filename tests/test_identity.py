@@ -5,6 +5,7 @@ import io
 import itertools
 import json
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -559,3 +560,46 @@ def test_a_pair_is_decided_once_and_stays_decided_as_its_voices_drift():
     v = voices(0.0)
     v.speakers[("b", "x")] = _speaker("b", "x", [0.0, -1.0, 0.0])  # the same id, another voice
     assert [(r["pair"], r["how"]) for r in link_speakers(v, rules, {})] == [("a:x|b:x", "id")]
+
+
+def test_a_grown_corpus_is_fingerprinted_and_embedded_only_where_it_grew(tmp_path):
+    """The part's files of the last run are kept (update() outputs): a record inserted mid-file and
+    one whose file changed are measured, the rest reused; the files equal a fresh run's, byte for
+    byte; files that are not the ones the last stats describe are not reused."""
+    records, root, _ = demo_dataset(tmp_path)
+    lines = records.read_text().splitlines(keepends=True)
+    first = tmp_path / "first.jsonl"
+    first.write_text("".join(lines[:20] + lines[21:40]))
+    changed_root = tmp_path / "audio"
+    shutil.copytree(root, changed_root)
+
+    def run(source, name):
+        out = tmp_path / name
+        stats = run_identity_part(
+            0,
+            records=str(source),
+            parts=1,
+            audio_root=str(changed_root),
+            out_records=str(out / "p.jsonl"),
+            out_hashes=str(out / "p.npy"),
+            out_stats=str(out / "p.stats.json"),
+            out_voices=str(out / "p.voices.npy"),
+            voices=VoiceEmbedding(),
+        )
+        return stats, [(out / f).read_bytes() for f in ("p.jsonl", "p.npy", "p.voices.npy")]
+
+    assert run(first, "grown")[0]["measured"] == 39
+    touched = changed_root / json.loads(lines[5])["audio_filepath"]
+    os.utime(touched, ns=(touched.stat().st_atime_ns, touched.stat().st_mtime_ns + 10**9))
+    grown = tmp_path / "grown.jsonl"
+    grown.write_text("".join(lines[:41]))  # line 20 inserted mid-file, line 40 at the end
+    stats, files = run(grown, "grown")
+    same_file = sum(
+        json.loads(x)["audio_filepath"] == json.loads(lines[5])["audio_filepath"] for x in lines[:41]
+    )
+    assert (stats["measured"], stats["reused"]) == (2 + same_file, 39 - same_file)
+    fresh_stats, fresh = run(grown, "fresh")
+    assert fresh_stats["measured"] == 41 and files == fresh
+    assert len(set(np.load(tmp_path / "fresh" / "p.npy")["hash"].tolist())) > 1000  # hashes that vary
+    (tmp_path / "grown" / "p.npy").write_bytes(files[1][:-8])  # not what its stats describe
+    assert run(grown, "grown")[0]["measured"] == 41

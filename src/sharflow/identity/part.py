@@ -17,9 +17,18 @@ processes, in line order. A part writes:
   the `.jsonl` (zeros for audio that could not be decoded), by the voices' embedder at its
   level-normalised setting, one torch thread a process (the same bytes whatever the workers);
   without, an empty array;
-- `part-NNNN.stats.json`: counts and seconds.
+- `part-NNNN.stats.json`: counts and seconds, and the sizes of the three files above.
 
-Memory: one record's audio per worker; hashes go to disk as they come.
+A grown corpus is fingerprinted only where it grew: every entry carries the `key` of what it
+measured (its span, the audio file's size and modification time, the fingerprint version and the
+voices' embedder), and a part keeps from its own files of the last run (the rule's outputs are
+Snakemake `update()` files: not deleted before the job) the hashes, digest and voice of every
+record whose key it still has, whatever its line; only the others are decoded. The last run's
+files are used only when their sizes are the ones its stats recorded (a run killed between its
+renames leaves them unused).
+
+Memory: one record's audio per worker, and the keys of the part's last run; hashes go to disk as
+they come.
 Bytes depend on the records alone, not on the worker count.
 """
 
@@ -39,6 +48,7 @@ from tqdm import tqdm
 
 from sharflow.core.atomic import atomic_file, atomic_path, write_json
 from sharflow.core.audio import load_span, resample, resolve_audio_path
+from sharflow.core.errors import SharflowError
 from sharflow.core.parallel import ordered_map
 from sharflow.core.parts import part_records
 from sharflow.core.speakers import parse_speaker
@@ -108,6 +118,8 @@ def run_identity_part(
         voices = replace(voices, dim=voices.load().dim)
     log.info("identity part %d of %d: %d records, %d workers", part, parts, len(mine), workers)
     counts = {"records": len(mine), "unreadable": 0, "unusable": 0, "hashes": 0, "audio_seconds": 0.0}
+    earlier = _Earlier(out_records, out_hashes, out_voices, out_stats)
+    signature = f"{VERSION}|{voices.embedder}|{voices.options}" if voices else VERSION
     with (
         atomic_file(out_records, "w", encoding="utf-8") as index,
         _RowsFile(out_hashes, HASH_DTYPE) as sink,
@@ -115,15 +127,12 @@ def run_identity_part(
         tqdm(total=len(mine), desc=f"identity part {part}", unit="utt", mininterval=5) as bar,
     ):
         work = partial(_fingerprint_record, audio_root, dataset, own_speaker_ids, voices)
-        fingerprinted = ordered_map(work, _lines(records, mine), workers)
-        for (line, _), (entry, hashes, voice) in fingerprinted:
+        items = (
+            (line, raw, *earlier.find(audio_root, raw, signature)) for line, raw in _lines(records, mine)
+        )
+        for (line, *_), (entry, hashes, voice) in ordered_map(work, items, workers):
             entry = {"line": line, **entry, "start": counts["hashes"]}
-            if "error" in entry:
-                counts["unreadable"] += 1
-            else:
-                counts["audio_seconds"] += entry["duration"]
-                counts["unusable"] += entry["hashes"] == 0
-            counts["hashes"] += len(hashes)
+            _count(counts, entry)
             sink.write(hashes)
             voice_sink.write(voice)
             index.write(json.dumps(entry, ensure_ascii=False) + "\n")
@@ -134,10 +143,69 @@ def run_identity_part(
         "fingerprint_version": VERSION,
         **counts,
         "audio_seconds": round(counts["audio_seconds"], 3),
+        "reused": earlier.reused,
+        "measured": counts["records"] - earlier.reused,
+        "files": _sizes(out_records, out_hashes, out_voices),
         "seconds": round(time.perf_counter() - start, 3),
     }
     write_json(out_stats, stats)
     return stats
+
+
+def _count(counts: dict, entry: dict) -> None:
+    """Add an entry to the part's counts."""
+    if "error" in entry:
+        counts["unreadable"] += 1
+    else:
+        counts["audio_seconds"] += entry["duration"]
+        counts["unusable"] += entry["hashes"] == 0
+    counts["hashes"] += entry["hashes"]
+
+
+def _sizes(*paths: str | None) -> list:
+    return [os.path.getsize(p) if p else None for p in paths]
+
+
+class _Earlier:
+    """The part's own files of the last run, by the key of what each entry measured (the module)."""
+
+    def __init__(self, records: str, hashes: str, voices: str | None, stats: str):
+        self.by_key: dict[str, tuple[int, dict]] = {}
+        self.reused = 0
+        paths = (records, hashes, voices)
+        if not all(p is None or os.path.exists(p) for p in (*paths, stats)):
+            return
+        with open(stats, encoding="utf-8") as f:
+            if json.load(f).get("files") != _sizes(*paths):
+                return  # not the files its stats describe: measure afresh
+        self.hashes = np.load(hashes, mmap_mode="r")
+        self.voices = np.load(voices, mmap_mode="r") if voices else None  # rows of VoiceEmbedding.dtype
+        with open(records, encoding="utf-8") as f:
+            for row, text in enumerate(f):
+                entry = json.loads(text)
+                if "key" in entry and "error" not in entry:
+                    self.by_key[entry["key"]] = (row, entry)
+
+    def find(self, audio_root: str, raw: bytes, signature: str) -> tuple[str | None, tuple | None]:
+        """(key, (digest, hashes, voice row) of the last run or None) of a record line."""
+        record = json.loads(raw)
+        try:
+            path, _ = resolve_audio_path(audio_root, record["audio_filepath"])
+            st = os.stat(path)
+        except (OSError, SharflowError):
+            return None, None  # measuring says what is wrong with it
+        span = f"{record['audio_filepath']}|{record['offset']}|{record['duration']}"
+        key = hashlib.blake2b(
+            f"{span}|{st.st_size}|{st.st_mtime_ns}|{signature}".encode(), digest_size=12
+        ).hexdigest()
+        found = self.by_key.get(key)
+        if found is None:
+            return key, None
+        row, entry = found
+        self.reused += 1
+        hashes = np.array(self.hashes[entry["start"] : entry["start"] + entry["hashes"]])
+        voice = np.array(self.voices[row : row + 1]) if self.voices is not None and len(self.voices) else None
+        return key, (entry["digest"], hashes, voice)
 
 
 def _lines(records: str, mine) -> Iterator[tuple[int, bytes]]:
@@ -207,10 +275,12 @@ def samples_digest(audio: np.ndarray) -> str:
 
 
 def _fingerprint_record(
-    audio_root: str, dataset: str, own_ids: bool, voices: VoiceEmbedding | None, item: tuple[int, bytes]
+    audio_root: str, dataset: str, own_ids: bool, voices: VoiceEmbedding | None, item: tuple
 ) -> tuple[dict, np.ndarray, np.ndarray | None]:
-    """(index entry less line and start, hashes, voice row or None) of one record line."""
-    record = json.loads(item[1])
+    """(index entry less line and start, hashes, voice row or None) of one item: a record line, the
+    key of what it measures, and what the last run measured under that key (or None: decode)."""
+    _, raw, key, earlier = item
+    record = json.loads(raw)
     speaker = parse_speaker(record["speaker"]).speaker_id
     entry = {
         "audio_filepath": record["audio_filepath"],
@@ -223,8 +293,9 @@ def _fingerprint_record(
     try:
         path, _ = resolve_audio_path(audio_root, record["audio_filepath"])
         entry["span"] = span_key(path, record["offset"], record["duration"])
-        audio, rate = load_span(path, record["offset"], record["duration"])
-        fp = fingerprint(audio, rate)
+        if earlier is None:
+            audio, rate = load_span(path, record["offset"], record["duration"])
+            fp = fingerprint(audio, rate)
     except Exception as e:  # reported per record; quality rejects its record
         return (
             {**entry, "utterance": None, "hashes": 0, "error": f"{record['audio_filepath']}: {e}"},
@@ -232,12 +303,17 @@ def _fingerprint_record(
             voice,
         )
     entry["utterance"] = utterance_key(entry["who"], record.get("normalized_text") or record.get("text"))
-    entry["digest"] = samples_digest(audio)
-    hashes = np.zeros(len(fp) if fp.usable else 0, HASH_DTYPE)
-    if fp.usable:
-        hashes["hash"], hashes["time"] = fp.hashes, fp.times
+    if earlier is not None:
+        entry["digest"], hashes, kept_voice = earlier
+        voice = kept_voice if voices else None
+    else:
+        entry["digest"] = samples_digest(audio)
+        hashes = np.zeros(len(fp) if fp.usable else 0, HASH_DTYPE)
+        if fp.usable:
+            hashes["hash"], hashes["time"] = fp.hashes, fp.times
+        if voices:
+            embedder = voices.load()
+            voice["voice"] = embedder.embed([resample(audio, rate, embedder.sample_rate)])
     entry["hashes"] = len(hashes)
-    if voices:
-        embedder = voices.load()
-        voice["voice"] = embedder.embed([resample(audio, rate, embedder.sample_rate)])
+    entry["key"] = key
     return entry, hashes, voice
