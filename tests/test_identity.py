@@ -32,7 +32,7 @@ from sharflow.identity.links import (
 from sharflow.identity.part import HASH_DTYPE, VoiceEmbedding, run_identity_part
 from sharflow.identity.voices import LINKED_SPEAKER, NEAR, Speaker, VoiceRules, Voices, link_speakers
 from sharflow.splits.stage import DatasetSplits, assign_splits
-from testkit import DEMO, REPO, prepare_demo, read_jsonl, run_identity, write_jsonl
+from testkit import DEMO, REPO, identity_part, prepare_demo, read_jsonl, run_identity, write_jsonl
 
 RULES = MatchRules()
 DEMO_SPLITS = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["datasets"]["demo"]["splits"]
@@ -575,19 +575,8 @@ def test_a_grown_corpus_is_fingerprinted_and_embedded_only_where_it_grew(tmp_pat
     shutil.copytree(root, changed_root)
 
     def run(source, name):
-        out = tmp_path / name
-        stats = run_identity_part(
-            0,
-            records=str(source),
-            parts=1,
-            audio_root=str(changed_root),
-            out_records=str(out / "p.jsonl"),
-            out_hashes=str(out / "p.npy"),
-            out_stats=str(out / "p.stats.json"),
-            out_voices=str(out / "p.voices.npy"),
-            voices=VoiceEmbedding(),
-        )
-        return stats, [(out / f).read_bytes() for f in ("p.jsonl", "p.npy", "p.voices.npy")]
+        stats, files = identity_part(tmp_path / name, source, changed_root, VoiceEmbedding())
+        return stats, [Path(f).read_bytes() for f in files]
 
     assert run(first, "grown")[0]["measured"] == 39
     touched = changed_root / json.loads(lines[5])["audio_filepath"]
@@ -601,6 +590,6 @@ def test_a_grown_corpus_is_fingerprinted_and_embedded_only_where_it_grew(tmp_pat
     assert (stats["measured"], stats["reused"]) == (2 + same_file, 39 - same_file)
     fresh_stats, fresh = run(grown, "fresh")
     assert fresh_stats["measured"] == 41 and files == fresh
-    assert len(set(np.load(tmp_path / "fresh" / "p.npy")["hash"].tolist())) > 1000  # hashes that vary
-    (tmp_path / "grown" / "p.npy").write_bytes(files[1][:-8])  # not what its stats describe
+    assert len(set(np.load(tmp_path / "fresh" / "part.npy")["hash"].tolist())) > 1000  # hashes that vary
+    (tmp_path / "grown" / "part.npy").write_bytes(files[1][:-8])  # not what its stats describe
     assert run(grown, "grown")[0]["measured"] == 41

@@ -268,6 +268,25 @@ def run_stage(
 FIELDS = ("cuts", "target_audio", "context_audio")
 
 
+def identity_part(out, records, root, voices=None, **options) -> tuple[dict, list[str]]:
+    """One identity part (part 0 of 1) of `records` into out/part.{jsonl,npy,voices.npy,stats.json},
+    embedding voices with `voices` (a VoiceEmbedding, or None): (stats, [records, hashes, voices])."""
+    files = [str(out / name) for name in ("part.jsonl", "part.npy", "part.voices.npy")]
+    stats = run_identity_part(
+        0,
+        records=str(records),
+        parts=1,
+        audio_root=str(root),
+        out_records=files[0],
+        out_hashes=files[1],
+        out_stats=str(out / "part.stats.json"),
+        out_voices=files[2],
+        voices=voices,
+        **options,
+    )
+    return stats, files
+
+
 def run_identity(tmp, datasets: dict, rules=None, voices=None):
     """Identity parts, the identity job and each dataset's splits job over datasets {name: (records,
     audio root, count, splits block[, speaker_ids own])}, voices by `voices` (VoiceRules; the
@@ -279,21 +298,14 @@ def run_identity(tmp, datasets: dict, rules=None, voices=None):
     parts = {}
     own = {name: bool(spec[4:] and spec[4]) for name, spec in datasets.items()}  # speaker_ids: own
     for name, (records, root, *_) in datasets.items():
-        out = tmp / "identity" / name
-        run_identity_part(
-            0,
-            records=str(records),
-            parts=1,
-            audio_root=str(root),
-            out_records=str(out / "part.jsonl"),
-            out_hashes=str(out / "part.npy"),
-            out_stats=str(out / "part.stats.json"),
-            out_voices=str(out / "part.voices.npy"),
+        _, files = identity_part(
+            tmp / "identity" / name,
+            records,
+            root,
+            VoiceEmbedding(voices.embedder) if voices.enabled else None,
             dataset=name,
             own_speaker_ids=own[name],
-            voices=VoiceEmbedding(voices.embedder) if voices.enabled else None,
         )
-        files = [str(out / "part.jsonl"), str(out / "part.npy"), str(out / "part.voices.npy")]
         parts[name] = DatasetIdentity([files if voices.enabled else files[:2]], datasets[name][3])
     links = tmp / "identity" / "links.jsonl"
     identity = link_identities(
