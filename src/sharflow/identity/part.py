@@ -170,7 +170,7 @@ class _Earlier:
     """The part's own files of the last run, by the key of what each entry measured (the module)."""
 
     def __init__(self, records: str, hashes: str, voices: str | None, stats: str):
-        self.by_key: dict[str, tuple[int, dict]] = {}
+        self.by_key: dict[str, tuple[int, int, int, str]] = {}  # key -> row, start, hashes, digest
         self.reused = 0
         paths = (records, hashes, voices)
         if not all(p is None or os.path.exists(p) for p in (*paths, stats)):
@@ -184,7 +184,7 @@ class _Earlier:
             for row, text in enumerate(f):
                 entry = json.loads(text)
                 if "key" in entry and "error" not in entry:
-                    self.by_key[entry["key"]] = (row, entry)
+                    self.by_key[entry["key"]] = (row, entry["start"], entry["hashes"], entry["digest"])
 
     def find(self, audio_root: str, raw: bytes, signature: str) -> tuple[str | None, tuple | None]:
         """(key, (digest, hashes, voice row) of the last run or None) of a record line."""
@@ -201,11 +201,10 @@ class _Earlier:
         found = self.by_key.get(key)
         if found is None:
             return key, None
-        row, entry = found
+        row, start, count, digest = found
         self.reused += 1
-        hashes = np.array(self.hashes[entry["start"] : entry["start"] + entry["hashes"]])
         voice = np.array(self.voices[row : row + 1]) if self.voices is not None and len(self.voices) else None
-        return key, (entry["digest"], hashes, voice)
+        return key, (digest, np.array(self.hashes[start : start + count]), voice)
 
 
 def _lines(records: str, mine) -> Iterator[tuple[int, bytes]]:
