@@ -302,9 +302,8 @@ def _fingerprint_record(
             voice,
         )
     entry["utterance"] = utterance_key(entry["who"], record.get("normalized_text") or record.get("text"))
-    if earlier is not None:
-        entry["digest"], hashes, kept_voice = earlier
-        voice = kept_voice if voices else None
+    if earlier is not None:  # measured under the same key: the same voices setting
+        entry["digest"], hashes, voice = earlier
     else:
         entry["digest"] = samples_digest(audio)
         hashes = np.zeros(len(fp) if fp.usable else 0, HASH_DTYPE)

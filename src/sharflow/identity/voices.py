@@ -54,6 +54,7 @@ class VoiceRules:
     confirm: tuple = ()  # ("dataset:speaker", "dataset:speaker") pairs linked whatever their score
     deny: tuple = ()  # pairs never linked
     embedder: str = "ge2e"
+    embedder_options: tuple = ()  # sorted (key, value) pairs
 
     @classmethod
     def from_config(cls, block: Mapping) -> "VoiceRules":
@@ -64,12 +65,14 @@ class VoiceRules:
             confirm=tuple(_pair(p, "confirm") for p in block.get("confirm", []) or []),
             deny=tuple(_pair(p, "deny") for p in block.get("deny", []) or []),
             embedder=str(block.get("embedder", cls.embedder)),
+            embedder_options=tuple(sorted((block.get("embedder_options") or {}).items())),
         )
 
     @property
     def digest(self) -> str:
-        """What a decision depends on besides the voices: the threshold, the minimum audio, the embedder."""
-        key = f"{self.min_similarity}\0{self.min_seconds}\0{self.embedder}"
+        """What a decision depends on besides the voices: the threshold, the minimum audio, the
+        embedder and its options."""
+        key = f"{self.min_similarity}\0{self.min_seconds}\0{self.embedder}\0{self.embedder_options}"
         return hashlib.blake2b(key.encode(), digest_size=6).hexdigest()
 
 
@@ -118,15 +121,14 @@ class Voices:
         key = (dataset, entry["speaker"])
         s = self.speakers.get(key)
         if s is None:
-            dim = 0 if embedding is None else len(embedding)
             s = self.speakers[key] = Speaker(
-                dataset, entry["speaker"], entry.get("who") or entry["speaker"], np.zeros(dim, np.float32)
+                dataset, entry["speaker"], entry.get("who") or entry["speaker"], np.zeros(0, np.float32)
             )
         s.splits[split] = s.splits.get(split, 0) + 1
         if embedding is not None and entry.get("hashes", 0) > 0:  # only records with a sound
             if not len(s.total):
                 s.total = np.zeros(len(embedding), np.float32)
-            s.total += np.asarray(embedding, dtype=np.float32)
+            s.total += embedding
             s.seconds += entry["duration"]
 
 

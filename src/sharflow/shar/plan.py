@@ -21,6 +21,7 @@ from sharflow.core.atomic import atomic_file, read_json, write_json
 from sharflow.core.errors import SharflowError
 from sharflow.core.jobs import plan_jobs, planned_jobs
 from sharflow.core.layout import block_members, block_size, job_file_name
+from sharflow.identity.links import HELD_OUT_REASONS
 
 log = logging.getLogger(__name__)
 
@@ -187,8 +188,6 @@ LEAK_ACTIONS = ("report", "rebuild")
 def held_out_cut_ids(rejected_dir: str) -> dict[str, dict]:
     """{cut id: {reason, detail}} of the records a splits job rejected for being held-out audio
     (sharflow.identity.links.HELD_OUT_REASONS), from its rejects folder."""
-    from sharflow.identity.links import HELD_OUT_REASONS
-
     out = {}
     for reason in HELD_OUT_REASONS:
         path = Path(rejected_dir) / f"{reason}.jsonl"
