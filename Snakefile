@@ -24,6 +24,7 @@ include: "rules/codes.smk"
 include: "rules/catalog.smk"
 include: "rules/training.smk"
 include: "rules/verify.smk"
+include: "rules/publish.smk"
 include: "rules/report.smk"
 
 

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from snakemake.logging import logger
 
-from sharflow.core import jobs, layout
+from sharflow.core import jobs, layout, storage
 from sharflow.core.atomic import read_json
 from sharflow.core.cache import cache_root
 from sharflow.core.config import validate_config
@@ -30,6 +30,9 @@ ASR = config["quality"]["asr"]
 # Every path comes from sharflow.core.layout; DS gives a dataset's files as patterns of {dataset}.
 DS = layout.dataset_files("{dataset}")
 HOST_SHOWS_GPU = host_shows_gpu()
+PUBLISH = config["publish"]["url"]
+# Where the hand-off files (input_cfg, validation_ds, evaluation sets) say the shards are.
+PATH_PREFIX = config["training"]["path_prefix"] or PUBLISH
 # The cache of the normalizer's grammars, resolved once here so that every job uses the same one.
 TEXT_CACHE = str(cache_root(config["text"]["cache_dir"]))
 
@@ -101,6 +104,7 @@ def get_final_outputs():
         + [layout.INPUT_CFG, f"{layout.REPORT_DIR}/summary.html"]
         + ([layout.VALIDATION_DS] if HELD_OUT_SETS else [])
         + [layout.dataset_files(name).evaluation for name in TEST_SETS]
+        + ([layout.PUBLISHED] if PUBLISH else [])
         + [
             path
             for f in map(layout.dataset_files, HELD_OUT_SETS)
@@ -143,7 +147,15 @@ QUALITY_GPUS = gpu_request("quality")
 
 # ---- prepare ----------------------------------------------------------------------------------
 def get_manifest(wildcards):
-    return config["datasets"][wildcards.dataset]["manifest"]
+    """The prepare job's input: a local manifest (Snakemake watches its time); none for a URL."""
+    manifest = config["datasets"][wildcards.dataset]["manifest"]
+    return [] if storage.is_url(manifest) else manifest
+
+
+def get_manifest_version(wildcards):
+    """A URL manifest's ETag (one HEAD request): a param, so that a replaced object reruns prepare."""
+    manifest = config["datasets"][wildcards.dataset]["manifest"]
+    return storage.head(manifest).etag if storage.is_url(manifest) else None
 
 
 def get_audio_root(wildcards):
@@ -155,7 +167,7 @@ def get_prepare_settings(wildcards):
     ds = config["datasets"][wildcards.dataset]
     return {
         "dataset": wildcards.dataset,
-        **{k: ds[k] for k in ("audio_root", "language", "require_text")},
+        **{k: ds[k] for k in ("manifest", "audio_root", "language", "require_text")},
         **{
             k: config["prepare"][k]
             for k in ("duration_tolerance", "duration_from_file", "max_rejected_fraction")
@@ -635,3 +647,16 @@ def get_report_inputs(wildcards):
         inputs += [path for key, path in files.items() if key != "codes"]
         inputs += files["codes"].values()
     return inputs
+
+
+# ---- publish ----------------------------------------------------------------------------------
+def get_publish_inputs(wildcards):
+    """What the publish job uploads, finished and verified: every Shar set's verification, catalog,
+    bucket bins and card, the evaluation sets, input_cfg and validation_ds."""
+    files = [layout.dataset_files(name) for name in DATASETS]
+    return {
+        "verify": [layout.dataset_files(name).verify for name in DATASETS + HELD_OUT_SETS],
+        "datasets": [path for f in files for path in (f.catalog, f.buckets, f.dataset_card)],
+        "evaluation": [layout.dataset_files(name).evaluation for name in TEST_SETS],
+        "handoff": [layout.INPUT_CFG] + ([layout.VALIDATION_DS] if HELD_OUT_SETS else []),
+    }

@@ -11,6 +11,7 @@ rule prepare:
         layout.benchmark("prepare", "{dataset}")
     params:
         settings=get_prepare_settings,
+        manifest_version=get_manifest_version,
     threads: threads_of("prepare")
     resources:
         mem_mb=2000,

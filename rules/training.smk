@@ -29,7 +29,7 @@ rule input_cfg:
         datasets=get_training_datasets,
         codec=get_training_codec(),
         num_buckets=config["buckets"]["num_buckets"],
-        path_prefix=config["training"]["path_prefix"],
+        path_prefix=PATH_PREFIX,
         settings={"shuffle": config["training"]["shuffle"], "shard_seed": config["training"]["shard_seed"]},
     resources:
         mem_mb=2000,
@@ -52,7 +52,7 @@ rule validation_ds:
     params:
         datasets=get_validation_sets,
         codec=get_training_codec(),
-        path_prefix=config["training"]["path_prefix"],
+        path_prefix=PATH_PREFIX,
         settings={"shuffle": False},
     resources:
         mem_mb=2000,
@@ -70,7 +70,7 @@ rule evaluation_set:
         layout.log("evaluation_set", "{dataset}"),
     params:
         name=lambda wildcards: layout.evaluation_name(wildcards.dataset),
-        path_prefix=config["training"]["path_prefix"],
+        path_prefix=PATH_PREFIX,
     resources:
         mem_mb=2000,
     wildcard_constraints:

@@ -18,6 +18,7 @@ from testkit import (
     REPO,
     SMALL_SHARDS,
     Background,
+    S3Server,
     demo_config,
     prepare_demo,
     run_codes,
@@ -115,6 +116,17 @@ def coded(demo_shards, tiny_nemo_codec, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """A real S3 API (testkit.S3Server: moto's server on 127.0.0.1) for the session, the environment
+    pointing at it; stopped when the session ends, passed or failed."""
+    server = S3Server(tmp_path_factory.mktemp("object_cache")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
 def chromium():
     """A headless-capable Chromium, installed from Debian when missing and we are root."""
     return system_tool("chromium", ["chromium"])
@@ -164,7 +176,9 @@ def early_runs(request, tmp_path_factory):
     if "slurm_run" in wanted:
         from test_slurm import run_on_slurm
 
-        runs["slurm"] = Background(run_on_slurm, tmp_path_factory.mktemp("slurm"))
+        runs["slurm"] = Background(
+            run_on_slurm, tmp_path_factory.mktemp("slurm"), request.getfixturevalue("s3")
+        )
     try:
         yield runs
     finally:

@@ -21,6 +21,7 @@ import yaml
 from sharflow.codes.shard import ShardCodes, encode_shards
 from sharflow.codes.spec import CodecSpec, cached_codec
 from sharflow.context.plan import plan_context
+from sharflow.core import layout
 from sharflow.core.config import load_schema, schema_keys
 from sharflow.core.layout import DatasetFiles
 from sharflow.dataset.training import write_input_cfg
@@ -148,6 +149,9 @@ EFFECTS: dict[str, str] = {
     "buckets.sub_buckets": "test_buckets.py::test_2d_bins_split_each_duration_bucket_by_tokens",
     "buckets.z_threshold": "test_buckets.py::test_outliers_are_dropped_above_a_z_score_of_4_by_default",
     "verify.workers": "test_verify.py::test_whole_dataset_verifies_the_same_with_any_worker_count",
+    "publish.url": f"{HERE}::test_publish_keys_reach_the_publish_job_and_the_hand_off",
+    "publish.part_mb": "test_storage.py::test_the_etag_of_a_file_is_known_before_it_is_uploaded",
+    "publish.workers": "test_storage.py::test_the_etag_of_a_file_is_known_before_it_is_uploaded",
     "training.codec": f"{HERE}::test_the_training_keys_are_written_into_input_cfg",
     "training.path_prefix": f"{HERE}::test_the_training_keys_are_written_into_input_cfg",
     "training.shuffle": f"{HERE}::test_the_training_keys_are_written_into_input_cfg",
@@ -289,6 +293,24 @@ def test_identity_voice_keys_reach_the_identity_jobs(tmp_path):
     }
     assert off["identity_part"].params.voices(None) is None
     assert all(len(part) == 2 for part in off["identity"].params.datasets(None)["demo"]["parts"])
+
+
+def test_publish_keys_reach_the_publish_job_and_the_hand_off(tmp_path):
+    """With publish.url the default target publishes (the publish job gets the block) and the hand-off
+    files point at the URL unless training.path_prefix says otherwise; without it nothing publishes."""
+    from test_layout import parsed_rules
+
+    url = "s3://bucket/run"
+    published = {r.name: r for r in parsed_rules(demo_config(publish={"url": url, "workers": 3}), tmp_path)}
+    assert published["publish"].params.settings == {"url": url, "part_mb": 64, "workers": 3}
+    assert published["all"].input.count(layout.PUBLISHED) == 1
+    assert published["input_cfg"].params.path_prefix == url == published["evaluation_set"].params.path_prefix
+    mounted = demo_config(publish={"url": url}, training={"path_prefix": "ais://bucket/run"})
+    assert {r.name: r for r in parsed_rules(mounted, tmp_path)}[
+        "input_cfg"
+    ].params.path_prefix == "ais://bucket/run"
+    local = {r.name: r for r in parsed_rules(demo_config(), tmp_path)}
+    assert layout.PUBLISHED not in local["all"].input and local["input_cfg"].params.path_prefix is None
 
 
 def test_text_keys_reach_the_text_jobs(tmp_path):

@@ -15,6 +15,7 @@ KEPT = {
     "snakemake-executor-plugin-slurm": "the Slurm executor profiles/slurm names; Snakemake loads it",
     "urllib3": "imported by lhotse, which does not declare it",
     "resemblyzer": "only its pretrained GE2E weights file is read (its import chain needs pkg_resources)",
+    "smart-open": "lhotse opens s3:// Shar paths with it (NeMo reading a published set); < 8 for Snakemake",
     "speechmos": "only its DNSMOS ONNX weights are read, as package data (sharflow.quality.metrics)",
 }
 

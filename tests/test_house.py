@@ -27,6 +27,7 @@ PACKAGES = (
     "models",
     "dataset",
     "verify",
+    "publish",
     "report",
 )
 HEAVY = ("torch", "lhotse", "nemo", "pandas", "pyarrow", "matplotlib", "onnxruntime")

@@ -69,6 +69,7 @@ EXPECTED = {
     "input_cfg": {"input_cfg": layout.INPUT_CFG},
     "validation_ds": {"validation_ds": layout.VALIDATION_DS},
     "evaluation_set": {"evaluation": DS.evaluation},
+    "publish": {"published": layout.PUBLISHED},
     "report": {
         **{
             plot: f"{layout.REPORT_DIR}/{plot}.png" for plot in ("durations", "buckets", "similarity", "load")

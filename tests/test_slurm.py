@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sharflow.core import storage
 from testkit import (
     GPU_RULES,
     REPO,
@@ -26,6 +27,7 @@ from testkit import (
     codes_in_tars,
     demo_config,
     run_snakemake,
+    upload_demo,
 )
 
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
@@ -45,10 +47,16 @@ def stop_the_cluster_this_session_started() -> None:
         STARTED.clear()
 
 
-def run_on_slurm(tmp: Path):
+PUBLISHED = "s3://slurm-training/run1"  # where the Slurm run publishes (test_storage reads it back)
+
+
+def run_on_slurm(tmp: Path, s3):
     """The demo through profiles/slurm on tests/slurm/cluster.sh: (work, output, state dir, real profile).
 
-    Started before the first test (conftest.early_runs); skips where Slurm cannot run.
+    The corpus is read from object storage (the `s3` server, the demo uploaded to it) and the run
+    publishes its Shar there (PUBLISHED); the credentials reach the jobs as the Slurm profile's docs
+    say, in the environment sbatch exports. Started before the first test (conftest.early_runs);
+    skips where Slurm cannot run.
     """
     if os.geteuid() != 0:
         pytest.skip("Slurm's daemons need root (tests/slurm/cluster.sh up)")
@@ -60,9 +68,12 @@ def run_on_slurm(tmp: Path):
     state = Path(done.stdout.strip().splitlines()[-1])
     real = write_test_profile(tmp / "wp")
     work = tmp / "work"
+    config = demo_config(shar=SMALL_SHARDS, publish={"url": PUBLISHED})
+    config["datasets"]["demo"].update(upload_demo(s3, "slurm-corpus"))
+    s3.bucket(storage.split_url(PUBLISHED)[0], versioned=True)
     proc = run_snakemake(
         work,
-        demo_config(shar=SMALL_SHARDS),
+        config,
         "--workflow-profile",
         str(tmp / "wp"),
         profile="slurm",
@@ -160,5 +171,12 @@ def test_slurm_profile_runs_the_demo_like_a_local_run(slurm_run, two_datasets):
     # byte for byte what the local run wrote
     local = two_datasets[0] / "results"
     assert_informative_codes(codes_in_tars(sorted((local / "demo" / "shar").glob("codes_*/target_codes/*"))))
-    assert_same_outputs(local, work / "results", ["demo"], "local run vs Slurm run (one core per job)")
+    # the Slurm run read its corpus from object storage: only the prepare stats' manifest differs
+    assert_same_outputs(
+        local,
+        work / "results",
+        ["demo"],
+        "local run vs Slurm run (one core per job, the corpus read from object storage)",
+        json_differ={"prepare/stats.json": {"manifest"}},
+    )
     assert json.loads((work / "results" / "demo" / "verify.json").read_text())["ok"]

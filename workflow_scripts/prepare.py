@@ -7,7 +7,6 @@ from sharflow.prepare.job import prepare_dataset
 if __name__ == "__main__":
     with job_log(snakemake.log[0]):
         prepare_dataset(
-            snakemake.input.manifest,
             prepared=snakemake.output.prepared,
             rejected_dir=snakemake.output.rejected,
             stats=snakemake.output.stats,

@@ -9,6 +9,8 @@ import numpy as np
 import soundfile as sf
 import soxr
 
+from sharflow.core import storage
+
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)  # the sample rates an opus stream may have
 _EXACT_INT16 = {"PCM_16", "PCM_S8", "PCM_U8"}  # subtypes whose samples int16 holds exactly
 
@@ -36,12 +38,23 @@ def resolve_audio_path(audio_root: str, path: str) -> tuple[str, str]:
     Returns (absolute path, path relative to the root in POSIX form). Relative paths are taken
     from the root; absolute ones must already lie under it. The check is lexical (after `..` is
     folded), so a root that is itself a symlink, or holds symlinked sub-folders, still works,
-    while `../x` or `/etc/x` is refused with PathEscapeError.
+    while `../x` or `/etc/x` is refused with PathEscapeError. A URL root (`s3://bucket/audio`) takes
+    paths relative to it or URLs under it, folded the same way (sharflow.core.storage).
     """
+    if storage.is_url(audio_root):
+        return _resolve_url(audio_root, path)
     prefix = _root_prefix(audio_root)
     full = os.path.normpath(os.path.join(prefix, path))
     if full.startswith(prefix) and len(full) > len(prefix):
         return full, full[len(prefix) :].replace(os.sep, "/")
+    raise PathEscapeError(f"{path!r} resolves to {full!r}, outside the audio root {prefix!r}")
+
+
+def _resolve_url(audio_root: str, path: str) -> tuple[str, str]:
+    prefix = storage.normalize_url(audio_root) + "/"
+    full = storage.normalize_url(path if storage.is_url(path) else prefix + path)
+    if full.startswith(prefix) and not path.startswith("/") and len(full) > len(prefix):
+        return full, full[len(prefix) :]
     raise PathEscapeError(f"{path!r} resolves to {full!r}, outside the audio root {prefix!r}")
 
 
@@ -52,8 +65,8 @@ def _root_prefix(audio_root: str) -> str:
 
 
 def probe_audio(path: str) -> AudioInfo:
-    """Read the header of an audio file (no samples are decoded)."""
-    info = sf.info(path)
+    """Read the header of an audio file or object (no samples are decoded)."""
+    info = sf.info(storage.local_file(path))
     return AudioInfo(int(info.samplerate), int(info.frames), int(info.channels))
 
 
@@ -73,7 +86,7 @@ def read_span(
     else (or with `floats`) float32 in [-1, 1]. With `sample_rate`, the span is resampled (soxr HQ)
     and trimmed/padded to lhotse's count. Raises ValueError for a span of no samples.
     """
-    with sf.SoundFile(path) as f:
+    with sf.SoundFile(storage.local_file(path)) as f:
         rate = f.samplerate
         exact = not floats and f.subtype in _EXACT_INT16 and (not sample_rate or sample_rate == rate)
         start, n = compute_num_samples(offset, rate), compute_num_samples(duration, rate)

@@ -21,6 +21,7 @@ results/<dataset>/
     <split>/...       with splits: each held-out split's Shar set, as above from shard_plan.json
                       to verify.json; a test split's evaluation/ too
 results/models/<codec>.{nemo, json}   results/input_cfg.yaml   results/report/
+results/published.json   with publish.url: what was published where (sharflow.publish)
 results/text_normalizers/<language>.json   the normalizer's grammars for a language (in the cache)
 
 `DatasetFiles("results/{dataset}")` gives the rules their patterns ("{shard}" stays a wildcard);
@@ -499,6 +500,7 @@ IDENTITY_STATS = f"{RESULTS}/identity/stats.json"
 SPEAKER_DECISIONS = f"{RESULTS}/identity/speaker_decisions.jsonl"
 INPUT_CFG = f"{RESULTS}/input_cfg.yaml"
 VALIDATION_DS = f"{RESULTS}/validation_ds.yaml"
+PUBLISHED = f"{RESULTS}/published.json"  # the publish job's record (sharflow.publish.job)
 REPORT_DIR = f"{RESULTS}/report"
 LOGS = "logs"
 

@@ -19,10 +19,11 @@ another folder) gets the same decision, whatever its path relative to each datas
 
 import functools
 import hashlib
-import os
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from sharflow.core import storage
 from sharflow.core.errors import SharflowError
 
 TRAIN = "train"
@@ -50,7 +51,7 @@ def unit_hash(seed: int, kind: str, key: str) -> float:
 @functools.lru_cache(maxsize=65536)
 def _file_size(path: str) -> int:
     """A file's size, stat'ed once for the many utterances of one long file (bounded cache)."""
-    return os.path.getsize(path)
+    return storage.size(path)
 
 
 def speaker_identity(dataset: str, speaker: str, own_ids: bool) -> str:
@@ -62,7 +63,7 @@ def speaker_identity(dataset: str, speaker: str, own_ids: bool) -> str:
 
 def span_key(path: str, offset: float, duration: float) -> str:
     """An utterance's identity for splits: file name, its size in bytes, offset and duration (ms)."""
-    return f"{os.path.basename(path)}:{_file_size(path)}:{offset:.3f}:{duration:.3f}"
+    return f"{posixpath.basename(path)}:{_file_size(path)}:{offset:.3f}:{duration:.3f}"
 
 
 @dataclass(frozen=True)

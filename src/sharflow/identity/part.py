@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from sharflow.core import storage
 from sharflow.core.atomic import atomic_file, atomic_path, write_json
 from sharflow.core.audio import load_span, resample, resolve_audio_path
 from sharflow.core.errors import SharflowError
@@ -191,13 +192,11 @@ class _Earlier:
         record = json.loads(raw)
         try:
             path, _ = resolve_audio_path(audio_root, record["audio_filepath"])
-            st = os.stat(path)
+            size, version = storage.stamp(path)
         except (OSError, SharflowError):
             return None, None  # measuring says what is wrong with it
         span = f"{record['audio_filepath']}|{record['offset']}|{record['duration']}"
-        key = hashlib.blake2b(
-            f"{span}|{st.st_size}|{st.st_mtime_ns}|{signature}".encode(), digest_size=12
-        ).hexdigest()
+        key = hashlib.blake2b(f"{span}|{size}|{version}|{signature}".encode(), digest_size=12).hexdigest()
         found = self.by_key.get(key)
         if found is None:
             return key, None

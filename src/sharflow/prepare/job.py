@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from sharflow.core import storage
 from sharflow.core.atomic import atomic_dir, atomic_file, write_json
 from sharflow.core.errors import SharflowError
 from sharflow.core.ledger import Ledger, RejectWriter, reject_row
@@ -70,7 +71,7 @@ def prepare_dataset(
         dataset, audio_root, language, require_text, duration_tolerance, duration_from_file
     )
     workers = resolve_workers(workers)
-    source = ManifestFile(manifest)
+    source = ManifestFile(storage.local_file(manifest))
     log.info(
         "prepare %s: %s (%s, audio root %s) with %d worker(s)",
         dataset,
@@ -101,12 +102,19 @@ def prepare_dataset(
 
 
 def _check_inputs(dataset: str, manifest: str, audio_root: str) -> None:
-    if not Path(audio_root).is_dir():
+    if storage.is_url(audio_root):
+        storage.split_url(audio_root)  # a scheme sharflow reads
+        if not storage.bucket_exists(audio_root):
+            raise SharflowError(
+                f"dataset {dataset!r}: the bucket of audio_root {audio_root!r} does not exist at "
+                f"{storage.endpoint()}; fix datasets.{dataset}.audio_root or AWS_ENDPOINT_URL"
+            )
+    elif not Path(audio_root).is_dir():
         raise SharflowError(
             f"dataset {dataset!r}: audio_root {audio_root!r} is not a folder; "
             f"fix datasets.{dataset}.audio_root in the config"
         )
-    if not Path(manifest).is_file():
+    if not (storage.exists(manifest) if storage.is_url(manifest) else Path(manifest).is_file()):
         raise SharflowError(
             f"dataset {dataset!r}: manifest {manifest!r} is not a file; "
             f"fix datasets.{dataset}.manifest in the config"

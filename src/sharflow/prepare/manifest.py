@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
 
+from sharflow.core import storage
 from sharflow.core.audio import AudioInfo, PathEscapeError, probe_audio, resolve_audio_path
 from sharflow.core.speakers import SpeakerFormatError, standardize_speaker
+from sharflow.core.storage import StorageError
 
 # Reject reason -> what it means, in the order records are checked.
 REASONS: dict[str, str] = {
@@ -182,8 +184,10 @@ def _check_audio(
         return Rejected("path_escapes_root", str(e), duration)
     try:
         info = _probe_cached(full)
+    except StorageError:
+        raise  # the store, not the record: one error for the job
     except Exception as e:  # libsndfile reports missing, corrupt and unknown files alike
-        if not _exists(full):
+        if not storage.exists(full):
             return Rejected("missing_audio", f"no file at {full}", duration)
         return Rejected("unreadable_audio", f"{full}: {e}", duration)
     if info.num_samples == 0:
@@ -212,11 +216,3 @@ def _duration_mismatch(offset: float, duration: float, file_duration: float, has
     if not has_offset:
         return abs(duration - file_duration)
     return max(0.0, offset + duration - file_duration)
-
-
-def _exists(path: str) -> bool:
-    try:
-        with open(path, "rb"):
-            return True
-    except OSError:
-        return False

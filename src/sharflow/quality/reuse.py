@@ -19,6 +19,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 
+from sharflow.core import storage
 from sharflow.core.cache import package_versions
 from sharflow.core.metrics import TEXT_METRICS
 
@@ -54,8 +55,7 @@ def measure_digest(settings) -> str:
 def record_key(record: dict, path: str, digest: str, asr: bool) -> str:
     """The key of one record's measures: its span, its file's size and time, its text under ASR."""
     try:
-        st = os.stat(path)
-        stamp = [st.st_size, st.st_mtime_ns]
+        stamp = storage.stamp(path)
     except OSError:
         stamp = None  # unreadable: measured (and rejected) again next time
     what = [record["audio_filepath"], record["offset"], record["duration"], stamp, digest]

@@ -16,7 +16,6 @@ import shutil
 import tarfile
 from typing import BinaryIO
 
-from sharflow.core.audio import resolve_audio_path
 from sharflow.core.speakers import parse_speaker
 from sharflow.shar.plan import cut_id, recording_id
 
@@ -52,20 +51,20 @@ def recording_dict(rid: str, source: dict, sampling_rate: int, num_samples: int,
     }
 
 
-def cut_dict(record: dict, audio_root: str) -> dict:
+def cut_dict(record: dict) -> dict:
     """lhotse `MonoCut.to_dict()` of a with_context record's cut.
 
-    The cut is the target span of its source recording (start = offset, channel 0) with one
-    supervision holding text, language, the standardized speaker and every other record field in
-    `custom` (plus `context_recording_id`); `lang`, `tokenizer_names` and `validation_status` go to
-    the cut's own custom, where MagpieTTS reads them (`lang` the speaker's Language for a record the
-    text stage has not seen). lhotse leaves a dataclass's None fields out: none of these is ever None
-    (a None inside `custom` stays).
+    The cut is the target span of its source recording (start = offset, channel 0), the recording
+    named by its path relative to the dataset's audio root: a corpus read from another folder or from
+    object storage gives the same bytes. One supervision holds text, language, the standardized
+    speaker and every other record field in `custom` (plus `context_recording_id`); `lang`,
+    `tokenizer_names` and `validation_status` go to the cut's own custom, where MagpieTTS reads them
+    (`lang` the speaker's Language for a record the text stage has not seen). lhotse leaves a
+    dataclass's None fields out: none of these is ever None (a None inside `custom` stays).
     """
     cid = cut_id(record)
     rid = recording_id(record["audio_filepath"])
     src = record["source_audio"]
-    full, _ = resolve_audio_path(audio_root, record["audio_filepath"])
     language = record.get("lang") or parse_speaker(record["speaker"]).language
     custom = {k: v for k, v in record.items() if k not in CUT_KEYS}
     custom["context_recording_id"] = recording_id(record["context_audio_filepath"])
@@ -80,7 +79,11 @@ def cut_dict(record: dict, audio_root: str) -> dict:
         "speaker": record["speaker"],
         "custom": custom,
     }
-    source = {"type": "file", "channels": list(range(src["num_channels"])), "source": full}
+    source = {
+        "type": "file",
+        "channels": list(range(src["num_channels"])),
+        "source": record["audio_filepath"],
+    }
     cut = {
         "id": cid,
         "start": record["offset"],

@@ -267,7 +267,7 @@ def write_batch(
                 results.append(result)
                 continue
             target, context = result
-            cut = cut_dict(record, settings.audio_root)
+            cut = cut_dict(record)
             line = cut_line(cut)  # everything for this cut exists before any of it is written
             ctx_id = segment_id(
                 record["context_audio_filepath"],

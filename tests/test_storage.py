@@ -1,0 +1,265 @@
+"""Object storage against a real S3 API (moto's server, the `s3` fixture): corpora in, Shar out.
+
+The workflow run that reads the demo from the server and publishes to it is the Slurm run
+(test_slurm): it overlaps the suite, and its outputs are compared byte for byte with a local run's.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from botocore.exceptions import ClientError
+
+from sharflow.core import storage
+from sharflow.core.audio import PathEscapeError, read_span, resolve_audio_path
+from sharflow.core.errors import SharflowError
+from sharflow.publish import PublishSettings, publish
+from sharflow.publish.job import RECORD
+from sharflow.publish.objects import MIB, file_digest
+from testkit import DEMO, REPO, S3_SECRET, prepare_demo, random_files, upload_demo
+
+
+def test_paths_under_a_url_root_are_folded_and_may_not_leave_it():
+    root = "s3://corpus/audio"
+    assert resolve_audio_path(root, "a/x.flac") == ("s3://corpus/audio/a/x.flac", "a/x.flac")
+    assert resolve_audio_path(root + "/", "a/./b/../x.flac") == ("s3://corpus/audio/a/x.flac", "a/x.flac")
+    assert resolve_audio_path(root, "s3://corpus/audio/x.flac") == ("s3://corpus/audio/x.flac", "x.flac")
+    for escaping in (
+        "../x.flac",
+        "a/../../x.flac",
+        "/etc/passwd",
+        "s3://corpus/audio2/x.flac",
+        "s3://other/audio/x.flac",
+        "",
+        ".",
+    ):
+        with pytest.raises(PathEscapeError):
+            resolve_audio_path(root, escaping)
+
+
+def test_a_url_of_another_scheme_or_without_a_bucket_is_refused_by_name():
+    for url in ("gs://bucket/x", "s3://ab/x", "pipe:aws s3 cp s3://bucket/x -"):
+        with pytest.raises(storage.StorageError, match="s3://"):
+            storage.split_url(url)
+
+
+def test_errors_of_the_store_say_what_to_do(s3):
+    s3.bucket("errors")
+    with pytest.raises(FileNotFoundError, match=r"s3://errors/none\.flac"):
+        storage.head("s3://errors/none.flac")
+    with pytest.raises(storage.StorageError, match="bucket 'nobucket' does not exist"):
+        storage.head("s3://nobucket/x.flac")
+    denied = ClientError(
+        {"Error": {"Code": "AccessDenied"}, "ResponseMetadata": {"HTTPStatusCode": 403}}, "Get"
+    )
+    message = str(storage.storage_error("s3://errors/x.flac", denied))
+    assert "access denied" in message and "AWS_ACCESS_KEY_ID" in message and "s3://errors/x.flac" in message
+    # a wrong endpoint: one clear error, in a fresh process (the client is made once per process)
+    probe = "from sharflow.core import storage; storage.head('s3://errors/x.flac')"
+    env = {**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"}
+    done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "cannot be reached" in done.stderr and "AWS_ENDPOINT_URL" in done.stderr
+    assert s3.endpoint not in done.stderr and "http://127.0.0.1:9" in done.stderr
+
+
+def test_an_object_is_downloaded_once_and_again_when_it_changes(s3, tmp_path):
+    url = s3.bucket("changing") + "/a/x.flac"
+    bucket, key = storage.split_url(url)
+    sf.write(tmp_path / "one.flac", np.linspace(-0.5, 0.5, 8000), 16000, subtype="PCM_16")
+    sf.write(tmp_path / "two.flac", np.linspace(0.5, -0.5, 12000), 16000, subtype="PCM_16")
+    storage.client().upload_file(str(tmp_path / "one.flac"), bucket, key)
+    first = storage.local_file(url)
+    assert Path(first).read_bytes() == (tmp_path / "one.flac").read_bytes()
+    assert storage.local_file(url) == first and storage.stamp(url)[0] == os.path.getsize(first)
+    samples, _, _ = read_span(url, 0.1, 0.2)
+    np.testing.assert_array_equal(samples, read_span(str(tmp_path / "one.flac"), 0.1, 0.2)[0])
+    stamp = storage.stamp(url)
+    storage.client().upload_file(str(tmp_path / "two.flac"), bucket, key)
+    storage.head.cache_clear()  # a later job (another process) asks again
+    second = storage.local_file(url)
+    assert second != first and Path(second).read_bytes() == (tmp_path / "two.flac").read_bytes()
+    assert storage.stamp(url) != stamp  # keys of measures change, as for a local file replaced
+
+
+def test_prepare_reads_a_corpus_from_object_storage_as_from_a_folder(s3, tmp_path):
+    demo = upload_demo(s3, "prepare-corpus")
+    local = prepare_demo(tmp_path / "local")
+    remote = prepare_demo(tmp_path / "remote", manifest=demo["manifest"], root=demo["audio_root"])
+    assert (remote / "prepared.jsonl").read_bytes() == (local / "prepared.jsonl").read_bytes()
+    assert json.loads((remote / "stats.json").read_text())["records_out"] == 56
+    with pytest.raises(SharflowError, match="bucket of audio_root"):
+        prepare_demo(tmp_path / "nobucket", manifest=demo["manifest"], root="s3://nobucket/audio")
+
+
+def test_an_escaping_or_missing_object_is_rejected_with_its_reason(s3, tmp_path):
+    demo = upload_demo(s3, "reject-corpus")
+    bucket, _ = storage.split_url(demo["manifest"])
+    lines = [json.loads(line) for line in (DEMO / "manifest.json").read_text().splitlines()[:3]]
+    lines[1]["audio_filepath"] = "../manifest.json"
+    lines[2]["audio_filepath"] = "slt/none.flac"
+    body = "".join(json.dumps(r) + "\n" for r in lines).encode()
+    storage.client().put_object(Bucket=bucket, Key="demo/bad.json", Body=body)
+    out = prepare_demo(tmp_path, manifest=f"s3://{bucket}/demo/bad.json", root=demo["audio_root"])
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["records_out"] == 1 and stats["rejected"] == {"missing_audio": 1, "path_escapes_root": 1}
+
+
+def _versions(bucket: str, prefix: str) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    pages = storage.client().get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix)
+    for page in pages:
+        for v in page.get("Versions", ()):
+            out.setdefault(v["Key"], []).append(v)
+    return out
+
+
+def test_the_etag_of_a_file_is_known_before_it_is_uploaded(s3, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    url = s3.bucket("etags")
+    # one PUT below the part size; 11 MiB + 7: three parts, 10 MiB: two, 5 MiB: one
+    files = random_files(Path("f"), 2, 4 * MIB, seed=1) + random_files(Path("g"), 1, 11 * MIB + 7, seed=2)
+    files += random_files(Path("h"), 1, 10 * MIB, seed=3) + random_files(Path("i"), 1, 5 * MIB, seed=4)
+    files += random_files(Path("e"), 1, 0)
+    stats = publish(PublishSettings(url, part_mb=5, workers=2), files, "published.json")
+    assert stats["uploaded"] == 6 and stats["requests_by_operation"]["UploadPart"] == 3 + 2 + 1
+    contents = storage.client().list_objects_v2(Bucket="etags")["Contents"]
+    listed = {o["Key"]: o["ETag"].strip('"') for o in contents}
+    assert [listed[f] for f in files] == [file_digest(f, 5 * MIB).etag for f in files]
+    assert len(set(listed.values())) == 7 and sum("-" in listed[f] for f in files) == 3  # files + record
+    # publish.workers changes only how many uploads run at once: one at a time gives the same record
+    publish(PublishSettings(f"{url}/one", part_mb=5, workers=1), files, "one.json")
+    record = storage.client().get_object(Bucket="etags", Key=RECORD)["Body"].read()
+    one = json.loads(storage.client().get_object(Bucket="etags", Key=f"one/{RECORD}")["Body"].read())
+    assert json.loads(record)["objects"] == one["objects"]
+
+
+def test_a_rerun_uploads_only_what_is_missing_or_changed_and_the_record_last(s3, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    url = s3.bucket("republish", versioned=True) + "/run"
+    files = random_files(Path("set"), 20, 3000)
+    settings = PublishSettings(url, part_mb=5, workers=4)
+    first = publish(settings, files, "published.json")
+    assert (first["uploaded"], first["already_there"]) == (20, 0)
+    again = publish(settings, files, "published.json")
+    assert (again["uploaded"], again["requests"]) == (0, 2)  # a listing, and the open uploads: nothing else
+    Path(files[3]).write_bytes(b"changed")
+    storage.client().delete_object(Bucket="republish", Key=f"run/{files[7]}")  # a lost object
+    third = publish(settings, files, "published.json")
+    assert third["uploaded"] == 2 and third["already_there"] == 18
+    versions = _versions("republish", "run/")
+    twice = {f"run/{files[3]}": 2, f"run/{files[7]}": 2, f"run/{RECORD}": 2}  # changed, lost, the record
+    assert {k: len(v) for k, v in versions.items() if len(v) > 1} == twice
+    record = json.loads(storage.client().get_object(Bucket="republish", Key=f"run/{RECORD}")["Body"].read())
+    assert sorted(record["objects"]) == sorted(files) and record["objects"][files[3]]["size"] == 7
+    latest = {k: next(v for v in vs if v["IsLatest"]) for k, vs in versions.items()}
+    assert all(v["LastModified"] <= latest[f"run/{RECORD}"]["LastModified"] for v in latest.values())
+
+
+_PUBLISHER = """
+import sys
+from sharflow.publish import PublishSettings, publish
+files = sys.argv[2:]
+publish(PublishSettings(sys.argv[1], part_mb=5, workers=1), files, "published.json")
+"""
+
+
+def test_a_publisher_killed_midway_is_completed_by_a_rerun_nothing_twice_the_record_last(s3, tmp_path):
+    """SIGKILL of the publishing process (a real client, a real server) while it uploads."""
+    url = s3.bucket("killed", versioned=True) + "/set"
+    os.chdir(tmp_path)
+    try:
+        files = random_files(Path("shards"), 120, 64 * 1024) + random_files(Path("big"), 3, 6 * MIB, seed=5)
+        cmd = [sys.executable, "-c", _PUBLISHER, url, *files]
+        proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(_versions("killed", "set/")) < 30:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        before = _versions("killed", "set/")
+        assert 30 <= len(before) < len(files) and f"set/{RECORD}" not in before, "killed too late to test"
+        done = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        after = _versions("killed", "set/")
+        assert set(after) == {f"set/{f}" for f in files} | {f"set/{RECORD}"}
+        assert all(len(v) == 1 for v in after.values()), "an object was published twice"
+        assert {k: v[0]["VersionId"] for k, v in before.items()} == {
+            k: after[k][0]["VersionId"] for k in before
+        }
+        record_time = after[f"set/{RECORD}"][0]["LastModified"]
+        assert all(v[0]["LastModified"] <= record_time for v in after.values())
+        assert not storage.client().list_multipart_uploads(Bucket="killed").get("Uploads")
+    finally:
+        os.chdir(REPO)
+
+
+# ---- the workflow: the Slurm run read the demo from the server and published to it ---------------
+def _get(url: str) -> bytes:
+    bucket, key = storage.split_url(url)
+    return storage.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+def test_a_run_from_object_storage_publishes_the_local_runs_shar_byte_for_byte(slurm_run, two_datasets, s3):
+    from test_slurm import PUBLISHED
+
+    work = slurm_run[0]
+    local = two_datasets[0] / "results" / "demo" / "shar"
+    record = json.loads(_get(f"{PUBLISHED}/{RECORD}"))
+    published = sorted(p for p in record["objects"] if p.startswith("results/demo/shar/"))
+    assert published == sorted(
+        str(p.relative_to(work)) for p in (work / "results" / "demo" / "shar").rglob("*") if p.is_file()
+    )
+    assert len(published) == 12 * 5  # 12 shards: cuts, target and context audio, two code fields
+    for rel in published:
+        data = _get(f"{PUBLISHED}/{rel}")
+        assert data == (local / Path(rel).relative_to("results/demo/shar")).read_bytes(), rel
+        assert record["objects"][rel]["size"] == len(data)
+    stats = json.loads((work / "results" / "published.json").read_text())["stats"]
+    assert stats["uploaded"] == stats["files"] == len(record["objects"])
+    assert stats["requests"] <= stats["files"] + 3  # a PUT each, the listings and the record
+
+
+def test_nemo_reads_every_published_cut_from_object_storage(slurm_run, s3):
+    import torch
+    import yaml
+    from lhotse import CutSet
+    from nemo.collections.common.data.lhotse.dataloader import get_lhotse_dataloader_from_config
+    from omegaconf import OmegaConf
+    from test_slurm import PUBLISHED
+
+    train = yaml.safe_load(_get(f"{PUBLISHED}/results/input_cfg.yaml"))
+    (entry,) = train["input_cfg"]
+    assert all(p.startswith(f"{PUBLISHED}/results/demo/shar/") for p in entry["shar_path"].values())
+
+    class Audio(torch.utils.data.Dataset):
+        def __getitem__(self, batch: CutSet):
+            return [(c.id, len(c.target_audio.load_audio()[0]), c.context_codes.load().shape) for c in batch]
+
+    config = {**train, "batch_size": 8, "num_workers": 0, "seed": 0, "shuffle": False, "force_finite": True}
+    config.update(use_bucketing=False, shard_seed=0)
+    loader = get_lhotse_dataloader_from_config(
+        OmegaConf.create(config), global_rank=0, world_size=1, dataset=Audio()
+    )
+    seen = [item for batch in loader for item in batch]
+    assert len(seen) == 56 == len({cut_id for cut_id, _, _ in seen})
+    assert all(samples > 0 and shape[0] > 0 for _, samples, shape in seen)
+
+
+def test_no_credential_appears_in_any_log(slurm_run, s3):
+    work, output, _, _ = slurm_run
+    assert S3_SECRET not in output and os.environ["AWS_SECRET_ACCESS_KEY"] == S3_SECRET
+    logs = [
+        p
+        for p in work.rglob("*")
+        if p.is_file() and (p.suffix in (".log", ".out", ".err") or "log" in p.parts)
+    ]
+    assert len(logs) > 20
+    for path in logs:
+        assert S3_SECRET.encode() not in path.read_bytes(), path
