@@ -162,6 +162,14 @@ def test_a_rerun_uploads_only_what_is_missing_or_changed_and_the_record_last(s3,
     assert all(v["LastModified"] <= latest[f"run/{RECORD}"]["LastModified"] for v in latest.values())
 
 
+def test_publishing_to_a_missing_bucket_is_one_clear_error_and_publishes_nothing(s3, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    files = random_files(Path("set"), 2, 100)
+    with pytest.raises(storage.StorageError, match=r"s3://no-such-bucket/run .*does not exist"):
+        publish(PublishSettings("s3://no-such-bucket/run"), files, "published.json")
+    assert not Path("published.json").exists()
+
+
 _PUBLISHER = """
 import sys
 from sharflow.publish import PublishSettings, publish
