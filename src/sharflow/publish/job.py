@@ -90,7 +90,8 @@ def publish(settings: PublishSettings, files: list[str], out: str) -> dict:
         todo = [
             f for f in files if not _is_there(remote.get(target.key(f)), digests[f], last["objects"].get(f))
         ]
-        etags = {f: remote[target.key(f)][1] if f not in todo else digests[f].etag for f in files}
+        sending = set(todo)
+        etags = {f: digests[f].etag if f in sending else remote[target.key(f)][1] for f in files}
         if todo and target.key(RECORD) in remote:  # the set changes: no record while it does
             target.call(storage.client().delete_object, Bucket=target.bucket, Key=target.key(RECORD))
         etags.update(_upload_all(settings, target, todo, digests))
