@@ -548,8 +548,12 @@ class S3Server:
         "AWS_ACCESS_KEY_ID",
         "AWS_SECRET_ACCESS_KEY",
         "AWS_DEFAULT_REGION",
+        "AWS_CONFIG_FILE",
+        "AWS_SHARED_CREDENTIALS_FILE",
         "SHARFLOW_OBJECT_CACHE",
     )
+    # the machine's own settings that would win over the ones above: unset while the server runs
+    UNSET = ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN")
 
     def __init__(self, cache: Path):
         from moto.server import ThreadedMotoServer
@@ -565,12 +569,16 @@ class S3Server:
         self.server.start()
         host, port = self.server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"
-        self.saved = {k: os.environ.get(k) for k in self.ENV}
+        self.saved = {k: os.environ.get(k) for k in (*self.ENV, *self.UNSET)}
+        for k in self.UNSET:
+            os.environ.pop(k, None)
         os.environ.update(
             AWS_ENDPOINT_URL=self.endpoint,
             AWS_ACCESS_KEY_ID="sharflowtestkey",
             AWS_SECRET_ACCESS_KEY=S3_SECRET,
             AWS_DEFAULT_REGION="us-east-1",
+            AWS_CONFIG_FILE=str(self.cache / "no-aws-config"),  # none of the machine's profiles
+            AWS_SHARED_CREDENTIALS_FILE=str(self.cache / "no-aws-credentials"),
             SHARFLOW_OBJECT_CACHE=str(self.cache),
         )
         storage.client.cache_clear()
