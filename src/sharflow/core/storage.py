@@ -63,11 +63,6 @@ def split_url(url: str) -> tuple[str, str]:
     return bucket, key
 
 
-def join_url(root: str, *parts: str) -> str:
-    """`root` and `parts` joined with single slashes."""
-    return "/".join([root.rstrip("/"), *(p.strip("/") for p in parts if p)])
-
-
 def normalize_url(url: str) -> str:
     """The URL with `.` and `..` folded out of its key (lexically, as for local paths)."""
     scheme, _, rest = url.partition("://")
