@@ -8,6 +8,7 @@ A store that encrypts with KMS gives other ETags; the last run's record keeps th
 upload got, so such a store is recognized too (sharflow.publish.job).
 """
 
+import contextlib
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -99,6 +100,7 @@ def upload(path: str, bucket: str, key: str, digest: FileDigest, part_size: int)
             Bucket=bucket, Key=key, UploadId=upload_id, MultipartUpload={"Parts": done}
         )
     except BaseException:
-        client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+        with contextlib.suppress(Exception):  # the upload's own error is the one to report
+            client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
         raise
     return reply["ETag"].strip('"')
