@@ -60,7 +60,7 @@ def demo_with_context(tmp: Path) -> Path:
     return Path(files.with_context)
 
 
-def context_stage(files, *, audio_root: Path, workers: int) -> None:
+def context_stage(files, *, audio_root: Path, workers: int, device: str = "cpu") -> None:
     """The context stage (plan, one part, merge) over `files` (a sharflow.core.layout.DatasetFiles)."""
     from sharflow.context.merge import merge_context
     from sharflow.context.part import PartSettings, run_context_part
@@ -80,7 +80,7 @@ def context_stage(files, *, audio_root: Path, workers: int) -> None:
         plan=files.context_plan,
         out=part,
         settings=PartSettings(audio_root=str(audio_root)),
-        device="cpu",
+        device=device,
         workers=workers,
     )
     merge_context(

@@ -68,7 +68,9 @@ def main() -> None:
         files = DatasetFiles(str(tmp))
         model_path = build_random_codec(REPO / "config" / "models" / "tiny_codec.yaml", tmp / "codec.nemo")
         spec = CodecSpec("tiny", "nemo", str(model_path))
-        codec = cached_codec(spec, args.device)
+        # the rank's device, as the stage's rank 0 names it: the model loaded here is the one it reuses
+        rank_device = "cuda:0" if args.device == "cuda" else args.device
+        codec = cached_codec(spec, rank_device)
         sr, spf = codec.sample_rate, codec.samples_per_frame
         budget = int(args.batch_seconds * sr)
 
@@ -94,15 +96,15 @@ def main() -> None:
                             w = _decode(opened[it.kind], it.member, sr)[: it.samples]
                             x[row, : len(w)] = torch.from_numpy(w)
                         into.append(
-                            (x.to(args.device), torch.tensor([i.samples for i in batch], device=args.device))
+                            (x.to(rank_device), torch.tensor([i.samples for i in batch], device=rank_device))
                         )
             n_items += len(items)
             audio_seconds += sum(i.samples for i in items) / sr
         codec.encode(*prepared[0])  # warm-up
         floors, mixed_floors, stages = [], [], []
         for _ in range(args.repeats):
-            floors.append(forward_seconds(codec, prepared, args.device))
-            mixed_floors.append(forward_seconds(codec, mixed, args.device))
+            floors.append(forward_seconds(codec, prepared, rank_device))
+            mixed_floors.append(forward_seconds(codec, mixed, rank_device))
             t = time.perf_counter()
             out = DatasetFiles(str(tmp / "out"))
             jobs = [

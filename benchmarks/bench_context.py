@@ -1,14 +1,15 @@
 """Context-stage benchmarks; each figure is printed next to its floor or reference from this run.
 
 1. selection: one speaker group of n = 10k, 50k, 100k synthetic 256-d embeddings — time and peak
-   RSS of the blockwise top-k selection (1 torch thread, as a CPU rank runs), next to the exhaustive
-   full-matrix-and-sort method where it fits (n = 10k); checks both choose the same contexts.
+   RSS of the blockwise top-k selection (1 torch thread, as a CPU rank runs; on the GPU with
+   --device cuda), next to the exhaustive full-matrix-and-sort method where it fits (n = 10k);
+   checks both choose the same contexts.
 2. stage: plan + part + merge on the demo corpus repeated 8x (448 utterances, 30 min of audio),
-   1 and 2 workers: utterances/s and audio-seconds/s, next to the floor — decoding and embedding
-   the same audio in the same batches in one process, nothing else.
+   1 and 2 workers (one GPU rank with --device cuda): utterances/s and audio-seconds/s, next to the
+   floor — decoding and embedding the same audio in the same batches in one process, nothing else.
 3. balance: max/mean part cost of LPT for a Zipf-distributed list of speaker sizes.
 
-Usage: python benchmarks/bench_context.py [--sizes 10000 50000 100000] [--skip-stage]
+Usage: python benchmarks/bench_context.py [--sizes 10000 50000 100000] [--skip-stage] [--device cpu|cuda]
 """
 
 import argparse
@@ -31,7 +32,7 @@ def synthetic_group(n: int, d: int = 256, seed: int = 0):
     return emb.astype(np.float32), rng.uniform(0.8, 12.0, n)
 
 
-def _selection_job(n: int, method: str, queue) -> None:
+def _selection_job(n: int, method: str, device: str, queue) -> None:
     import torch
 
     from sharflow.context.selection import SelectionRules, select_context, select_context_exhaustive
@@ -39,34 +40,36 @@ def _selection_job(n: int, method: str, queue) -> None:
     torch.set_num_threads(1)
     emb, dur = synthetic_group(n)
     rules = SelectionRules(min_similarity=0.6, min_duration=3.0, max_duration=10.0, top_k=32)
-    select_context(emb[:10], dur[:10], rules)  # warm up torch's kernels outside the measurement
+    select_context(emb[:10], dur[:10], rules, device=device)  # warm up the kernels outside the measurement
     Path("/proc/self/clear_refs").write_text("5")  # reset the peak-RSS mark (VmHWM) to the current RSS
     before = proc_status_mb("VmRSS")
     t = time.perf_counter()
     if method == "exhaustive":
         sel = select_context_exhaustive(emb, dur, rules)
     else:
-        sel = select_context(emb, dur, rules)
+        sel = select_context(emb, dur, rules, device=device)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
     seconds = time.perf_counter() - t
     queue.put((seconds, proc_status_mb("VmHWM") - before, sel.choice.tobytes(), sel.widened_rows))
 
 
-def run_isolated(n: int, method: str):
+def run_isolated(n: int, method: str, device: str = "cpu"):
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
-    p = ctx.Process(target=_selection_job, args=(n, method, queue))
+    p = ctx.Process(target=_selection_job, args=(n, method, device, queue))
     p.start()
     result = queue.get()
     p.join()
     return result
 
 
-def bench_selection(sizes: list[int]) -> None:
-    print("\n1. selection in one group (1 torch thread; memory = peak RSS growth during the selection,")
+def bench_selection(sizes: list[int], device: str) -> None:
+    print(f"\n1. selection in one group on {device} (1 torch thread; memory = peak RSS growth during it,")
     print("   embeddings and durations given: n x 256 float32 = n/1000 MB)")
     print(f"{'n':>8}{'method':>12}{'seconds':>10}{'peak +MB':>10}{'rows widened':>14}")
     for n in sizes:
-        t, mb, choice, widened = run_isolated(n, "topk")
+        t, mb, choice, widened = run_isolated(n, "topk", device)
         print(f"{n:>8}{'top-k':>12}{t:>10.2f}{mb:>10.0f}{widened:>14}")
         if n <= 10000:
             te, mbe, choice_e, _ = run_isolated(n, "exhaustive")
@@ -77,7 +80,7 @@ def bench_selection(sizes: list[int]) -> None:
             )
 
 
-def bench_stage(times: int = 8) -> None:
+def bench_stage(device: str, times: int = 8) -> None:
     import torch
 
     from sharflow.context.part import PartSettings
@@ -93,7 +96,8 @@ def bench_stage(times: int = 8) -> None:
 
         torch.set_num_threads(1)
         settings = PartSettings(audio_root=str(root))
-        embedder = load_embedder("ge2e", "cpu")
+        rank_device = "cuda:0" if device == "cuda" else "cpu"
+        embedder = load_embedder("ge2e", rank_device)
         t = time.perf_counter()
         by_speaker = {}
         for r in records:
@@ -110,31 +114,36 @@ def bench_stage(times: int = 8) -> None:
                     for r in group[i : i + settings.embed_batch]
                 ]
                 embedder.embed(waves)
+        if device == "cuda":
+            torch.cuda.synchronize()
         floor = time.perf_counter() - t
 
         results = {}
-        for workers in (1, 2):
+        for workers in (1, 2) if device == "cpu" else (1,):
             files = DatasetFiles(str(tmp / f"ctx{workers}"))
             shutil.copytree(Path(base.prepared).parent, Path(files.prepared).parent)
             t = time.perf_counter()
-            context_stage(files, audio_root=root, workers=workers)
+            context_stage(files, audio_root=root, workers=workers, device=device)
             results[workers] = (time.perf_counter() - t, Path(files.with_context).read_bytes())
 
-    print(f"\n2. context stage on the demo corpus x{times}: {n} utterances, {audio:.0f} s of audio")
+    print(f"\n2. context stage on the demo corpus x{times}: {n} utterances, {audio:.0f} s of audio, {device}")
     print(f"{'run':<44}{'seconds':>9}{'utt/s':>9}{'audio s/s':>11}")
-    rows = [("floor: decode + embed, 1 process", floor)] + [
-        (f"stage (plan+part+merge), {w} worker(s)", results[w][0]) for w in (1, 2)
+    rows = [(f"floor: decode + embed, 1 process ({rank_device})", floor)] + [
+        (f"stage (plan+part+merge), {w} worker(s)", results[w][0]) for w in results
     ]
     for name, s in rows:
         print(f"{name:<44}{s:>9.2f}{n / s:>9.1f}{audio / s:>11.0f}")
-    print(
-        f"1 worker / floor speed: {floor / results[1][0]:.2f};  2 workers / 1 worker: "
-        f"{results[1][0] / results[2][0]:.2f}x;  outputs identical: {results[1][1] == results[2][1]}"
-    )
+    line = f"1 worker / floor speed: {floor / results[1][0]:.2f}"
+    if 2 in results:
+        line += (
+            f";  2 workers / 1 worker: {results[1][0] / results[2][0]:.2f}x;  outputs identical: "
+            f"{results[1][1] == results[2][1]}"
+        )
+    print(line)
 
 
 def bench_balance() -> None:
-    from sharflow.context.part import group_cost
+    from sharflow.context.plan import group_cost
     from sharflow.core.balance import imbalance, loads, lpt_assign
 
     rng = np.random.default_rng(0)
@@ -153,11 +162,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10000, 50000, 100000])
     parser.add_argument("--skip-stage", action="store_true")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args()
     bench_balance()
     if not args.skip_stage:
-        bench_stage()
-    bench_selection(args.sizes)
+        bench_stage(args.device)
+    bench_selection(args.sizes, args.device)
 
 
 if __name__ == "__main__":

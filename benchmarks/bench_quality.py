@@ -1,28 +1,40 @@
-"""Quality-stage throughput next to its floor measured in the same run, and a part's peak memory.
+"""Quality-stage throughput next to its floor measured in the same run, DNSMOS's cost per window,
+and a part's peak memory.
 
-1. throughput: the demo corpus x --times, prepared; the floor is decoding each record's span,
-   resampling it to 16 kHz and running DNSMOS and the Silero VAD forward pass over it, in one
-   process with one thread, nothing else. The stage is sharflow.quality.part.run_quality_part (one part)
-   with 1 and 2 workers (CPU), or on every visible GPU (--device cuda). Figures are audio-seconds
-   per wall-clock second; the metrics files of every run must be byte-identical.
-2. memory: peak RSS of one quality part (1 worker, a fresh process) over the demo x1 and x10: a
+1. models: DNSMOS per window, the per-record path before batching (the published pipeline: one
+   clip at a time, one onnxruntime run per window, one thread) against the batched engines on the
+   same clips (sharflow.models.dnsmos.Dnsmos.score over all of them: onnxruntime, the stage's engine
+   on a CPU, and the graph in torch, its engine on a GPU), in CPU-seconds and wall seconds per
+   window, with the scores' largest difference; and the VAD, Silero's own frame-by-frame
+   audio_forward against the batched SileroVad, audio-seconds per second and the probabilities'
+   largest difference.
+2. throughput: the demo corpus x --times, prepared. The floor is the models alone on audio already
+   decoded and resampled (and on the device): DNSMOS and the VAD (and the ASR check) over the same
+   groups of --batch-seconds the stage forms, one process. The stage is
+   sharflow.quality.part.run_quality_part (one part) with 1 and 2 workers (CPU), or on every visible
+   GPU with --workers CPU workers (--device cuda; the GPU's busy share is sampled with nvidia-smi
+   while it runs). Figures are audio-seconds per wall-clock second (per GPU on a GPU); the metrics
+   of every stage run must be byte-identical.
+3. memory: peak RSS of one quality part (1 worker, a fresh process) over the demo x1 and x10: a
    part streams its records, so the peak should not grow with the data.
 
---dnsmos-max-windows (default 1) is the stage's `quality.dnsmos_max_windows`: 0 scores every
-window of the published pipeline (a short clip tiled to 16 s: ~7 windows of ~0.5 s each on one CPU
-thread), which makes a CPU run ~5x slower; both the floor and the stage use the same value.
---asr MODEL adds the ASR check (a NeMo ASR .nemo or pretrained name; `random` builds the tiny random
-CTC model of config/models/tiny_asr.yaml) to the stage and its transcription, in batches of
---asr-batch-seconds, to the floor.
+--dnsmos-max-windows (default 1 on a CPU, where every window costs ~0.5 s of a thread; 0, every
+window, is the published pipeline) applies to the floor and the stage alike. --asr MODEL adds the ASR
+check (a NeMo ASR .nemo or pretrained name; `random` builds the tiny random CTC model of
+config/models/tiny_asr.yaml).
 
-Usage: python benchmarks/bench_quality.py [--times 3] [--rss-times 1 10] [--device cpu]
-                                          [--dnsmos-max-windows 1] [--asr MODEL]
+Usage: python benchmarks/bench_quality.py [--times 3] [--rss-times 1 10] [--device cpu|cuda]
+                                          [--dnsmos-max-windows N] [--workers 8] [--asr MODEL]
+                                          [--batch-seconds 300] [--skip-memory]
 """
 
 import argparse
 import multiprocessing
+import subprocess
 import tempfile
+import threading
 import time
+from functools import partial
 from pathlib import Path
 
 from _corpus import prepare, proc_status_mb, repeated_demo
@@ -35,60 +47,219 @@ def prepared_corpus(tmp: Path, times: int) -> tuple[str, str, list[dict]]:
     return files.prepared, str(root), records
 
 
-def floor(records: list[dict], root: str, device: str, max_windows: int, asr=None) -> float:
-    """Seconds to decode, resample, score with DNSMOS and run the VAD forward pass (and transcribe in
-    batches of asr.batch_seconds), one process."""
+def decoded(records: list[dict], root: str, asr_rate: int | None) -> list[tuple]:
+    """(audio at 16 kHz, audio at the ASR model's rate or None) of every record, decoded beforehand."""
+    from sharflow.core.audio import load_span, resample, resolve_audio_path
+
+    out = []
+    for r in records:
+        audio, rate = load_span(resolve_audio_path(root, r["audio_filepath"])[0], r["offset"], r["duration"])
+        out.append((resample(audio, rate, 16000), resample(audio, rate, asr_rate) if asr_rate else None))
+    return out
+
+
+class GpuBusy:
+    """The mean of nvidia-smi's utilization.gpu samples (every 100 ms) while the block runs."""
+
+    def __init__(self, device: str):
+        self.enabled, self.samples = device == "cuda", []
+
+    def __enter__(self):
+        if self.enabled:
+            try:
+                self.proc = subprocess.Popen(
+                    [
+                        "nvidia-smi",
+                        "--query-gpu=utilization.gpu",
+                        "--format=csv,noheader,nounits",
+                        "-lms",
+                        "100",
+                    ],
+                    stdout=subprocess.PIPE,
+                    text=True,
+                )
+            except FileNotFoundError:
+                self.enabled = False
+                return self
+            self.reader = threading.Thread(target=self._read, daemon=True)
+            self.reader.start()
+        return self
+
+    def _read(self):
+        for line in self.proc.stdout:
+            first = line.split(",")[0].strip()
+            if first.isdigit():
+                self.samples.append(int(first))
+
+    def __exit__(self, *exc):
+        if self.enabled:
+            self.proc.terminate()
+            self.proc.wait()
+            self.reader.join(timeout=5)
+
+    @property
+    def share(self) -> str:
+        return f"{sum(self.samples) / len(self.samples):.0f} %" if self.samples else "n/a"
+
+
+def _timed(run, device: str):
+    """(CPU seconds, wall seconds, result) of run()."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    result = run()
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+    return time.process_time() - cpu, time.perf_counter() - wall, result
+
+
+def bench_models(records: list[dict], root: str, device: str, clips: int = 12) -> None:
+    """1. DNSMOS per window and the VAD per audio second: the per-record paths before batching against
+    the batched ones, on the same clips; the largest difference of their outputs."""
+    import numpy as np
+    import onnxruntime as ort
     import torch
 
-    from sharflow.core.audio import load_span, resample, resolve_audio_path
-    from sharflow.quality.metrics import MODEL_RATE, Meters
+    from sharflow.models.dnsmos import Dnsmos, mos, tile, weights_path
+    from sharflow.models.vad import SileroVad
 
     torch.set_num_threads(1)
-    meters = Meters.load(device, max_windows)
-    transcriber = None
-    if asr:
-        from sharflow.models.asr import Transcriber
+    audio = [a for a, _ in decoded(records[:clips], root, None)]
+    tiled = [tile(a) for a in audio]
+    windows = sum(t.count for t in tiled)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    session = ort.InferenceSession(weights_path(), opts, providers=["CPUExecutionProvider"])
 
-        transcriber = Transcriber(asr.model, device)
-    batch, batch_seconds = [], 0.0
-    t = time.perf_counter()
-    for r in records:
-        path, _ = resolve_audio_path(root, r["audio_filepath"])
-        audio, rate = load_span(path, r["offset"], r["duration"])
-        audio_16k = resample(audio, rate, MODEL_RATE)
-        meters.dnsmos(audio_16k)
+    def per_record():
+        return [
+            mos(
+                np.concatenate([session.run(None, {"input_1": t.window(i)[None]})[0] for i in range(t.count)])
+            )
+            for t in tiled
+        ]
+
+    def eight_a_run():  # onnxruntime taking windows 8 at a time: the batching the CPU engine declines
+        windows = np.stack([t.window(i) for t in tiled for i in range(t.count)])
+        raw = np.concatenate(
+            [session.run(None, {"input_1": windows[i : i + 8]})[0] for i in range(0, len(windows), 8)]
+        )
+        ends = np.cumsum([t.count for t in tiled])
+        return [mos(raw[end - t.count : end]) for t, end in zip(tiled, ends, strict=True)]
+
+    rank = "cuda:0" if device == "cuda" else "cpu"
+    paths = {"before: per record, onnxruntime, one window per run, 1 thread": per_record}
+    if device == "cpu":
+        paths["onnxruntime, 8 windows per run, 1 thread"] = eight_a_run
+    # the stage's engine on this device; on a CPU also the GPU's (torch), in batches of 4 windows
+    engines = [Dnsmos(rank)] + ([Dnsmos(rank, runtime="torch", batch=4)] if device == "cpu" else [])
+    for engine in engines:
+        engine.score(audio[:1])  # warm-up (cuDNN's algorithm choice, lazy loading)
+        paths[f"batched: Dnsmos.score over all clips ({engine.engine})"] = partial(engine.score, audio)
+    costs = {name: [] for name in paths}
+    for _ in range(3):  # alternating, the best of three each: the machine's noise is not the path's
+        for name, run in paths.items():
+            costs[name].append(_timed(run, device))
+    best = {name: min(runs, key=lambda c: c[1]) for name, runs in costs.items()}
+    before = best[next(iter(paths))]
+    print(f"\n1. DNSMOS per window: {clips} demo clips, every window ({windows} windows), device {device}")
+    print(f"{'path':<66}{'CPU s/window':>13}{'wall s/window':>14}{'max diff':>10}")
+    for name, (c, w, scores) in best.items():
+        worst = max(abs(a[k] - b[k]) for a, b in zip(before[2], scores, strict=True) for k in a)
+        print(f"{name:<66}{c / windows:>13.4f}{w / windows:>14.4f}{worst:>10.1e}")
+    engine_name = next(n for n in paths if "onnxruntime-cpu" in n or "torch-cuda" in n)
+    print(
+        f"the stage's engine / before, CPU s per window: {best[engine_name][0] / before[0]:.3f} "
+        "(bar <= 1 on a CPU); score differences: bar <= 0.005"
+    )
+
+    from silero_vad import load_silero_vad
+
+    seconds = sum(len(a) for a in audio) / 16000
+    own, vad = load_silero_vad().to(rank), SileroVad(rank)
+    vad.probabilities(audio[:1])
+
+    def frame_by_frame():
         with torch.inference_mode():
-            meters.vad.model.audio_forward(torch.from_numpy(audio_16k)[None], MODEL_RATE)
-        if transcriber:
-            batch.append(audio_16k)
-            batch_seconds += r["duration"]
-            if batch_seconds >= asr.batch_seconds:
-                transcriber.transcribe(batch)
-                batch, batch_seconds = [], 0.0
-    if transcriber:
-        transcriber.transcribe(batch)
+            return [own.audio_forward(torch.from_numpy(a)[None].to(rank), 16000)[0].numpy() for a in audio]
+
+    runs = {
+        "Silero's audio_forward, clip by clip": frame_by_frame,
+        "batched (SileroVad)": partial(vad.probabilities, audio),
+    }
+    timed = {
+        name: min((_timed(run, device) for _ in range(2)), key=lambda c: c[1]) for name, run in runs.items()
+    }
+    (_, first_wall, first), (_, batched_wall, second) = timed.values()
+    worst = max(float(np.abs(a - b).max()) for a, b in zip(first, second, strict=True))
+    print(f"   VAD over the same {seconds:.0f} s of audio: ", end="")
+    print(
+        f"audio_forward {seconds / first_wall:.0f} audio-s/s, batched {seconds / batched_wall:.0f} "
+        f"audio-s/s ({first_wall / batched_wall:.1f}x), probabilities within {worst:.1e}"
+    )
+
+
+def floor(clips: list[tuple], durations: list[float], device: str, settings) -> float:
+    """Seconds of the models alone over the stage's groups of batch_seconds, one process."""
+    import torch
+
+    from sharflow.quality.rank import Meters
+
+    torch.set_num_threads(1)
+    meters = Meters(device, settings)
+    groups, group, seconds = [], [], 0.0
+    for clip, duration in zip(clips, durations, strict=True):
+        group.append(clip)
+        seconds += duration
+        if seconds >= settings.batch_seconds:
+            groups.append(group)
+            group, seconds = [], 0.0
+    groups += [group] if group else []
+    meters.dnsmos.score([groups[0][0][0]])  # warm-up
+    t = time.perf_counter()
+    for group in groups:
+        audio = [a for a, _ in group]
+        meters.dnsmos.score(audio)
+        meters.vad.speech(audio)
+        if meters.transcriber:
+            meters.transcriber.transcribe_sorted([w for _, w in group], meters.asr_batch_seconds)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
     return time.perf_counter() - t
 
 
-def stage(
-    prepared: str, root: str, out: Path, device: str, workers: int, max_windows: int, asr=None
-) -> tuple[float, bytes]:
-    """(seconds, metrics bytes) of one quality part over the whole prepared file."""
-    from sharflow.quality.part import MeasureSettings, run_quality_part
+def cpu_side(prepared: str, settings) -> float:
+    """Seconds of the CPU side alone (read, decode, resample, signal measures) over every record, one
+    process: what a rank's CPU workers do beside its device."""
+    from sharflow.core.parts import part_records
+    from sharflow.quality.rank import load_record
+
+    load = partial(load_record, prepared, settings, "digest", None)
+    items = [(line, offset) for line, offset, _ in part_records(prepared, 0, 1)]
+    load(items[0])  # imports (scipy, pyloudnorm) outside the measurement: a worker pays them once
+    t = time.perf_counter()
+    for item in items:
+        load(item)
+    return time.perf_counter() - t
+
+
+def stage(prepared: str, out: Path, device: str, workers: int, settings) -> tuple[float, bytes, dict]:
+    """(seconds, metrics bytes, stats) of one quality part over the whole prepared file."""
+    from sharflow.quality.part import run_quality_part
 
     metrics = out / "metrics.jsonl"
     t = time.perf_counter()
-    run_quality_part(
+    stats = run_quality_part(
         0,
         records=prepared,
         parts=1,
         out_metrics=str(metrics),
         out_stats=str(out / "stats.json"),
-        settings=MeasureSettings(root, max_windows, asr),
+        settings=settings,
         device=device,
         workers=workers,
     )
-    return time.perf_counter() - t, metrics.read_bytes()
+    return time.perf_counter() - t, metrics.read_bytes(), stats
 
 
 def asr_options(model: str | None, batch_seconds: float, tmp: Path):
@@ -105,52 +276,77 @@ def asr_options(model: str | None, batch_seconds: float, tmp: Path):
     return AsrOptions(model, batch_seconds)
 
 
-def bench_throughput(times: int, device: str, max_windows: int, asr_model: str | None, batch: float) -> None:
+def bench_throughput(args) -> None:
+    from sharflow.quality.part import MeasureSettings
+
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        prepared, root, records = prepared_corpus(tmp, times)
-        asr = asr_options(asr_model, batch, tmp)
+        prepared, root, records = prepared_corpus(tmp, args.times)
+        bench_models(records, root, args.device)
+        asr = asr_options(args.asr, args.asr_batch_seconds, tmp)
+        settings = MeasureSettings(root, args.dnsmos_max_windows, asr, args.batch_seconds)
         n, audio = len(records), sum(r["duration"] for r in records)
-        floor_device = "cuda:0" if device == "cuda" else "cpu"
-        floor_s = floor(records, root, floor_device, max_windows, asr)
-        runs = [("cpu", 1), ("cpu", 2)] if device == "cpu" else [(device, 1)]
-        results = {}
+        floor_device = "cuda:0" if args.device == "cuda" else "cpu"
+        asr_rate = 16000 if asr else None
+        floor_s = floor(
+            decoded(records, root, asr_rate), [r["duration"] for r in records], floor_device, settings
+        )
+        cpu_s = cpu_side(prepared, settings)
+        runs = [("cpu", 1), ("cpu", 2)] if args.device == "cpu" else [(args.device, args.workers)]
+        results, busy = {}, GpuBusy(args.device)
         for dev, workers in runs:
             out = tmp / f"{dev}-{workers}"
             out.mkdir()
-            results[(dev, workers)] = stage(prepared, root, out, dev, workers, max_windows, asr)
-    with_asr = f", ASR {asr_model} in batches of {batch:g} s" if asr else ""
+            with busy:
+                results[(dev, workers)] = stage(prepared, out, dev, workers, settings)
+    gpus = len({r["device"] for r in results[runs[0]][2]["ranks"]}) if args.device == "cuda" else 1
+    with_asr = f", ASR {args.asr} in batches of {args.asr_batch_seconds:g} s" if asr else ""
     print(
-        f"\n1. quality stage on the demo corpus x{times}: {n} utterances, {audio:.0f} s of audio, "
-        f"device {device}, dnsmos_max_windows {max_windows}{with_asr}"
+        f"\n2. quality stage on the demo corpus x{args.times}: {n} utterances, {audio:.0f} s of audio, "
+        f"device {args.device}, dnsmos_max_windows {args.dnsmos_max_windows}, groups of "
+        f"{args.batch_seconds:g} s{with_asr}"
     )
-    print(f"{'run':<58}{'seconds':>9}{'utt/s':>8}{'audio s/s':>11}")
-    rows = [
-        (f"floor: decode+resample+DNSMOS+VAD{'+ASR' if asr else ''}, 1 process ({floor_device})", floor_s)
-    ]
-    rows += [(f"stage (one part), {dev}, {w} worker(s)", results[(dev, w)][0]) for dev, w in runs]
-    for name, s in rows:
-        print(f"{name:<58}{s:>9.2f}{n / s:>8.2f}{audio / s:>11.2f}")
-    first = results[runs[0]]
-    line = f"stage / floor speed: {floor_s / first[0]:.2f} (bar >= 0.85)"
+    per = " per GPU" if args.device == "cuda" else ""
+    print(f"{'run':<62}{'seconds':>9}{'utt/s':>8}{f'audio s/s{per}':>18}")
+    rows = [(f"floor: the models alone on decoded audio, 1 process ({floor_device})", floor_s, 1)]
+    rows += [(f"stage (one part), {dev}, {w} worker(s)", results[(dev, w)][0], gpus) for dev, w in runs]
+    for name, s, count in rows:
+        print(f"{name:<62}{s:>9.2f}{n / s:>8.2f}{audio / s / count:>18.2f}")
+    first_s, _, first_stats = results[runs[0]]
+    line = f"stage / floor speed (per GPU): {floor_s / (first_s * gpus):.3f} (bar >= 0.9)"
     if ("cpu", 2) in results:
-        line += f";  2 workers / 1 worker: {first[0] / results[('cpu', 2)][0]:.2f}x (bar >= 1.7)"
-    identical = all(r[1] == first[1] for r in results.values())
+        line += f";  2 workers / 1 worker: {first_s / results[('cpu', 2)][0]:.2f}x (bar >= 1.7)"
+    if args.device == "cuda":
+        line += f";  GPU busy {busy.share} (bar >= 70 %)"
+    identical = all(r[1] == results[runs[0]][1] for r in results.values())
     print(line + f";  metrics identical across runs: {identical}")
+    print(
+        f"CPU side alone (read, decode, resample, signal measures), 1 process: {audio / cpu_s:.0f} "
+        f"audio-s/s ({1000 * cpu_s / audio:.2f} ms per audio second): models that measure X audio-s/s "
+        f"are kept fed by X / {audio / cpu_s:.0f} CPU workers"
+    )
+    for r in first_stats["ranks"]:
+        print(
+            f"  rank {r['rank']} ({r['device']}, DNSMOS {r['dnsmos_engine']}): {r['seconds']:.1f} s, "
+            f"of which {r['measuring_seconds']:.1f} s measuring groups and {r['waiting_seconds']:.1f} s "
+            "waiting on its CPU workers"
+        )
 
 
 def _rss_job(times: int, max_windows: int, queue) -> None:
+    from sharflow.quality.part import MeasureSettings
+
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         prepared, root, records = prepared_corpus(tmp, times)
         audio = sum(r["duration"] for r in records)
         Path("/proc/self/clear_refs").write_text("5")  # peak mark (VmHWM) from here on
-        seconds, _ = stage(prepared, root, tmp, "cpu", 1, max_windows)
+        seconds, _, _ = stage(prepared, tmp, "cpu", 1, MeasureSettings(root, max_windows))
         queue.put((len(records), audio, seconds, proc_status_mb("VmHWM")))
 
 
 def bench_memory(sizes: list[int], max_windows: int) -> None:
-    print("\n2. peak RSS of one quality part, 1 CPU worker, each size in a fresh process")
+    print("\n3. peak RSS of one quality part, 1 CPU worker, each size in a fresh process")
     print(f"{'copies':>7}{'utterances':>12}{'audio s':>9}{'seconds':>9}{'peak MB':>9}")
     peaks = []
     ctx = multiprocessing.get_context("spawn")
@@ -170,14 +366,18 @@ def main() -> None:
     parser.add_argument("--times", type=int, default=3, help="copies of the demo for the throughput runs")
     parser.add_argument("--rss-times", type=int, nargs="+", default=[1, 10])
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--dnsmos-max-windows", type=int, default=1)
+    parser.add_argument("--dnsmos-max-windows", type=int, default=None, help="default: 1 on cpu, 0 on cuda")
+    parser.add_argument("--workers", type=int, default=0, help="a GPU stage's threads (0: every core)")
+    parser.add_argument("--batch-seconds", type=float, default=300.0)
     parser.add_argument(
         "--asr", default=None, help="NeMo ASR .nemo or name, or `random` (the tiny random model)"
     )
     parser.add_argument("--asr-batch-seconds", type=float, default=60.0)
     parser.add_argument("--skip-memory", action="store_true")
     args = parser.parse_args()
-    bench_throughput(args.times, args.device, args.dnsmos_max_windows, args.asr, args.asr_batch_seconds)
+    if args.dnsmos_max_windows is None:
+        args.dnsmos_max_windows = 1 if args.device == "cpu" else 0
+    bench_throughput(args)
     if not args.skip_memory:
         bench_memory(args.rss_times, args.dnsmos_max_windows)
 

@@ -143,6 +143,7 @@ CODES_THREADS = resolve_workers(config["codes"]["workers"])
 CODES_GPUS = gpu_request("codes", config["codes"]["gpus_per_job"])
 CONTEXT_GPUS = gpu_request("context")
 QUALITY_GPUS = gpu_request("quality")
+QUALITY_PART_RULE = "quality_part_cpu" if config["quality"]["device"] == "cpu" else "quality_part"
 
 
 # ---- prepare ----------------------------------------------------------------------------------

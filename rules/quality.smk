@@ -11,21 +11,26 @@ rule build_random_asr:
         "../workflow_scripts/build_random_asr.py"
 
 
+# quality_part runs its models on the GPUs it asks for; with quality.device: cpu the same job is
+# quality_part_cpu, which the Slurm profile sends to the CPU partition with more cores (no GPU idle).
 rule quality_part:
+    name:
+        QUALITY_PART_RULE
     input:
         records=DS.text_records,
         asr_model=get_asr_model_file,
     output:
         **DS.quality_part("{part}").named(),
     log:
-        layout.log("quality_part", "{dataset}", "part-{part}"),
+        layout.log(QUALITY_PART_RULE, "{dataset}", "part-{part}"),
     benchmark:
-        layout.benchmark("quality_part", "{dataset}", "part-{part}")
+        layout.benchmark(QUALITY_PART_RULE, "{dataset}", "part-{part}")
     params:
         parts=config["quality"]["parts"],
         audio_root=get_audio_root,
         device=config["quality"]["device"],
         dnsmos_max_windows=config["quality"]["dnsmos_max_windows"],
+        batch_seconds=config["quality"]["batch_seconds"],
         asr=get_asr_options,
         # the last run's metrics (the merge's output, not an input): measures still valid are kept
         previous=DS.quality_metrics,

@@ -55,8 +55,8 @@ def test_text_normalization():
 
 
 def test_asr_fields_round_the_rates_and_keep_nothing_as_null():
-    fields = asr_fields({"text": "abc def ghi"}, "abc dxf", digits=3)
-    assert fields == {"asr_text": "abc dxf", "cer": round(5 / 11, 3), "wer": round(2 / 3, 3)}
+    fields = asr_fields({"text": "abc def ghi"}, "abc dxf")
+    assert fields == {"asr_text": "abc dxf", "cer": round(5 / 11, 6), "wer": round(2 / 3, 6)}
     assert asr_fields({"text": "abc"}, "abd") == {"asr_text": "abd", "cer": 0.333333, "wer": 1.0}
     assert asr_fields({"text": "?!"}, "anything") == {"asr_text": "anything", "cer": None, "wer": None}
     assert asr_fields({"text": ""}, "hi") == {"asr_text": "hi", "cer": None, "wer": None}
@@ -104,10 +104,12 @@ def test_tiny_model_transcribes_through_nemo_and_says_it_is_random(tiny_asr, cap
         transcriber = Transcriber(str(tiny_asr), "cpu", random=True)
     assert "RANDOMLY INITIALISED" in caplog.text
     assert transcriber.sample_rate == 16000
+    assert transcriber.decoding == "greedy_batch"  # its config says greedy: the same argmax, batched
     records, waves = _demo_waves(6)
     batch = transcriber.transcribe(waves)
     assert len(set(batch)) == 6 and all(batch)  # each clip its own transcript: the outputs carry information
     assert [transcriber.transcribe([w])[0] for w in waves] == batch  # padding in a batch changes nothing
+    assert transcriber.transcribe_sorted(waves, batch_seconds=5.0) == batch  # in batches sorted by length
     cers = [error_rates(reference_text(r), t)["cer"] for r, t in zip(records, batch, strict=True)]
     assert len(set(cers)) == 6
     assert transcriber.transcribe([]) == []
@@ -139,7 +141,7 @@ def test_asr_fields_do_not_depend_on_batches_or_ranks(tiny_asr, tmp_path):
     alone = (tmp_path / rank("alone", offsets, 0.1)).read_text()
     split = "".join(merge_by_line([rank("odd", offsets[0::2], 60.0), rank("even", offsets[1::2], 60.0)]))
     rows = [json.loads(x) for x in alone.splitlines()]
-    assert [list(r)[-3:] for r in rows] == [["asr_text", "cer", "wer"]] * 6
+    assert [list(r)[-4:] for r in rows] == [["asr_text", "cer", "wer", "key"]] * 6
     assert all(set(METRICS) <= set(r) for r in rows)
     assert len({r["asr_text"] for r in rows}) == 6
     for r, raw in zip(rows, lines, strict=True):  # the rates are those of the transcript written

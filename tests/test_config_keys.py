@@ -34,6 +34,7 @@ from testkit import DEMO, REPO, demo_config, planned_lines, read_jsonl, snakemak
 
 SCHEMA = REPO / "config" / "schema.yaml"
 HERE = "test_config_keys.py"
+QUALITY_BYTES = "test_metrics_are_byte_identical_for_any_parts_ranks_workers_and_batch_seconds"
 
 # key -> "file::test" that shows its effect (this file's tests are named after their key)
 EFFECTS: dict[str, str] = {
@@ -103,9 +104,10 @@ EFFECTS: dict[str, str] = {
     "prepare.max_rejected_fraction": "test_prepare.py::"
     "test_max_rejected_fraction_at_the_value_and_one_ulp_below",
     "quality.enabled": f"{HERE}::test_keys_that_change_which_jobs_run",
-    "quality.parts": "test_quality.py::test_metrics_are_byte_identical_for_any_parts_and_ranks",
-    "quality.workers": "test_quality.py::test_metrics_are_byte_identical_for_any_parts_and_ranks",
+    "quality.parts": f"test_quality.py::{QUALITY_BYTES}",
+    "quality.workers": f"test_quality.py::{QUALITY_BYTES}",
     "quality.device": f"{HERE}::test_quality_device_leaves_the_metrics_as_they_are",
+    "quality.batch_seconds": f"test_quality.py::{QUALITY_BYTES}",
     "quality.dnsmos_max_windows": "test_quality.py::test_dnsmos_windows_follow_the_models_window_and_hop",
     "quality.asr.model": "test_asr.py::test_asr_fields_do_not_depend_on_batches_or_ranks",
     "quality.asr.random_from_config": f"{HERE}::test_keys_that_change_which_jobs_run",
@@ -338,6 +340,10 @@ def short_demo_records(tmp_path, n: int) -> Path:
 
 
 def test_quality_device_leaves_the_metrics_as_they_are(tmp_path):
+    """device auto and cpu measure the same here (no GPU); cpu makes the jobs quality_part_cpu, which
+    ask for no GPU (tests/test_profiles.py: where the Slurm profile sends them)."""
+    jobs = planned_jobs(tmp_path / "plan", demo_config(quality={"device": "cpu"}))
+    assert jobs["quality_part_cpu"] == 2 and "quality_part" not in jobs
     prepared = short_demo_records(tmp_path, 2)
     out = {}
     for device in ("auto", "cpu"):

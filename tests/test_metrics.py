@@ -18,7 +18,8 @@ from sharflow.core.metrics import (
 )
 from sharflow.dataset.catalog import FRAGMENT_SCHEMA
 from sharflow.quality.filter import REASONS, check_filters
-from sharflow.quality.metrics import MODEL_RATE, Meters, measure
+from sharflow.quality.metrics import MODEL_RATE, signal_measures
+from sharflow.quality.rank import Loaded, MeasureSettings, Meters
 from sharflow.quality.text import ASR_FIELDS, asr_fields
 from sharflow.report.plots import _quality_panels
 from sharflow.report.quality_costs import MetricHistogram, QualityView
@@ -39,11 +40,17 @@ def test_the_quality_stage_measures_exactly_the_registered_metrics():
     rate = 16000
     t = np.arange(rate * 2) / rate
     audio = (0.3 * np.sin(2 * np.pi * 220 * t) * (t > 0.5)).astype(np.float32)
-    values = measure(Meters.load("cpu", 1), {"text": "a short test"}, audio, rate, audio)
-    assert rate == MODEL_RATE and list(values) == list(MEASURED)
-    assert len(set(values.values())) > 5  # real measures, not one constant
     speech, speech_rate = sf.read(DEMO / "audio" / "awb" / "awb_000.flac", dtype="float32")
-    spoken = measure(Meters.load("cpu", 1), {"text": "Four words, no more."}, speech, speech_rate, speech)
+    assert rate == speech_rate == MODEL_RATE
+    meters = Meters("cpu", MeasureSettings("", dnsmos_max_windows=1))
+    tone, spoken = meters.measure(
+        [
+            Loaded(1, "k1", {"text": "a short test"}, audio, None, signal_measures(audio, rate)),
+            Loaded(2, "k2", {"text": "Four words, no more."}, speech, None, signal_measures(speech, rate)),
+        ]
+    )
+    assert list(tone) == ["line", *MEASURED, *TEXT_METRICS, "key"] and tone["key"] == "k1"
+    assert len({tone[m] for m in MEASURED}) > 5  # real measures, not one constant
     assert spoken["speech_ratio"] > 0.5 and spoken["speaking_rate"] > 0  # measured from this record's text
     asr = asr_fields({"text": "a short test"}, "a short test")
     assert tuple(asr) == ASR_FIELDS and set(ASR_METRICS) < set(asr)

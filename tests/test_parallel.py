@@ -1,8 +1,9 @@
+import time
 from functools import partial
 
 import pytest
 
-from sharflow.core.parallel import ahead, ordered_map
+from sharflow.core.parallel import ahead, ordered_map, prefetched
 
 
 def scaled(factor, x):
@@ -66,3 +67,50 @@ def test_ahead_raises_the_loaders_error_for_its_item():
         for item, _ in ahead(load, range(5)):
             got.append(item)
     assert got == [0, 1]
+
+
+def test_prefetched_makes_the_next_items_while_one_is_used_never_more_than_depth_ahead():
+    import threading
+
+    made, gate = [], threading.Event()
+
+    def producer():
+        for x in range(6):
+            made.append(x)
+            if x == 2:
+                gate.set()
+            yield x
+
+    out = []
+    for x in prefetched(producer(), depth=1):
+        if x == 0:
+            assert gate.wait(5)  # items 1 and 2 are made while item 0 is used
+        assert len(made) <= x + 3  # one used, one waiting, one being made
+        out.append(x)
+    assert out == list(range(6))
+    assert list(prefetched(iter([]))) == []
+
+
+def test_prefetched_raises_the_producers_error_and_stops_a_producer_when_the_consumer_stops():
+    def failing():
+        yield 1
+        raise ValueError("bad item")
+
+    with pytest.raises(ValueError, match="bad item"):
+        list(prefetched(failing()))
+    made = []
+
+    def endless():
+        n = 0
+        while True:
+            made.append(n)
+            yield n
+            n += 1
+
+    for x in prefetched(endless(), depth=2):
+        if x == 3:
+            break
+    count = len(made)
+    assert count <= 3 + 4
+    time.sleep(0.3)
+    assert len(made) == count  # the producer stopped with the consumer

@@ -8,10 +8,16 @@ from testkit import GPU_RULES, REPO, demo_config, run_snakemake, snakemake_cmd
 
 
 def rules_in_workflow(tmp_path):
-    """Every rule, those of the smaller blocks (shar_block100, codes_block10, ...) included."""
-    config = demo_config(shar={"shards_per_job": 1000}, codes={"shards_per_job": 1000})
-    proc = run_snakemake(tmp_path / "w", config, "--list-rules")
-    return {line.strip() for line in proc.stdout.splitlines() if line.strip()}
+    """Every rule, those of the smaller blocks (shar_block100, codes_block10, ...) and the quality
+    job without a GPU (quality_part_cpu) included."""
+    rules = set()
+    for device in ("auto", "cpu"):
+        config = demo_config(
+            shar={"shards_per_job": 1000}, codes={"shards_per_job": 1000}, quality={"device": device}
+        )
+        proc = run_snakemake(tmp_path / device, config, "--list-rules")
+        rules |= {line.strip() for line in proc.stdout.splitlines() if line.strip()}
+    return rules
 
 
 def load_profile(name):
@@ -73,14 +79,34 @@ def test_local_profile_caps_gpus():
     assert profile["keep-going"] and profile["rerun-incomplete"] and profile["cores"] == "all"
 
 
-def test_slurm_profile_dry_run_parses(tmp_path):
-    """The plugin is installed and the profile's keys and expressions are accepted (the shipped
-    config, both its datasets)."""
+def slurm_dry_run(workdir, config) -> dict[str, list[dict[str, str]]]:
+    """{rule: [the resources of each of its jobs]} that `snakemake -n --profile profiles/slurm` plans."""
     proc = subprocess.run(
-        snakemake_cmd(tmp_path, demo_config(degraded=True), "-n", profile="slurm"),
-        capture_output=True,
-        text=True,
-        timeout=300,
+        snakemake_cmd(workdir, config, "-n", profile="slurm"), capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "prepare" in proc.stdout and "dataset=degraded" in proc.stdout
+    jobs: dict[str, list[dict[str, str]]] = {}
+    rule = None
+    for line in proc.stdout.splitlines():
+        if line.startswith(("rule ", "localrule ")):
+            rule = line.split()[1].rstrip(":")
+        elif line.strip().startswith("resources:") and rule:
+            pairs = (kv.split("=", 1) for kv in line.split(":", 1)[1].split(", "))
+            jobs.setdefault(rule, []).append({k.strip(): v for k, v in pairs})
+    return jobs
+
+
+def test_slurm_profile_dry_run_parses_and_routes_quality_by_where_its_models_run(tmp_path):
+    """The plugin is installed and the profile's keys and expressions are accepted (the shipped
+    config, both its datasets); quality jobs ask for a GPU only when their models run on one: with
+    quality.device: cpu they are quality_part_cpu jobs on the CPU partition, without a GPU."""
+    gpu = slurm_dry_run(tmp_path / "gpu", demo_config(degraded=True))
+    assert {"prepare", "quality_part"} <= set(gpu) and "quality_part_cpu" not in gpu
+    assert len(gpu["quality_part"]) == 4  # 2 parts x 2 datasets
+    for job in gpu["quality_part"]:
+        assert (job["slurm_partition"], job["gpu"], job["cpus_per_task"]) == ("gpu", "1", "8")
+    cpu = slurm_dry_run(tmp_path / "cpu", demo_config(quality={"device": "cpu"}))
+    assert "quality_part" not in cpu and len(cpu["quality_part_cpu"]) == 2
+    for job in cpu["quality_part_cpu"]:
+        assert job["slurm_partition"] == "cpu" and job.get("gpu", "0") == "0" and job["cpus_per_task"] == "8"
+    assert all(job["gpu"] == "1" for job in cpu["context_part"])  # the other GPU stages keep theirs

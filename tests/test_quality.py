@@ -1,8 +1,10 @@
 """The quality stage: real DNSMOS / Silero VAD weights on real audio, signal measures, the filter."""
 
+import itertools
 import json
 import logging
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,25 +16,30 @@ from scipy.signal import butter, sosfiltfilt
 from sharflow.core.errors import SharflowError
 from sharflow.core.metrics import MEASURED as METRICS
 from sharflow.core.parts import part_of, part_records
+from sharflow.models.dnsmos import HOP, WINDOW, Dnsmos, DnsmosNet, engine_for, mos, tile, weights_path
+from sharflow.models.vad import BLOCK, FRAME, ROWS, SileroVad
 from sharflow.quality.filter import failures, with_metrics
 from sharflow.quality.merge import merge_quality
 from sharflow.quality.metrics import (
-    Dnsmos,
-    Meters,
     bandwidth_hz,
     clipping_fraction,
     loudness_lufs,
     speaking_rate,
     speech_measures,
 )
-from sharflow.quality.part import MeasureSettings, run_quality_part
+from sharflow.quality.part import MeasureSettings, measure_records, run_quality_part
 from sharflow.quality.reuse import measure_digest, record_key
 from testkit import DEMO, REPO, prepare_demo, read_back, read_jsonl, run_quality_filter, write_all
 
 
 @pytest.fixture(scope="module")
-def meters():
-    return Meters.load("cpu")
+def dnsmos():
+    return Dnsmos("cpu")
+
+
+@pytest.fixture(scope="module")
+def vad():
+    return SileroVad("cpu")
 
 
 @pytest.fixture(scope="module")
@@ -43,18 +50,53 @@ def clean():
     return audio
 
 
+@pytest.fixture(scope="module")
+def voices():
+    """The first utterance of each demo voice at 16 kHz, and the demo's damaged copies of slt."""
+    paths = [sorted(voice.iterdir())[0] for voice in sorted((DEMO / "audio").iterdir())]
+    paths += sorted((DEMO / "degraded").glob("*.flac"))
+    return [soxr.resample(*_mono(p), 16000).astype(np.float32) for p in paths]
+
+
+def _mono(path):
+    audio, rate = sf.read(path, dtype="float32", always_2d=True)
+    return audio[:, 0], rate
+
+
 def white_noise_at(audio: np.ndarray, snr_db: float, seed: int = 0) -> np.ndarray:
     noise = np.random.default_rng(seed).standard_normal(len(audio)).astype(np.float32)
     noise *= np.sqrt(np.mean(audio**2) / np.mean(noise**2) / 10 ** (snr_db / 10))
     return np.clip(audio + noise, -1, 1)
 
 
-def test_dnsmos_scores_noise_lower_and_equals_the_packages_own_function(meters, clean):
+def published_dnsmos(audio: np.ndarray) -> dict[str, float]:
+    """The published P.835 pipeline, one clip at a time, one onnxruntime run per window: written here
+    apart from sharflow's (the clip doubled until 9.01 s fit, windows every second while whole)."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(weights_path(), providers=["CPUExecutionProvider"])
+    while len(audio) < 144_160:
+        audio = np.concatenate([audio, audio])
+    raw = np.concatenate(
+        [
+            session.run(None, {"input_1": audio[s : s + 144_160][None]})[0]
+            for s in range(0, len(audio) - 144_160 + 1, 16_000)
+        ]
+    ).astype(np.float64)
+    polys = {
+        "dnsmos_sig": (-0.08397278, 1.22083953, 0.0052439),
+        "dnsmos_bak": (-0.13166888, 1.60915514, -0.39604546),
+        "dnsmos_ovrl": (-0.06766283, 1.11546468, 0.04602535),
+    }
+    return {n: float(np.mean(np.polyval(p, raw[:, i]))) for i, (n, p) in enumerate(polys.items())}
+
+
+def test_dnsmos_scores_noise_lower_and_equals_the_packages_own_function(dnsmos, clean):
     import speechmos.dnsmos
 
     noisy = white_noise_at(clean, 0.0)
     low_passed = sosfiltfilt(butter(10, 4000, fs=16000, output="sos"), clean).astype(np.float32)
-    scores = [meters.dnsmos(x) for x in (clean, noisy, low_passed)]
+    scores = dnsmos.score([clean, noisy, low_passed])
     assert scores[1]["dnsmos_ovrl"] < scores[0]["dnsmos_ovrl"] - 0.5
     assert scores[1]["dnsmos_bak"] < scores[0]["dnsmos_bak"] - 0.5
     # the package's own pipeline on the same 16 kHz arrays (one 9.01 s window each, clips repeated)
@@ -65,48 +107,119 @@ def test_dnsmos_scores_noise_lower_and_equals_the_packages_own_function(meters, 
         assert mine["dnsmos_ovrl"] == pytest.approx(ref["ovrl_mos"], abs=1e-3)
 
 
-def test_dnsmos_runs_on_the_ranks_gpu_where_onnxruntime_has_cuda(meters):
-    cuda_build = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
-    assert Dnsmos.providers("cuda:1", cuda_build) == [
-        ("CUDAExecutionProvider", {"device_id": 1}),
-        "CPUExecutionProvider",
-    ]
-    assert Dnsmos.providers("cuda", cuda_build)[0] == ("CUDAExecutionProvider", {"device_id": 0})
-    assert Dnsmos.providers("cpu", cuda_build) == ["CPUExecutionProvider"]
-    assert Dnsmos.providers("cuda:0", ["CPUExecutionProvider"]) == ["CPUExecutionProvider"]  # a CPU build
-    assert Dnsmos("cpu").provider == "CPUExecutionProvider"  # this machine's build
+def test_dnsmos_runs_on_torch_on_a_gpu_and_on_onnxruntime_on_a_cpu(dnsmos, tmp_path):
+    import onnx
+    from onnx import numpy_helper
+
+    assert engine_for("cuda:1") == engine_for("cuda") == "torch-cuda"
+    assert engine_for("cpu") == dnsmos.engine == "onnxruntime-cpu"
+    assert engine_for("cpu", "torch") == "torch-cpu"
+    with pytest.raises(SharflowError, match="torch only"):
+        Dnsmos("cuda:0", runtime="onnxruntime")
+    # the torch modules are built only from the graph they spell out: another graph, or this one with
+    # one of its constants changed, is refused by name
+    assert isinstance(DnsmosNet.from_onnx(weights_path()), DnsmosNet)
+    with pytest.raises(SharflowError, match=r"bak_ovr\.onnx is not the DNSMOS P\.835 graph"):
+        DnsmosNet.from_onnx(weights_path().replace("sig_bak_ovr", "bak_ovr"))
+    model = onnx.load(weights_path())
+    base = next(t for t in model.graph.initializer if t.name == "mos_estimator_logpow/truediv/y:0")
+    base.CopyFrom(numpy_helper.from_array(np.array(2.0, dtype=np.float32), base.name))
+    onnx.save(model, tmp_path / "changed.onnx")
+    with pytest.raises(SharflowError, match=r"changed\.onnx is not"):
+        DnsmosNet.from_onnx(str(tmp_path / "changed.onnx"))
+
+
+def test_dnsmos_on_torch_agrees_with_the_published_pipeline_whatever_shares_its_batch(dnsmos, voices):
+    """The GPU's engine (DnsmosNet, the ONNX graph's own weights in torch), run here on the CPU: every
+    metric within 0.005 of the published per-record onnxruntime pipeline for clips of 0.5 s to 30 s
+    (every window), raw outputs within 1e-4 of onnxruntime's on the first window of demo damaged
+    copies (noise, low-passed, clipped); and a clip's outputs are the same bytes alone as in the
+    middle of a batch beside another clip's windows. Its clips' scores carry information."""
+    on_torch = Dnsmos("cpu", runtime="torch", batch=2)
+    speech = np.concatenate(voices[:7])
+    mixed = [speech[:8_000], speech[16_000 : 16_000 + 152_000], speech[: 30 * 16_000]]
+    tiled = [tile(clip) for clip in mixed]
+    assert [t.count for t in tiled] == [7, 1, 21]
+    raw = on_torch._run(tiled)
+    alone = on_torch._run(tiled[1:2])  # the 8th window of the run above: 2nd of its batch, beside clip 1's
+    assert (raw[7:8] == alone).all()
+    references = [published_dnsmos(clip) for clip in mixed]
+    starts = np.cumsum([0] + [t.count for t in tiled])
+    torch_scores = [mos(raw[a:b]) for a, b in itertools.pairwise(starts)]
+    for clip, mine, reference in zip(mixed, torch_scores, references, strict=True):
+        for name, value in reference.items():
+            assert mine[name] == pytest.approx(value, abs=0.005), (len(clip), name)
+    assert len({round(s["dnsmos_ovrl"], 3) for s in torch_scores}) == len(mixed)
+    # the CPU's engine: the graph itself, the same windows (a 0.5 s clip tiled to 16 s: 7 windows)
+    assert dnsmos.score(mixed[:1])[0] == pytest.approx(references[0], abs=1e-6)
+    damaged = [tile(voices[i], 1) for i in (7, 8, 11)]  # demo/degraded: noise_0db, lowpass_4khz, clipped
+    raw_torch, raw_onnx = on_torch._run(damaged), dnsmos._run(damaged)
+    assert np.abs(raw_torch - raw_onnx).max() < 1e-4
+    assert len({round(float(r), 3) for r in raw_onnx[:, 2]}) == len(damaged)
 
 
 def test_dnsmos_windows_follow_the_models_window_and_hop():
-    short = np.arange(50_000, dtype=np.float32)
-    windows = Dnsmos.windows(short)  # doubled until it fills a window: 200,000 samples, 4 windows
-    assert [len(w) for w in windows] == [Dnsmos.WINDOW] * 4
-    assert windows[0][50_000] == windows[0][100_000] == 0 and windows[1][0] == 16_000
+    short = tile(np.arange(50_000, dtype=np.float32))  # doubled until it fills a window: 200,000 samples
+    assert short.count == 4 and len(short.audio) == 200_000
+    assert [len(short.window(i)) for i in range(4)] == [WINDOW] * 4
+    assert short.window(0)[50_000] == short.window(0)[100_000] == 0 and short.window(1)[0] == 16_000
     for seconds, count in ((9.01, 1), (10.0, 1), (10.0101, 2), (20.5, 12)):
-        windows = Dnsmos.windows(np.zeros(int(round(seconds * 16000)), dtype=np.float32))
-        assert len(windows) == count, seconds
-    for samples, count in ((Dnsmos.WINDOW + Dnsmos.HOP - 1, 1), (Dnsmos.WINDOW + Dnsmos.HOP, 2)):
-        windows = Dnsmos.windows(np.zeros(samples))
-        assert [len(w) for w in windows] == [Dnsmos.WINDOW] * count and windows[0].dtype == np.float32
+        assert tile(np.zeros(int(round(seconds * 16000)), dtype=np.float32)).count == count, seconds
+    for samples, count in ((WINDOW + HOP - 1, 1), (WINDOW + HOP, 2)):
+        tiled = tile(np.zeros(samples))
+        assert tiled.count == count and tiled.audio.dtype == np.float32
     ramp = np.arange(int(12.5 * 16000), dtype=np.float32)
-    assert [w[0] for w in Dnsmos.windows(ramp)] == [0, 16000, 32000, 48000]
-    assert [w[0] for w in Dnsmos.windows(ramp, max_windows=2)] == [0, 16000]
+    assert [tile(ramp).window(i)[0] for i in range(tile(ramp).count)] == [0, 16000, 32000, 48000]
+    assert tile(ramp, max_windows=2).count == 2 and tile(ramp, max_windows=9).count == 4
 
 
-def test_vad_measures_added_silence_and_none_in_zeros(meters, clean):
-    base = meters.vad(clean)
+def test_vad_measures_added_silence_and_none_in_zeros(vad, clean):
+    def measures(audio):
+        return speech_measures(vad.speech([audio])[0], len(audio), 16000)
+
+    base = measures(clean)
     assert 0.5 < base["speech_ratio"] <= 1 and base["leading_silence"] < 0.5
-    padded = meters.vad(np.concatenate([np.zeros(24_000, np.float32), clean, np.zeros(16_000, np.float32)]))
+    padded = measures(np.concatenate([np.zeros(24_000, np.float32), clean, np.zeros(16_000, np.float32)]))
     assert padded["leading_silence"] - base["leading_silence"] == pytest.approx(1.5, abs=0.2)
     assert padded["trailing_silence"] - base["trailing_silence"] == pytest.approx(1.0, abs=0.2)
     assert padded["speech_seconds"] == pytest.approx(base["speech_seconds"], abs=0.2)
-    silent = meters.vad(np.zeros(32_000, np.float32))
-    assert silent == {
+    assert measures(np.zeros(32_000, np.float32)) == {
         "speech_ratio": 0.0,
         "leading_silence": 2.0,
         "trailing_silence": 2.0,
         "speech_seconds": 0.0,
     }
+
+
+def test_vad_batched_equals_silero_own_forward_and_does_not_depend_on_its_batch(vad, voices):
+    """Probabilities within 1e-5 of Silero's own frame-by-frame audio_forward, and the same speech
+    spans as its own get_speech_timestamps; for more clips than one LSTM pass takes and a clip longer
+    than one feature block; the same bytes in any order of clips."""
+    import torch
+    from silero_vad import get_speech_timestamps, load_silero_vad
+
+    rng = np.random.default_rng(3)
+    speech = np.concatenate(voices[:7])
+    clips = [
+        speech[s : s + n]
+        for s, n in zip(
+            rng.integers(0, 16_000 * 20, ROWS + 3), rng.integers(600, 48_000, ROWS + 3), strict=True
+        )
+    ]
+    clips.append(np.tile(speech, 2)[: (BLOCK + 40) * FRAME + 100])  # longer than one block of frames
+    probs = vad.probabilities(clips)
+    shuffled = rng.permutation(len(clips))
+    again = vad.probabilities([clips[i] for i in shuffled])
+    assert all((probs[i] == again[n]).all() for n, i in enumerate(shuffled))
+    model = load_silero_vad()
+    spans = vad.speech(clips)
+    for clip, mine, found in zip(clips, probs, spans, strict=True):
+        with torch.inference_mode():
+            own = model.audio_forward(torch.from_numpy(clip)[None], 16000)[0].numpy()
+        assert mine.shape == own.shape and np.abs(mine - own).max() < 1e-5
+        expected = get_speech_timestamps(torch.from_numpy(clip), model, sampling_rate=16000)
+        assert found == [(s["start"], s["end"]) for s in expected]
+    assert sum(bool(s) for s in spans) > len(clips) // 2 and sum(not s for s in spans) >= 1
 
 
 def test_speech_measures_from_spans_exactly():
@@ -162,14 +275,13 @@ def test_measures_at_their_documented_edges(clean):
     assert bandwidth_hz(np.zeros(rate, dtype=np.float32), rate) == 0.0
 
 
-def test_dnsmos_keeps_the_first_windows_it_is_told_to(meters):
-    assert (meters.dnsmos.max_windows, Meters.load("cpu", 1).dnsmos.max_windows) == (0, 1)
+def test_dnsmos_keeps_the_first_windows_it_is_told_to(dnsmos):
     noise = (0.1 * np.random.default_rng(2).standard_normal(16000 * 20)).astype(np.float32)
     noise[16000 * 10 :] *= 0.01  # a quieter second half: later windows score otherwise
     first = Dnsmos("cpu", max_windows=1)
     one_window = first(noise)
-    assert one_window == first(noise[: Dnsmos.WINDOW])  # exactly the first window's score
-    assert one_window != meters.dnsmos(noise)
+    assert one_window == first(noise[:WINDOW])  # exactly the first window's score
+    assert one_window != dnsmos(noise)
 
 
 # ---- the filter ---------------------------------------------------------------------------------
@@ -431,16 +543,20 @@ def test_parts_are_contiguous_with_equal_seconds(tmp_path):
     assert part_of(0.0, 0.0, 4) == 0
 
 
-def test_metrics_are_byte_identical_for_any_parts_and_ranks(tmp_path):
-    """8 demo records measured as 1 part on 1 rank, and as 2 parts on 2 ranks each."""
+def test_metrics_are_byte_identical_for_any_parts_ranks_workers_and_batch_seconds(tmp_path):
+    """8 demo records measured as 1 part on 1 rank, as 2 parts on 2 ranks each, on 1 rank in groups of
+    about 2 s, and by one rank whose records 3 worker processes read (groups of about 5 s)."""
+    from sharflow.core.ranks import Rank
+
     prep = prepare_demo(tmp_path)
     lines = (prep / "prepared.jsonl").read_text().splitlines()
     short = [x for x in lines if json.loads(x)["duration"] < 3.5][:8]
     (prep / "prepared.jsonl").write_text("\n".join(short) + "\n")
     (prep / "stats.json").write_text(json.dumps({"records_out": len(short)}))
     outputs = []
-    for parts, workers in ((1, 1), (2, 2)):
-        out = tmp_path / f"p{parts}w{workers}"
+    for parts, workers, seconds in ((1, 1, 300.0), (2, 2, 300.0), (1, 1, 2.0)):
+        out = tmp_path / f"p{parts}w{workers}s{seconds}"
+        settings = MeasureSettings(str(DEMO / "audio"), dnsmos_max_windows=2, batch_seconds=seconds)
         stats = [
             run_quality_part(
                 p,
@@ -448,7 +564,7 @@ def test_metrics_are_byte_identical_for_any_parts_and_ranks(tmp_path):
                 parts=parts,
                 out_metrics=str(out / f"part-{p}.jsonl"),
                 out_stats=str(out / f"part-{p}.stats.json"),
-                settings=MeasureSettings(str(DEMO / "audio")),
+                settings=settings,
                 device="cpu",
                 workers=workers,
             )
@@ -464,10 +580,17 @@ def test_metrics_are_byte_identical_for_any_parts_and_ranks(tmp_path):
         )
         assert summary["records"] == len(short) and summary["unreadable"] == 0
         outputs.append((out / "metrics.jsonl").read_bytes())
+    (tmp_path / "pool").mkdir()
+    rank = Rank(0, "cpu", str(tmp_path / "pool"))
+    items = [(n, offset) for n, offset, _ in part_records(str(prep / "prepared.jsonl"), 0, 1)]
+    settings = MeasureSettings(str(DEMO / "audio"), dnsmos_max_windows=2, batch_seconds=5.0)
+    digest = measure_digest(settings, "onnxruntime-cpu")
+    measured = measure_records(rank, items, str(prep / "prepared.jsonl"), settings, digest, workers=3)
+    assert measured["records"] == len(short) and measured["measuring_seconds"] > 0
     rows = [json.loads(x) for x in outputs[0].decode().splitlines()]
     assert [r["line"] for r in rows] == list(range(1, len(short) + 1))
     assert len({r["dnsmos_ovrl"] for r in rows}) == len(rows)  # the values carry information
-    assert outputs[0] == outputs[1]
+    assert outputs[0] == outputs[1] == outputs[2] == Path(rank.file(".jsonl")).read_bytes()
 
 
 def test_a_grown_manifest_is_measured_only_where_it_grew(tmp_path):
@@ -507,22 +630,29 @@ def test_a_grown_manifest_is_measured_only_where_it_grew(tmp_path):
     assert after == fresh
 
 
-def test_a_measure_key_changes_with_the_file_the_span_the_settings_and_the_text_under_asr(tmp_path):
+def test_a_measure_key_changes_with_the_file_the_span_the_text_the_settings_and_the_engine(tmp_path):
     audio = tmp_path / "a.wav"
     audio.write_bytes(b"x" * 10)
     record = {"audio_filepath": "a.wav", "offset": 0.0, "duration": 1.0, "text": "a"}
-    key = record_key(record, str(audio), "d", asr=False)
-    assert key == record_key({**record, "text": "b"}, str(audio), "d", asr=False)
-    assert key != record_key({**record, "offset": 0.5}, str(audio), "d", asr=False)
-    assert key != record_key(record, str(audio), "e", asr=False)
-    assert record_key(record, str(audio), "d", asr=True) != record_key(
-        {**record, "text": "b"}, str(audio), "d", asr=True
+    key = record_key(record, str(audio), "d")
+    assert key != record_key({**record, "offset": 0.5}, str(audio), "d")
+    assert key != record_key(record, str(audio), "e")
+    # the text the speaking rate counts (and the ASR check scores against): normalized_text, else text
+    assert key != record_key({**record, "text": "b"}, str(audio), "d")
+    spoken = {**record, "normalized_text": "ay"}
+    assert record_key(spoken, str(audio), "d") == record_key({**spoken, "text": "b"}, str(audio), "d")
+    assert record_key(spoken, str(audio), "d") != record_key(
+        {**spoken, "normalized_text": "b"}, str(audio), "d"
     )
     os.utime(audio, ns=(1, 1))
-    assert key != record_key(record, str(audio), "d", asr=False)
+    assert key != record_key(record, str(audio), "d")
     s = MeasureSettings(str(tmp_path))
-    assert measure_digest(s) == measure_digest(MeasureSettings("elsewhere"))  # where, not what
-    assert measure_digest(s) != measure_digest(MeasureSettings(str(tmp_path), dnsmos_max_windows=3))
+    digest = measure_digest(s, "onnxruntime-cpu")
+    assert digest == measure_digest(
+        MeasureSettings("elsewhere", batch_seconds=7), "onnxruntime-cpu"
+    )  # not what
+    assert digest != measure_digest(MeasureSettings(str(tmp_path), dnsmos_max_windows=3), "onnxruntime-cpu")
+    assert digest != measure_digest(s, "torch-cuda")  # the GPU's scores differ in the last decimals
 
 
 # ---- mark mode into NeMo's dataloader -----------------------------------------------------------

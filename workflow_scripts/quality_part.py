@@ -8,16 +8,17 @@ from sharflow.quality.part import AsrOptions, MeasureSettings, run_quality_part
 if __name__ == "__main__":
     with job_log(snakemake.log[0]):
         out = QualityPartFiles.of(snakemake.output)
-        asr = AsrOptions(**snakemake.params.asr) if snakemake.params.asr else None
+        params = snakemake.params
+        asr = AsrOptions(**params.asr) if params.asr else None
         run_quality_part(
             int(snakemake.wildcards.part),
             records=snakemake.input.records,
-            parts=snakemake.params.parts,
+            parts=params.parts,
             out_metrics=out.metrics,
             out_stats=out.stats,
-            settings=MeasureSettings(snakemake.params.audio_root, snakemake.params.dnsmos_max_windows, asr),
-            device=snakemake.params.device,
+            settings=MeasureSettings(params.audio_root, params.dnsmos_max_windows, asr, params.batch_seconds),
+            device=params.device,
             workers=snakemake.threads,
             gpus=snakemake.resources.gpu,
-            previous=snakemake.params.previous,
+            previous=params.previous,
         )

@@ -23,19 +23,21 @@ class Metric:
     asr: bool = False  # measured only by the ASR check (quality.asr)
     text: bool = False  # measured by the text stage, from the record's text
     null_passes: bool = False  # a null (not measurable here) passes a threshold instead of failing it
+    digits: int = 6  # written rounded to this many decimals
 
 
 _DNSMOS = (
-    "the `sig_bak_ovr.onnx` weights shipped in the `speechmos` package, on onnxruntime, at 16 kHz: a "
-    "clip shorter than 9.01 s is repeated until it fills a window, windows of 144,160 samples every "
-    "16,000, each mapped by the published polynomials, averaged"
+    "the `sig_bak_ovr.onnx` weights shipped in the `speechmos` package (onnxruntime on a CPU rank, the "
+    "same graph in torch on a GPU rank), at 16 kHz: a clip shorter than 9.01 s is repeated until it "
+    "fills a window, windows of 144,160 samples every 16,000, each mapped by the published polynomials, "
+    "averaged; 4 decimals"
 )
 _VAD = "Silero VAD (JIT weights shipped in `silero-vad`, default thresholds) at 16 kHz"
 
 METRICS: tuple[Metric, ...] = (
-    Metric("dnsmos_sig", "DNSMOS P.835 speech signal quality (1-5)", _DNSMOS, ("min",)),
-    Metric("dnsmos_bak", "DNSMOS P.835 background noise quality (1-5)", _DNSMOS, ("min",)),
-    Metric("dnsmos_ovrl", "DNSMOS P.835 overall quality (1-5)", _DNSMOS, ("min",)),
+    Metric("dnsmos_sig", "DNSMOS P.835 speech signal quality (1-5)", _DNSMOS, ("min",), digits=4),
+    Metric("dnsmos_bak", "DNSMOS P.835 background noise quality (1-5)", _DNSMOS, ("min",), digits=4),
+    Metric("dnsmos_ovrl", "DNSMOS P.835 overall quality (1-5)", _DNSMOS, ("min",), digits=4),
     Metric("speech_ratio", "seconds of speech / duration", _VAD, ("min",)),
     Metric(
         "leading_silence",
@@ -107,3 +109,9 @@ FILTERABLE: tuple[str, ...] = MEASURED + TEXT_METRICS + ASR_METRICS  # what qual
 CATALOG_METRICS: tuple[str, ...] = ASR_METRICS + MEASURED + TEXT_METRICS
 NULL_PASSES: frozenset[str] = frozenset(m.name for m in METRICS if m.null_passes)
 SIDES: dict[str, tuple[str, ...]] = {m.name: m.sides for m in METRICS}
+DIGITS: dict[str, int] = {m.name: m.digits for m in METRICS}
+
+
+def rounded(name: str, value: float | None) -> float | None:
+    """A metric's value as it is written: rounded to its DIGITS (None stays None)."""
+    return None if value is None else round(float(value), DIGITS[name])

@@ -1,8 +1,11 @@
 """Order-preserving parallel map over a stream, in bounded memory."""
 
+import contextlib
 import itertools
 import multiprocessing
 import os
+import queue
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
@@ -35,6 +38,48 @@ def ahead(fn: Callable[[T], R], items: Iterable[T]) -> Iterator[tuple[T, R]]:
 
 
 _END = object()
+
+
+def prefetched(items: Iterable[T], depth: int = 1) -> Iterator[T]:
+    """Yield the items of `items`, which a thread produces meanwhile, at most `depth` ahead.
+
+    For a stage whose items (groups of decoded records) take long to produce and long to use: the
+    producer keeps going while the consumer works, and at most depth + 2 items exist at once (one
+    being used, `depth` waiting, one being made). An exception in the producer is raised here; a
+    consumer that stops early stops the producer at its next item.
+    """
+    ready: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                ready.put((item, None))
+                if stop.is_set():
+                    return
+            ready.put((_END, None))
+        except BaseException as e:  # handed to the consumer, raised there
+            ready.put((_END, e))
+        finally:
+            if hasattr(items, "close"):  # a generator's own clean-up (a pool it holds) runs here
+                items.close()
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = ready.get()
+            if error is not None:
+                raise error
+            if item is _END:
+                return
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting to put, then let it see `stop`
+            with contextlib.suppress(queue.Empty):
+                ready.get(timeout=0.1)
+        thread.join()
 
 
 def ordered_map(

@@ -2,7 +2,10 @@
 
 `quality.asr.model` is a NeMo ASR model name (downloaded by NeMo where there is internet) or a local
 `.nemo`; any NeMo ASR model class (CTC, RNNT, hybrid, AED) loads through ASRModel and transcribes
-through its own `transcribe()`. The transcripts are scored by sharflow.quality.text.
+through its own `transcribe()`. A model whose decoding is `greedy` is switched to `greedy_batch`,
+the same argmax over a batch at once (NeMo's own advice). `transcribe_sorted` cuts a rank's clips
+into length-sorted batches, as the codes stage does, so that clips of like length share a batch.
+The transcripts are scored by sharflow.quality.text.
 """
 
 import logging
@@ -34,6 +37,7 @@ class Transcriber:
             ) from None
         self.model.eval()
         self.sample_rate = int(self.model.cfg.sample_rate)
+        self.decoding = _batched_greedy(self.model)
         if random:
             log.warning(
                 "ASR model %s is RANDOMLY INITIALISED (quality.asr.random_from_config): its transcripts "
@@ -42,7 +46,12 @@ class Transcriber:
                 model,
             )
         log.info(
-            "ASR model %s (%s) on %s at %d Hz", model, type(self.model).__name__, device, self.sample_rate
+            "ASR model %s (%s) on %s at %d Hz, decoding %s",
+            model,
+            type(self.model).__name__,
+            device,
+            self.sample_rate,
+            self.decoding,
         )
 
     def transcribe(self, waves: list[np.ndarray]) -> list[str]:
@@ -57,6 +66,43 @@ class Transcriber:
         if isinstance(out, tuple):  # some RNNT versions return (best, all)
             out = out[0]
         return [h.text if hasattr(h, "text") else str(h) for h in out]
+
+    def transcribe_sorted(self, waves: list[np.ndarray], batch_seconds: float) -> list[str]:
+        """One transcript per clip, in order, from batches of clips sorted by length, each batch
+        holding about `batch_seconds` of audio (at least one clip)."""
+        order = sorted(range(len(waves)), key=lambda i: (len(waves[i]), i))
+        texts: list[str] = [""] * len(waves)
+        batch: list[int] = []
+        for i in order:
+            batch.append(i)
+            if sum(len(waves[j]) for j in batch) >= batch_seconds * self.sample_rate:
+                self._into(texts, batch, waves)
+                batch = []
+        self._into(texts, batch, waves)
+        return texts
+
+    def _into(self, texts: list[str], batch: list[int], waves: list[np.ndarray]) -> None:
+        for i, text in zip(batch, self.transcribe([waves[i] for i in batch]), strict=True):
+            texts[i] = text
+
+
+def _batched_greedy(model) -> str:
+    """Switch a model decoding with `greedy` to `greedy_batch`; the strategy it decodes with."""
+    import inspect
+
+    from omegaconf import open_dict
+
+    decoding = model.cfg.get("decoding")
+    if decoding is None or "strategy" not in decoding:
+        return "its own"
+    change = getattr(model, "change_decoding_strategy", None)
+    if decoding.strategy == "greedy" and change is not None:
+        decoding = decoding.copy()
+        with open_dict(decoding):
+            decoding.strategy = "greedy_batch"
+        quiet = {"verbose": False} if "verbose" in inspect.signature(change).parameters else {}
+        change(decoding, **quiet)
+    return str(model.cfg.decoding.strategy)
 
 
 def build_random_asr(config: str | Path, out: str | Path, seed: int = 0) -> Path:

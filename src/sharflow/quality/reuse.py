@@ -1,9 +1,11 @@
 """Measures kept from the last run: a grown corpus is measured only where it grew.
 
 Every metrics line carries the `key` of what was measured: the record's audio span
-(audio_filepath, offset, duration), its audio file's size and modification time, its text where
-the ASR check scores it, and a digest of the measuring settings and the versions of the packages
-that measure (`measure_digest`). When the quality stage runs again (the manifest grew, a record was
+(audio_filepath, offset, duration), its audio file's size and modification time (its ETag for an
+object), the text its speaking rate counts and the ASR check scores against (normalized_text, else
+text), and a digest of what every measure depends on besides the record (`measure_digest`): the
+settings, the DNSMOS engine the rank's device runs, the version of sharflow's measures and of the
+packages that measure. When the quality stage runs again (the manifest grew, a record was
 removed), each part reads the dataset's metrics of the last run (the merge's output, still on
 disk while the parts run) and keeps the lines whose key one of its records still has; only the
 others are decoded and measured. Lines are matched by what was measured, not by line number or
@@ -22,6 +24,12 @@ from collections.abc import Iterable, Iterator
 from sharflow.core import storage
 from sharflow.core.cache import package_versions
 from sharflow.core.metrics import TEXT_METRICS
+from sharflow.quality.text import reference_text
+
+# The version of how sharflow computes its measures: bump it when a metric's computation or rounding
+# changes, so that a rerun measures again what an older sharflow measured (sharflow's own package
+# version does not change with every commit).
+MEASURES_VERSION = 2  # 2: DNSMOS batched, on torch on a GPU, 4 decimals; the VAD batched
 
 MEASURING_PACKAGES = (
     "sharflow",
@@ -34,9 +42,11 @@ MEASURING_PACKAGES = (
 )
 
 
-def measure_digest(settings) -> str:
-    """What every measure of a run depends on besides its record: the settings (less the audio
-    root, which only says where the files are) and the measuring packages' versions."""
+def measure_digest(settings, dnsmos_engine: str) -> str:
+    """What every measure of a run depends on besides its record: the settings (less the audio root,
+    which only says where the files are, and batch_seconds, which only groups records), the DNSMOS
+    engine ("onnxruntime-cpu" or "torch-cuda": their scores differ in the last decimals), and the
+    versions of sharflow's measures and of the measuring packages."""
     asr = settings.asr
     model = None
     if asr is not None:
@@ -46,21 +56,29 @@ def measure_digest(settings) -> str:
             model["file"] = [st.st_size, st.st_mtime_ns]
     parts = {
         "dnsmos_max_windows": settings.dnsmos_max_windows,
+        "dnsmos_engine": dnsmos_engine,
         "asr": model,
+        "measures": MEASURES_VERSION,
         "versions": package_versions(*MEASURING_PACKAGES),
     }
     return _digest(parts)
 
 
-def record_key(record: dict, path: str, digest: str, asr: bool) -> str:
-    """The key of one record's measures: its span, its file's size and time, its text under ASR."""
+def record_key(record: dict, path: str, digest: str) -> str:
+    """The key of one record's measures: its span, its file's size and time, the text its speaking
+    rate and error rates are computed from, and the run's digest."""
     try:
         stamp = storage.stamp(path)
     except OSError:
         stamp = None  # unreadable: measured (and rejected) again next time
-    what = [record["audio_filepath"], record["offset"], record["duration"], stamp, digest]
-    if asr:
-        what += [record.get("text"), record.get("normalized_text")]
+    what = [
+        record["audio_filepath"],
+        record["offset"],
+        record["duration"],
+        stamp,
+        reference_text(record),
+        digest,
+    ]
     return _digest(what)
 
 

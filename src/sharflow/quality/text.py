@@ -11,7 +11,7 @@ to nothing. They can exceed 1 (insertions).
 
 import unicodedata
 
-from sharflow.core.metrics import ASR_METRICS
+from sharflow.core.metrics import ASR_METRICS, rounded
 
 ASR_FIELDS = ("asr_text", *ASR_METRICS)  # what the ASR check adds to a record
 _KEPT_CATEGORIES = ("L", "M", "N")  # letters, combining marks, digits
@@ -42,7 +42,7 @@ def error_rates(reference: str, hypothesis: str) -> dict[str, float | None]:
     return {"cer": float(jiwer.cer(ref, hyp)), "wer": float(jiwer.wer(ref, hyp))}
 
 
-def asr_fields(record: dict, transcript: str, digits: int = 6) -> dict:
-    """{asr_text, cer, wer} of a record's transcript, the rates rounded to `digits` decimals."""
+def asr_fields(record: dict, transcript: str) -> dict:
+    """{asr_text, cer, wer} of a record's transcript, the rates rounded as the registry says."""
     rates = error_rates(reference_text(record), transcript)
-    return {"asr_text": transcript, **{k: None if v is None else round(v, digits) for k, v in rates.items()}}
+    return {"asr_text": transcript, **{k: rounded(k, v) for k, v in rates.items()}}

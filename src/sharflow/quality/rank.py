@@ -1,0 +1,236 @@
+"""One rank of a quality part: CPU workers read and measure the signal while the device runs the models.
+
+A rank is given (line, byte offset) pairs of the records file. Its CPU side (`load_record`) reads
+a record, decodes its span (sharflow.core.audio.load_span: the samples the shard stores), resamples
+it to 16 kHz (and to the ASR model's rate) and computes the signal measures, in `workers` spawned
+processes in line order (sharflow.core.parallel.ordered_map), or in one thread. Consecutive records
+are grouped into about `batch_seconds` of audio, the next group read while the rank's own thread
+runs its models over the last one on its device (`Meters`, sharflow.core.parallel.prefetched):
+DNSMOS windows, the VAD's frames and LSTM rows, and the ASR check's length-sorted batches, each many
+records at once; then it writes one line per record, in line order. Every batch has a fixed shape
+(sharflow.models.dnsmos, sharflow.models.vad), so a record's metrics depend on the record alone,
+not on which records share its group, rank, part or worker.
+"""
+
+import json
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+from tqdm import tqdm
+
+from sharflow.core.audio import load_span, resample, resolve_audio_path
+from sharflow.core.metrics import TEXT_METRICS
+from sharflow.core.parallel import ordered_map, prefetched
+from sharflow.core.ranks import Rank
+from sharflow.quality.metrics import MODEL_RATE, record_metrics, signal_measures
+from sharflow.quality.reuse import measure_digest, record_key
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AsrOptions:
+    """The optional ASR check (quality.asr): a NeMo ASR model and the audio seconds per batch."""
+
+    model: str
+    batch_seconds: float = 60.0
+    random: bool = False  # built by the workflow from random_from_config: say so loudly
+
+
+@dataclass(frozen=True)
+class MeasureSettings:
+    """What a rank needs besides its records (picklable, sent to spawned ranks and workers)."""
+
+    audio_root: str
+    dnsmos_max_windows: int = 0
+    asr: AsrOptions | None = None
+    batch_seconds: float = 300.0  # audio seconds a rank's models measure together
+
+
+def text_metrics(record: dict) -> dict:
+    """The text stage's metrics of a record, passed on with the audio's (None where it has none)."""
+    return {name: record.get(name) for name in TEXT_METRICS}
+
+
+def audio_path(audio_root: str, record: dict) -> str:
+    """The record's audio path under its root; "" for one that escapes it or cannot be resolved."""
+    try:
+        return resolve_audio_path(audio_root, record["audio_filepath"])[0]
+    except Exception:  # an escaping or unreadable path: keyed as unreadable, measured (and rejected)
+        return ""
+
+
+# ---- the CPU side -------------------------------------------------------------------------------
+
+
+@dataclass
+class Loaded:
+    """A record as the CPU side hands it to the models: its audio and signal measures, or an error."""
+
+    line: int
+    key: str
+    record: dict
+    audio_16k: np.ndarray | None = None
+    asr_wave: np.ndarray | None = None  # the audio at the ASR model's rate (with the ASR check)
+    signal: dict | None = None
+    error: str | None = None
+
+    @property
+    def seconds(self) -> float:
+        return 0.0 if self.audio_16k is None else len(self.audio_16k) / MODEL_RATE
+
+
+def load_record(
+    records: str, settings: MeasureSettings, digest: str, asr_rate: int | None, item: tuple[int, int]
+) -> Loaded:
+    """Read the record at (line, byte offset), decode its span and measure its signal."""
+    line, offset = item
+    with open(records, "rb") as src:
+        src.seek(offset)
+        record = json.loads(src.readline())
+    path = audio_path(settings.audio_root, record)  # resolved once: for the key and for reading
+    key = record_key(record, path, digest)
+    try:
+        if not path:  # an escaping or unreadable path: the reason, as resolve_audio_path gives it
+            resolve_audio_path(settings.audio_root, record["audio_filepath"])
+        audio, rate = load_span(path, record["offset"], record["duration"])
+    except Exception as e:  # reported per record; the part goes on without it
+        return Loaded(line, key, record, error=f"{record['audio_filepath']}: {e}")
+    audio_16k = resample(audio, rate, MODEL_RATE)
+    asr_wave = None
+    if asr_rate is not None:
+        asr_wave = audio_16k if asr_rate == MODEL_RATE else resample(audio, rate, asr_rate)
+    return Loaded(line, key, record, audio_16k, asr_wave, signal_measures(audio, rate))
+
+
+def loaded_records(lines: list[tuple[int, int]], load, workers: int) -> Iterator[Loaded]:
+    """load(item) of every item, in order: in `workers` processes a window ahead, else here."""
+    if workers <= 1:
+        return map(load, lines)
+    return (loaded for _, loaded in ordered_map(load, lines, workers, window=4 * workers))
+
+
+def groups(loaded: Iterable[Loaded], seconds: float) -> Iterator[list[Loaded]]:
+    """Consecutive records holding at least `seconds` of audio (the last group may hold less)."""
+    group: list[Loaded] = []
+    total = 0.0
+    for item in loaded:
+        group.append(item)
+        total += item.seconds
+        if total >= seconds:
+            yield group
+            group, total = [], 0.0
+    if group:
+        yield group
+
+
+# ---- the device side ----------------------------------------------------------------------------
+
+
+class Meters:
+    """The models a rank loads once (DNSMOS, VAD, the optional ASR check) and runs over its groups."""
+
+    def __init__(self, device: str, settings: MeasureSettings):
+        from sharflow.models.dnsmos import Dnsmos
+        from sharflow.models.vad import SileroVad
+
+        self.dnsmos = Dnsmos(device, settings.dnsmos_max_windows)
+        self.vad = SileroVad(device)
+        self.transcriber, self.asr_batch_seconds = None, 0.0
+        if settings.asr is not None:
+            from sharflow.models.asr import Transcriber
+
+            self.transcriber = Transcriber(settings.asr.model, device, random=settings.asr.random)
+            self.asr_batch_seconds = settings.asr.batch_seconds
+
+    @property
+    def asr_rate(self) -> int | None:
+        return self.transcriber.sample_rate if self.transcriber else None
+
+    def measure(self, group: list[Loaded]) -> list[dict]:
+        """A metrics line (without its newline) for each record of the group, in its order."""
+        from sharflow.quality.text import asr_fields
+
+        ok = [item for item in group if item.error is None]
+        clips = [item.audio_16k for item in ok]
+        scores = self.dnsmos.score(clips)
+        spans = self.vad.speech(clips)
+        asr = [{}] * len(ok)
+        if self.transcriber:
+            texts = self.transcriber.transcribe_sorted([item.asr_wave for item in ok], self.asr_batch_seconds)
+            asr = [asr_fields(item.record, text) for item, text in zip(ok, texts, strict=True)]
+        measured = {
+            item.line: {
+                **record_metrics(
+                    item.record, signal=item.signal, dnsmos=score, spans=found, samples_16k=len(clip)
+                ),
+                **text_metrics(item.record),
+                **fields,
+            }
+            for item, clip, score, found, fields in zip(ok, clips, scores, spans, asr, strict=True)
+        }
+        return [
+            {"line": item.line, **measured[item.line], "key": item.key}
+            if item.error is None
+            else {"line": item.line, "error": item.error, "key": item.key}
+            for item in group
+        ]
+
+
+def measure_records(
+    rank: Rank,
+    lines: list[tuple[int, int]],
+    records: str,
+    settings: MeasureSettings,
+    digest: str | None = None,
+    workers: int = 1,
+) -> dict:
+    """One rank: measure its records (line, byte offset); write {"line", metrics... | error, "key"}
+    in line order to its scratch file `.jsonl`. `workers` CPU processes read and measure the signal."""
+    start = time.perf_counter()
+    stats = {"rank": rank.index, "device": rank.device, "records": len(lines), "unreadable": 0}
+    stats |= {"audio_seconds": 0.0, "waiting_seconds": 0.0, "measuring_seconds": 0.0, "dnsmos_engine": None}
+    if not lines:
+        open(rank.file(".jsonl"), "w").close()
+        return {**stats, "seconds": round(time.perf_counter() - start, 3)}
+    meters = Meters(rank.device, settings)
+    log.info(  # once per rank and job (tests/test_workflow.py counts these lines)
+        "quality models loaded on %s in %.1f s: DNSMOS (%s), VAD%s; %d CPU worker(s) read ahead",
+        rank.device,
+        time.perf_counter() - start,
+        meters.dnsmos.engine,
+        ", ASR" if meters.transcriber else "",
+        workers,
+    )
+    digest = digest or measure_digest(settings, meters.dnsmos.engine)
+    load = partial(load_record, records, settings, digest, meters.asr_rate)
+    desc = f"quality rank {rank.index} ({rank.device})"
+    with (
+        open(rank.file(".jsonl"), "w", encoding="utf-8") as out,
+        tqdm(total=len(lines), desc=desc, unit="utt", mininterval=5) as bar,
+    ):
+        # the next group is read while this one is measured
+        stream = prefetched(groups(loaded_records(lines, load, workers), settings.batch_seconds))
+        while True:
+            waited = time.perf_counter()
+            group = next(stream, None)
+            stats["waiting_seconds"] += time.perf_counter() - waited  # on the CPU workers
+            if group is None:
+                break
+            measuring = time.perf_counter()
+            out.writelines(json.dumps(entry) + "\n" for entry in meters.measure(group))
+            stats["measuring_seconds"] += time.perf_counter() - measuring
+            stats["unreadable"] += sum(item.error is not None for item in group)
+            stats["audio_seconds"] += sum(item.seconds for item in group)
+            bar.update(len(group))
+    rounded = {k: round(stats[k], 3) for k in ("audio_seconds", "waiting_seconds", "measuring_seconds")}
+    return {
+        **stats,
+        **rounded,
+        "seconds": round(time.perf_counter() - start, 3),
+        "dnsmos_engine": meters.dnsmos.engine,
+    }
