@@ -34,3 +34,8 @@ rule all:
     input:
         get_final_outputs(),
         *(get_repairs(name) for name in DATASETS + HELD_OUT_SETS),
+
+
+# ---- At the end of a run ------------------------------------------------------------------------
+onsuccess:
+    warn_of_dropped_text()

@@ -9,6 +9,10 @@
    normalizer and a tokenizer's coverage (EnglishCharsTokenizer). CPU seconds of the job per 10,000
    utterances, and the ratio to the floor; the start-up a job and worker pays once (imports, the
    grammars loaded from the cache, NeMo imported for its tokenizers) is printed apart.
+3. A manifest's spoken form that still holds digits or symbols (datasets.<name>.normalized_text:
+   check_manifest normalizes it again): from itself, or from the record's text? 14 pairs of a written
+   text and a manifest spoken form with digits, money, dates, times, abbreviations and more left in
+   it, both through NeMo's normalizer: what each leaves, and where they differ.
 
     .venv/bin/python benchmarks/bench_text.py [--records 2000] [--work DIR]
 """
@@ -108,8 +112,8 @@ def main() -> None:
     runs = {}
     for name, policy, tokenizer in (
         ("floor (no normalizer, no tokenizer)", "text", None),
-        ("NeMo normalizer", "keep_manifest", None),
-        ("normalizer + coverage (EnglishChars)", "keep_manifest", {"english_phoneme": {"_target_": CHARS}}),
+        ("NeMo normalizer", "check_manifest", None),
+        ("normalizer + coverage (EnglishChars)", "check_manifest", {"english_phoneme": {"_target_": CHARS}}),
     ):
         out = work / f"out-{len(runs)}"
         job = {
@@ -133,7 +137,49 @@ def main() -> None:
         f"\nnormalized_text sources with the normalizer: {normalized}; "
         f"coverage: {runs['normalizer + coverage (EnglishChars)']['coverage']}"
     )
+    renormalize(cache)
     print(f"(work files in {work})")
+
+
+# (what, the record's text, the manifest's normalized_text with something left in it)
+CLAIMS = [
+    ("digits", "Section 5 of the act applies.", "Section 5 of the act applies."),
+    ("digits, ASR style", "Section 5 of the act applies.", "section 5 of the act applies"),
+    ("money", "It costs $5.20 today.", "It costs $5.20 today."),
+    ("money, half done", "It costs $5.20 today.", "It costs five dollars 20 cents today."),
+    ("date", "We met on 3/4/2024 at noon.", "We met on 3/4/2024 at noon."),
+    ("date, half done", "We met on Jan. 5th, 2023.", "We met on January 5th, 2023."),
+    ("time", "The train leaves at 10:30 a.m.", "The train leaves at 10:30 AM."),
+    ("abbreviation", "Dr. Smith lives at 221B Baker St.", "Doctor Smith lives at 221B Baker Street."),
+    ("percent", "About 12% of units sold.", "About 12% of units sold."),
+    ("ordinal", "He finished 2nd in the race.", "He finished 2nd in the race."),
+    ("year", "In 1999 the band split.", "In 1999 the band split."),
+    ("disfluency", "Um, it was 5 o'clock.", "Um, it was 5 o'clock."),
+    ("other reading", "The 1990s were loud; see ch. 3.", "The nineties were loud; see chapter 3."),
+    ("phone", "Call 555-1234 now.", "Call 555-1234 now."),
+]
+
+
+def renormalize(cache: Path) -> None:
+    """3. A manifest spoken form with digits or symbols left, normalized again from itself or from text."""
+    from sharflow.text.fields import left_over
+    from sharflow.text.normalizer import Normalizers
+
+    normalizers = Normalizers(str(cache))
+    same, left = 0, {"itself": 0, "text": 0}
+    print(f"\nA manifest spoken form with digits or symbols left ({len(CLAIMS)} cases): normalized again")
+    for what, text, own in CLAIMS:
+        itself, from_text = (normalizers.spoken(x, "en").strip() for x in (own, text))
+        left["itself"] += bool(left_over(itself))
+        left["text"] += bool(left_over(from_text))
+        if itself == from_text:
+            same += 1
+            continue
+        print(f"  {what}: manifest {own!r}\n    from itself: {itself!r}\n    from text:   {from_text!r}")
+    print(
+        f"same words {same} of {len(CLAIMS)}; digits or symbols still left: from itself {left['itself']}, "
+        f"from text {left['text']}"
+    )
 
 
 if __name__ == "__main__":

@@ -196,7 +196,7 @@ def get_text_normalizers(wildcards):
     """The text_normalizer job of the dataset's language, when its records may need the normalizer
     (records in other languages load theirs in the text job, from the same cache)."""
     ds = config["datasets"][wildcards.dataset]
-    if ds["normalized_text"] in ("keep_manifest", "normalizer"):
+    if ds["normalized_text"] in ("check_manifest", "keep_manifest", "normalizer"):
         return [layout.text_normalizer(ds["language"])]
     return []
 
@@ -603,10 +603,15 @@ def get_validation_sets(wildcards):
 
 
 def get_card_inputs(wildcards):
-    """The dataset card's files: catalog, buckets, verify; with splits its splits stats, and the
-    identity job's stats."""
+    """The dataset card's files: catalog, buckets, verify, the text stats; with splits its splits
+    stats, and the identity job's stats."""
     files = layout.dataset_files(wildcards.dataset)
-    out = {"catalog": files.catalog, "buckets": files.buckets, "verify": files.verify}
+    out = {
+        "catalog": files.catalog,
+        "buckets": files.buckets,
+        "verify": files.verify,
+        "text": files.text_stats,
+    }
     if SPLITS:
         out["splits"] = files.split_stats
     if IDENTITY:
@@ -661,3 +666,15 @@ def get_publish_inputs(wildcards):
         "evaluation": [layout.dataset_files(name).evaluation for name in TEST_SETS],
         "handoff": [layout.INPUT_CFG] + ([layout.VALIDATION_DS] if HELD_OUT_SETS else []),
     }
+
+
+# ---- at the end of a run ------------------------------------------------------------------------
+def warn_of_dropped_text():
+    """One warning line at the end of a run whose train cuts hand the model text its tokenizers skip
+    in part (sharflow.dataset.tables.dropped_text_warning); silent otherwise."""
+    from sharflow.dataset.tables import dropped_text_warning
+
+    catalogs = {ds: layout.dataset_files(ds).catalog for ds in DATASETS}
+    line = dropped_text_warning({ds: path for ds, path in catalogs.items() if os.path.exists(path)})
+    if line:
+        logger.warning(f"sharflow: {line}")

@@ -30,7 +30,13 @@ from sharflow.dataset.catalog import (
     read_columns,
     write_fragment,
 )
-from sharflow.dataset.tables import bucket_occupancy, dataset_card, speaker_table
+from sharflow.dataset.tables import (
+    bucket_occupancy,
+    dataset_card,
+    dropped_text_warning,
+    speaker_table,
+    text_loss,
+)
 from sharflow.dataset.tokens import TokenCounter
 
 CHARS = "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.EnglishCharsTokenizer"
@@ -208,6 +214,43 @@ def test_dataset_card_states_the_dataset(demo_shards):
     assert f"| duration (s) | {durations.min():.3f} |" in card
     assert f"{np.median(durations):.3f}" in card
     assert "- **languages** (hours): en" in card
+
+
+def test_the_card_and_the_end_of_the_run_say_which_train_cuts_lose_characters(tmp_path):
+    """From the catalog's tokenizer_dropped_chars (train rows; null: not measured) and the text stats."""
+    drops = [0, 2, None, 0, 1, None, 0]
+    path = tmp_path / "c.parquet"
+    write_fragment(synthetic_rows(0, 7, tokenizer_dropped_chars=lambda i: drops[i]), str(path))
+    assert text_loss(str(path)) == {"cuts": 7, "dropping": 2, "unmeasured": 2}
+    clean = tmp_path / "clean.parquet"
+    write_fragment(synthetic_rows(0, 3, tokenizer_dropped_chars=lambda i: 0), str(clean))
+    warning = dropped_text_warning({"b": str(path), "a": str(clean)})
+    assert warning.startswith("2 train cuts lose characters to their tokenizers (b: 2 of 7)")
+    assert "tokenizer_dropped_chars: {max: 0}" in warning
+    assert dropped_text_warning({"a": str(clean)}) is None
+    text = {
+        "normalized_text_source": {"manifest": 3, "renormalized": 4},
+        "symbols_left": 1,
+        "symbols_left_by_source": {"normalizer": 1},
+        "coverage": {"measured": 5, "unmeasured": 2, "records_dropping": 2, "symbols_dropped": 3},
+        "dropped_symbols": {"€": 2, "≤": 1},
+        "unmeasured_tokenizers": {"english_phoneme": {"records": 2, "why": "a phoneme tokenizer; set it"}},
+    }
+    card = dataset_card(
+        "d",
+        str(path),
+        {"num_buckets": 2, "bucket_duration_bins": [2.0]},
+        {"shards": 1, "fields": ["cuts"]},
+        text=text,
+    )
+    section = card.split("## Text the model reads")[1].split("##")[0]
+    assert "**2 of 7 train cuts lose characters to their tokenizers** (2 not measured)" in section
+    assert "- 4 spoken forms of the manifest held digits or symbols and were normalized again" in section
+    assert "- 1 spoken forms keep digits or symbols (normalizer 1)" in section
+    assert (
+        "most often '€' '≤'" in section
+        and "2 records not measured with english_phoneme: a phoneme" in section
+    )
 
 
 def test_a_row_takes_the_quality_fields_of_its_record():

@@ -13,7 +13,7 @@ from lhotse import CutSet
 
 from sharflow.core.ledger import reject_row
 from sharflow.core.metrics import MEASURED
-from sharflow.models.tokenizers import Tokenizers, encode
+from sharflow.models.tokenizers import OFFLINE, Tokenizers, cannot_build, encode
 from sharflow.quality.filter import failures
 from sharflow.shar.plan import cut_id
 from sharflow.text.fields import (
@@ -24,6 +24,7 @@ from sharflow.text.fields import (
     left_over,
 )
 from sharflow.text.job import TextTools, normalize_dataset
+from sharflow.text.summary import text_lines
 from testkit import DEMO, read_back, read_jsonl, write_all, write_jsonl
 
 CHARS = "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers"
@@ -112,10 +113,131 @@ def test_each_bad_text_is_rejected_with_its_reason(tools):
             assert d.detail
     # the same records pass where the policy says so
     assert decide(record(lang="nl"), KEEP, tools).record["normalized_text_source"] == "text"
-    left = decide(record("5 ≤ x"), KEEP, tools)
-    assert left.record["normalized_text"] == "five ≤ x" and left.notes == ["symbols_left"]
+    left = decide(record("5 ≤ x", tokenizer_names=["english_chars"]), KEEP, tools)
+    assert left.record["normalized_text"] == "five ≤ x" and left.notes == ["symbols_left:normalizer"]
     audio_only = decide(record(""), TextSettings(require_text=False), tools).record
     assert (audio_only["normalized_text"], audio_only["normalized_text_source"]) == ("", "text")
+
+
+# (a manifest's normalized_text with digits or symbols left, what sharflow makes of it by default)
+CLAIMS = [
+    ("section 5 of the act applies", "section five of the act applies"),  # ASR style, kept so
+    ("It costs five dollars 20 cents today.", "It costs five dollars twenty cents today."),
+    ("It costs $5.20 today.", "It costs five dollars twenty cents today."),
+    ("We met on 3/4/2024 at noon.", "We met on march fourth twenty twenty four at noon."),
+    ("The nineties were loud; see chapter 3.", "The nineties were loud; see chapter three."),
+    (
+        "Doctor Smith lives at 221B Baker Street.",
+        "Doctor Smith lives at two hundred twenty one B Baker Street.",
+    ),
+]
+
+
+def test_a_manifest_spoken_form_is_checked_and_one_with_digits_or_symbols_normalized_again(tools):
+    """check_manifest (the default): a clean spoken form is kept as it is; one with digits or symbols
+    is normalized again from itself, keeping its own readings ("the nineties", "chapter", "Street",
+    where its text has "1990s", "ch." and "St."); the manifest's moves to manifest_normalized_text."""
+    chars = {"tokenizer_names": ["english_chars"]}
+    for own, spoken in CLAIMS:
+        d = decide(record("Unused here, 1990s ch. St.", normalized_text=own, **chars), KEEP, tools)
+        assert (d.record["normalized_text"], d.record["normalized_text_source"]) == (spoken, "renormalized")
+        assert d.record["manifest_normalized_text"] == own and d.notes == []
+    clean = decide(record(normalized_text="It costs ten dollars."), KEEP, tools).record
+    assert (clean["normalized_text"], clean["normalized_text_source"]) == (
+        "It costs ten dollars.",
+        "manifest",
+    )
+    assert "manifest_normalized_text" not in clean
+    # trusted as it is by name: kept, and counted by its source
+    for policy in ("keep_manifest", "require_manifest", "text"):
+        trusted = TextSettings(normalized_text=policy)
+        kept = decide(record(normalized_text=CLAIMS[0][0], **chars), trusted, tools)
+        assert kept.record["normalized_text"] == CLAIMS[0][0] and kept.notes == ["symbols_left:manifest"]
+    # what the normalizer leaves follows unnormalizable, as for the normalizer's own
+    left = decide(record(normalized_text="5 ≤ x", **chars), KEEP, tools)
+    assert left.record["normalized_text"] == "five ≤ x" and left.notes == ["symbols_left:renormalized"]
+    strict = TextSettings(unnormalizable="reject")
+    assert decide(record(normalized_text="5 ≤ x"), strict, tools).reason == "unnormalizable_text"
+    # no normalizer for the language: kept as it is (pass), counted
+    dutch = decide(record(lang="nl", normalized_text="hoofdstuk 3", **chars), KEEP, tools)
+    assert (dutch.record["normalized_text"], dutch.record["normalized_text_source"]) == (
+        "hoofdstuk 3",
+        "manifest",
+    )
+    assert dutch.notes == ["no_normalizer:nl", "symbols_left:manifest"]
+
+
+def test_coverage_is_measured_by_default_where_nemos_tokenizer_builds_here():
+    """Without training.tokenizer: the char tokenizers by their MagpieTTS names (NeMo's classes), the
+    phoneme tokenizers not (their dictionaries are not installed), and the notes say which."""
+    default = TextTools(None, None)
+    chars = decide(
+        record("It costs $10.", tokenizer_names=["english_chartokenizer"]),
+        TextSettings(normalized_text="text"),
+        default,
+    )
+    assert chars.record["tokenizer_dropped_chars"] == 3 and chars.record["tokenizer_dropped"] == [
+        "$",
+        "1",
+        "0",
+    ]
+    german = decide(
+        record("Grüße", lang="de", normalized_text="Grüße", tokenizer_names=["german_chartokenizer"]),
+        KEEP,
+        default,
+    )
+    assert german.record["tokenizer_dropped_chars"] == 0
+    phoneme = decide(record(normalized_text="Hello there."), KEEP, default)
+    assert phoneme.record["tokenizer_names"] == ["english_phoneme"]
+    assert phoneme.record["tokenizer_dropped_chars"] is None and phoneme.notes == [
+        "unmeasured:english_phoneme"
+    ]
+    assert "phoneme tokenizer" in cannot_build("english_phoneme", None)
+    assert "training.tokenizer" in cannot_build("english_phoneme", None)
+    config = {"english_chartokenizer": OFFLINE["english_chartokenizer"]}
+    assert cannot_build("english_phoneme", config) == "english_phoneme is not in training.tokenizer"
+    assert "cannot be built here" in cannot_build("english_chartokenizer", config)
+    assert set(OFFLINE) >= {n for n in DEFAULT_TOKENIZERS.values() if "chartokenizer" in n}
+    for name in OFFLINE:  # every one of them builds here, offline
+        assert default.tokenizers.get(name) is not None, name
+
+
+def test_a_corpus_with_digits_in_its_spoken_forms_loses_no_character_by_default(tmp_path):
+    """The issue's bar: a manifest whose normalized_text holds digits and symbols, the shipped
+    defaults: no record's normalized_text loses a character to NeMo's English char tokenizer, the stats
+    count what was normalized again, and what its tokenizers (english_phoneme) cannot measure; records
+    whose spoken forms were clean are written byte for byte as a trusting policy writes them."""
+    from nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers import EnglishCharsTokenizer
+
+    speaker = "| Language:en Dataset:d Speaker:s |"
+    demo = [{**r, "speaker": speaker} for r in read_jsonl(DEMO / "manifest.json")[:12]]
+    records = [  # every other record's spoken form holds digits or symbols, the others' are clean
+        {**r, "normalized_text": CLAIMS[i // 2][0] if i % 2 == 0 else r["text"]} for i, r in enumerate(demo)
+    ]
+    stats, out = normalized_demo(tmp_path, records, settings=TextSettings(), tokenizer=None, name="claims")
+    assert stats["normalized_text_source"] == {"manifest": 6, "renormalized": 6}
+    assert stats["symbols_left"] == 0 and stats["coverage"]["unmeasured"] == 12
+    assert stats["unmeasured_tokenizers"]["english_phoneme"]["records"] == 12
+    chars = EnglishCharsTokenizer()
+    for r in read_jsonl(out / "records.jsonl"):
+        assert encode(chars, r["normalized_text"]).skipped == (), r["normalized_text"]
+    lines = text_lines(stats)
+    assert "6 spoken forms of the manifest held digits or symbols and were normalized again" in lines[1]
+    assert any(
+        line.startswith("12 records not measured with english_phoneme: english_phoneme is a phoneme")
+        for line in lines
+    )
+    _, trusting = normalized_demo(
+        tmp_path,
+        records[1::2],
+        settings=TextSettings(normalized_text="keep_manifest"),
+        tokenizer=None,
+        name="trusting",
+    )
+    _, checked = normalized_demo(
+        tmp_path, records[1::2], settings=TextSettings(), tokenizer=None, name="checked"
+    )
+    assert (checked / "records.jsonl").read_bytes() == (trusting / "records.jsonl").read_bytes()
 
 
 def test_left_over_finds_digits_and_symbols_only():
@@ -134,7 +256,8 @@ def test_lang_and_tokenizers_come_from_the_record_the_dataset_or_nemos_map(tools
     german_speaker = record(speaker="| Language:de Dataset:d Speaker:s |", normalized_text="Hallo.")
     assert decide(german_speaker, KEEP, tools).record["tokenizer_names"] == ["german_phoneme"]
     sv = decide(record(lang="sv", normalized_text="hej"), KEEP, tools)
-    assert sv.record["tokenizer_names"] == ["english_phoneme"] and sv.notes == ["fallback_tokenizer:sv"]
+    assert sv.record["tokenizer_names"] == ["english_phoneme"]
+    assert sv.notes == ["fallback_tokenizer:sv", "unmeasured:english_phoneme"]
 
 
 def test_the_default_tokenizers_are_nemos_first_choice_per_language():
@@ -203,7 +326,9 @@ def test_a_filter_on_coverage_drops_exactly_the_records_that_lose_characters(too
     assert failures({"tokenizer_dropped_chars": None}, {"tokenizer_dropped_chars": {"max": 0}}) == []
 
 
-def normalized_demo(tmp_path, records, settings=KEEP, workers=1, chunk_lines=256, name="text"):
+def normalized_demo(
+    tmp_path, records, settings=KEEP, workers=1, chunk_lines=256, name="text", tokenizer=TOKENIZER
+):
     """normalize_dataset over `records` (as prepared records): (stats, records out, rejects dir)."""
     source = write_jsonl(tmp_path / f"{name}.in.jsonl", records)
     (tmp_path / f"{name}.in.stats.json").write_text(json.dumps({"records_out": len(records)}))
@@ -216,7 +341,7 @@ def normalized_demo(tmp_path, records, settings=KEEP, workers=1, chunk_lines=256
         stats=str(out / "stats.json"),
         dataset="demo",
         settings=settings,
-        tokenizer=TOKENIZER,
+        tokenizer=tokenizer,
         workers=workers,
         chunk_lines=chunk_lines,
     )

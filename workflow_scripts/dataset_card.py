@@ -13,4 +13,5 @@ with job_log(snakemake.log[0]):
         splits=snakemake.input.get("splits"),
         identity=snakemake.input.get("identity"),
         plan=snakemake.input.get("plan"),
+        text=snakemake.input.text,
     )

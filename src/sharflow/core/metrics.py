@@ -78,8 +78,10 @@ METRICS: tuple[Metric, ...] = (
         "tokenizer_dropped_chars",
         "symbols of `normalized_text` the cut's tokenizers skip (the most any one of them skips); 0: the "
         "model reads all of it",
-        "NeMo's own tokenizers of `training.tokenizer`, built as MagpieTTS builds them, their skip warnings "
-        "counted; null (passes any threshold) where none of the cut's `tokenizer_names` can be built here",
+        "NeMo's own tokenizers of `training.tokenizer` (without it, NeMo's char tokenizer of each language "
+        "by its MagpieTTS name), built as MagpieTTS builds them, their skip warnings counted; null (passes "
+        "any threshold) where none of the cut's `tokenizer_names` can be built here (phoneme tokenizers "
+        "without their dictionaries)",
         ("max",),
         text=True,
         null_passes=True,

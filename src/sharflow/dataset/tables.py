@@ -138,9 +138,11 @@ def dataset_card(
     splits: dict | None = None,
     identity: dict | None = None,
     leaks: list | None = None,
+    text: dict | None = None,
 ) -> str:
     """results/<dataset>/DATASET.md: what the dataset holds, in Markdown (with splits, `splits` is
-    the splits job's stats, `identity` the identity job's, `leaks` the shard plan's)."""
+    the splits job's stats, `identity` the identity job's, `leaks` the shard plan's; `text` the text
+    stage's)."""
     cols = read_columns(catalog, ["duration", "context_similarity", "source_sample_rate", "sample_rate"])
     speakers = speaker_table(catalog)
     languages = pd.Series(dtype="float64")
@@ -171,6 +173,7 @@ def dataset_card(
         + ", ".join(f"{r} Hz: {n}" for r, n in shar_rates.items()),
         f"- **buckets**: {buckets['num_buckets']} duration buckets, bins {buckets['bucket_duration_bins']}",
         "",
+        *_text_section(catalog, text),
         *_splits_section(catalog),
         *identity_section(dataset, splits, identity, leaks or []),
         "## Percentiles" + (" (train)" if "split" in column_names(catalog) else ""),
@@ -181,6 +184,55 @@ def dataset_card(
         "",
     ]
     return "\n".join(lines)
+
+
+def text_loss(catalog: str) -> dict[str, int]:
+    """Of the train cuts: how many (`cuts`), how many lose characters to their tokenizers
+    (`dropping`: tokenizer_dropped_chars > 0) and how many were not measured (`unmeasured`: null)."""
+    out = {"cuts": 0, "dropping": 0, "unmeasured": 0}
+    if "tokenizer_dropped_chars" not in column_names(catalog):
+        return out
+    for batch in iter_batches(catalog, ["tokenizer_dropped_chars"]):
+        column = batch.column(0)
+        values = column.fill_null(0).to_numpy(zero_copy_only=False)
+        out["cuts"] += len(column)
+        out["dropping"] += int(np.count_nonzero(values > 0))
+        out["unmeasured"] += column.null_count
+    return out
+
+
+def dropped_text_warning(catalogs: dict[str, str]) -> str | None:
+    """One line for the end of a run whose train cuts hand the model text its tokenizers skip in part
+    (`catalogs`: {dataset: catalog path}); None when no train cut does."""
+    losses = {name: text_loss(path) for name, path in sorted(catalogs.items())}
+    dropping = {name: n["dropping"] for name, n in losses.items() if n["dropping"]}
+    if not dropping:
+        return None
+    return (
+        f"{sum(dropping.values()):,} train cuts lose characters to their tokenizers ("
+        + ", ".join(f"{name}: {n:,} of {losses[name]['cuts']:,}" for name, n in dropping.items())
+        + "): the model never reads them; see each DATASET.md, or drop them with quality.filters: "
+        "{tokenizer_dropped_chars: {max: 0}}"
+    )
+
+
+def _text_section(catalog: str, text: dict | None) -> list[str]:
+    """The card's section on the text the model reads: the train cuts that lose characters, and what
+    the text stage found (sharflow.text.summary)."""
+    if text is None:
+        return []
+    from sharflow.text.summary import text_lines
+
+    loss = text_loss(catalog)
+    lines = [
+        "## Text the model reads",
+        "",
+        f"- **{loss['dropping']:,} of {loss['cuts']:,} train cuts lose characters to their tokenizers** "
+        f"({loss['unmeasured']:,} not measured)",
+        *(f"- {line}" for line in text_lines(text)),
+        "",
+    ]
+    return lines
 
 
 def _splits_section(catalog: str) -> list[str]:
@@ -284,9 +336,10 @@ def write_dataset_card(
     splits: str | None = None,
     identity: str | None = None,
     plan: str | None = None,
+    text: str | None = None,
 ) -> str:
     """Write results/<dataset>/DATASET.md (see dataset_card) and return its text; `plan` (the shard
-    plan) says the leaks kept in shards made before."""
+    plan) says the leaks kept in shards made before, `text` is the text stage's stats."""
     import yaml
 
     from sharflow.core.atomic import atomic_file, read_json
@@ -301,6 +354,7 @@ def write_dataset_card(
         read_json(splits) if splits else None,
         read_json(identity) if identity else None,
         read_json(plan).get("leaks", []) if plan else [],
+        read_json(text) if text else None,
     )
     with atomic_file(out, "w", encoding="utf-8") as f:
         f.write(text)

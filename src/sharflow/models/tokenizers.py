@@ -7,6 +7,13 @@ built here (a g2p dictionary that is not installed, a tokenizer that downloads) 
 usable. NeMo's tokenizers skip a character (or phoneme) they have no token for with a warning only;
 `encode` reads those warnings to say what was skipped, while keeping them out of the job's log and
 out of NeMo's in-memory log buffer (which never empties without a log file).
+
+Without `training.tokenizer`, the tokenizers that can be built from what sharflow installs are built
+by their MagpieTTS names (OFFLINE: NeMo's char tokenizer of each language, its class defaults), so
+coverage is measured by default. NeMo's phoneme tokenizers cannot be: their G2P reads a pronunciation
+dictionary (`scripts/tts_dataset_files/...` in NeMo's repository) that the nemo_toolkit wheel does not
+ship; a cut whose tokenizers are all of that kind is not measured, and the stage says how many and
+what to configure (`cannot_build`).
 """
 
 import logging
@@ -16,6 +23,25 @@ from dataclasses import dataclass
 log = logging.getLogger(__name__)
 
 _NEMO_LOGGER = "nemo_logger"
+_CHARS = "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers"
+# MagpieTTS's char tokenizer names (NeMo's LANGUAGE_TOKENIZER_MAP), each NeMo's char tokenizer class of
+# its language with the class's defaults: what is measured where training.tokenizer is not set.
+OFFLINE: dict[str, dict] = {
+    f"{language}_chartokenizer": {"_target_": f"{_CHARS}.{cls}CharsTokenizer"}
+    for language, cls in (
+        ("english", "English"),
+        ("german", "German"),
+        ("spanish", "Spanish"),
+        ("french", "French"),
+        ("italian", "Italian"),
+        ("vietnamese", "Vietnamese"),
+        ("hindi", "Hindi"),
+    )
+}
+WHAT_TO_SET = (
+    "set training.tokenizer to your model's tokenizer config (MagpieTTS's text_tokenizers, with the paths "
+    "of its dictionaries) to measure them"
+)
 # The messages of NeMo's tts_tokenizers for a skipped character (char tokenizers) or symbol (phoneme
 # tokenizers, which may add the original text after the symbol).
 _SKIPPED = re.compile(
@@ -67,13 +93,31 @@ def encode(tokenizer, text: str) -> Encoded:
     return Encoded(len(ids), tuple(collect.skipped))
 
 
+def cannot_build(name: str, config: dict | None) -> str:
+    """Why a tokenizer that measured nothing is not measured, and what to set (`config`:
+    training.tokenizer)."""
+    if config and name in config:
+        return f"{name} of training.tokenizer cannot be built here (the text job's log says why)"
+    if config:
+        return f"{name} is not in training.tokenizer"
+    if "phoneme" in name:
+        return (
+            f"{name} is a phoneme tokenizer: NeMo's G2P reads a pronunciation dictionary that the "
+            f"nemo_toolkit wheel does not ship; {WHAT_TO_SET}"
+        )
+    return f"sharflow knows no offline config for {name}; {WHAT_TO_SET}"
+
+
 class Tokenizers:
-    """The tokenizers of a MagpieTTS tokenizer config, each built on first use; a name that is not in
-    the config or cannot be built here is None (said once in the log, with why)."""
+    """The tokenizers of a MagpieTTS tokenizer config (else OFFLINE's), each built on first use; a name
+    that is not in the config or cannot be built here is None, and `why[name]` says why (logged once).
+    """
 
     def __init__(self, config: dict | None):
-        self.config = dict(config or {})
+        self.given = dict(config) if config else None
+        self.config = self.given or dict(OFFLINE)
         self.built: dict[str, object | None] = {}
+        self.why: dict[str, str] = {}
 
     def get(self, name: str):
         if name not in self.built:
@@ -82,21 +126,14 @@ class Tokenizers:
 
     def _build(self, name: str):
         if name not in self.config:
-            log.warning(
-                "tokenizer %r is not in training.tokenizer (%s): what it drops is not measured",
-                name,
-                ", ".join(self.config) or "empty",
-            )
+            self.why[name] = cannot_build(name, self.given)
+            log.warning("tokenizer %r: what it drops is not measured: %s", name, self.why[name])
             return None
         try:
             tokenizer = build_tokenizer(name, self.config)
         except Exception as e:  # a g2p file that is not here, a download with no network, ...
-            log.warning(
-                "tokenizer %r cannot be built here (%s: %s): what it drops is not measured",
-                name,
-                type(e).__name__,
-                e,
-            )
+            self.why[name] = f"{name} cannot be built here ({type(e).__name__}: {e}); {WHAT_TO_SET}"
+            log.warning("tokenizer %r: what it drops is not measured: %s", name, self.why[name])
             return None
         log.info("tokenizer %r built (%s)", name, type(tokenizer).__name__)
         return tokenizer

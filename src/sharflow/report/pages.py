@@ -86,6 +86,26 @@ def identity_html(datasets: list[DatasetStats]) -> str:
     return "\n".join(parts)
 
 
+def text_html(datasets: list[DatasetStats]) -> str:
+    """The summary's "text the model reads" section: per dataset, the train cuts that lose characters
+    to their tokenizers and what the text stage found (sharflow.text.summary)."""
+    from sharflow.dataset.tables import text_loss
+    from sharflow.text.summary import text_lines
+
+    parts = ["<h2>Text the model reads</h2>"]
+    for ds in datasets:
+        loss = text_loss(ds.catalog)
+        items = [
+            f"<b>{loss['dropping']:,} of {loss['cuts']:,} train cuts lose characters to their tokenizers</b> "
+            f"({loss['unmeasured']:,} not measured)",
+            *(html.escape(line) for line in text_lines(ds.text)),
+        ]
+        parts.append(
+            f"<h3>{html.escape(ds.name)}</h3><ul>" + "".join(f"<li>{i}</li>" for i in items) + "</ul>"
+        )
+    return "\n".join(parts) + "\n"
+
+
 def _speakers_html(speakers: dict) -> str:
     """Speakers linked to held-out unseen ones (by id, voice or the config), and the closest pairs
     not linked, with their voice similarity: what to check by ear and confirm or deny."""

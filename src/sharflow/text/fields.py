@@ -5,10 +5,13 @@
 - `tokenizer_names` (the cut's): the record's own, else the dataset's, else NeMo's tokenizer for the
   language (DEFAULT_TOKENIZERS, the first name of NeMo's LANGUAGE_TOKENIZER_MAP), else
   english_phoneme as NeMo falls back (counted, and warned about).
-- `normalized_text`, what the model reads, and `normalized_text_source` (manifest, normalizer or
-  text), by the dataset's `normalized_text` policy (NORMALIZED_TEXT_POLICIES); `text` stays the
-  manifest's. A record whose text cannot get a clean spoken form (no normalizer for its language,
-  or digits and symbols left in it) follows the dataset's `unnormalizable` policy.
+- `normalized_text`, what the model reads, and `normalized_text_source` (manifest, renormalized,
+  normalizer or text), by the dataset's `normalized_text` policy (NORMALIZED_TEXT_POLICIES); `text`
+  stays the manifest's. A manifest's own normalized_text is a claim: by default (`check_manifest`)
+  one that still holds digits or symbols (`left_over`) is normalized again, and every spoken form kept
+  with digits or symbols is counted by its source. A record whose text cannot get a clean spoken form
+  (no normalizer for its language, or digits and symbols left in it) follows the dataset's
+  `unnormalizable` policy.
 - `tokenizer_dropped_chars`: what the most wasteful of the cut's tokenizers skips of
   normalized_text (null where none of them can be built here), the skipped symbols in
   `tokenizer_dropped` when there are any.
@@ -39,7 +42,11 @@ FALLBACK_TOKENIZER = (
 )
 
 NORMALIZED_TEXT_POLICIES: dict[str, str] = {
-    "keep_manifest": "a record's own normalized_text is kept; a record without one gets the normalizer's",
+    "check_manifest": "a record's own normalized_text is kept unless digits or symbols are left in it; "
+    "then it is normalized again (the manifest's moves to manifest_normalized_text); a record without one "
+    "gets the normalizer's",
+    "keep_manifest": "a record's own normalized_text is kept as it is, unchecked (corpora whose spoken "
+    "forms are known to be clean); a record without one gets the normalizer's",
     "normalizer": "every record gets the normalizer's (a manifest's own moves to manifest_normalized_text)",
     "require_manifest": "a record must bring its own; one without is rejected (no normalizer is built)",
     "text": "a record's own is kept; one without reads its text as it is (no normalizer is built)",
@@ -57,7 +64,7 @@ REASONS: dict[str, str] = {
     "digits or symbols are left in its spoken form (unnormalizable: reject)",
     "tokenizer_reads_nothing": "one of the cut's tokenizers skips every character of what it reads",
 }
-SOURCES = ("manifest", "normalizer", "text")
+SOURCES = ("manifest", "renormalized", "normalizer", "text")
 _LEFT_OVER = frozenset("%‰#&@")  # punctuation that stands for words
 
 
@@ -76,7 +83,7 @@ class TextSettings:
     """A dataset's text settings (datasets.<name> in the config)."""
 
     require_text: bool = True
-    normalized_text: str = "keep_manifest"
+    normalized_text: str = "check_manifest"
     unnormalizable: str = "pass"
     tokenizer_names: tuple[str, ...] | None = None
     context_text: str | None = None
@@ -85,7 +92,7 @@ class TextSettings:
     @property
     def normalizes(self) -> bool:
         """Whether records of the dataset may need the normalizer."""
-        return self.normalized_text in ("keep_manifest", "normalizer")
+        return self.normalized_text in ("check_manifest", "keep_manifest", "normalizer")
 
 
 @dataclass
@@ -95,8 +102,8 @@ class Decision:
     record: dict | None = None
     reason: str | None = None
     detail: str = ""
-    # what the stats count: symbols_left, no_normalizer:<lang>, normalizer_failed:<lang>,
-    # fallback_tokenizer:<lang>
+    # what the stats count: symbols_left:<source>, no_normalizer:<lang>, normalizer_failed:<lang>,
+    # fallback_tokenizer:<lang>, unmeasured:<tokenizer name>
     notes: list[str] = field(default_factory=list)
 
 
@@ -126,7 +133,7 @@ def decide(record: dict, settings: TextSettings, tools: Tools) -> Decision:
         _context_text(out, settings)
         if settings.ipa and "ipa" not in record:
             out["ipa"] = tools.ipa(text, lang)
-        _coverage(out, text, tools)
+        _coverage(out, text, tools, notes)
     except _Reject as r:
         return Decision(reason=r.reason, detail=r.detail, notes=notes)
     return Decision(record=out, notes=notes)
@@ -173,7 +180,21 @@ def _normalized_text(
             raise _Reject("bad_text_field", f"normalized_text = {json.dumps(own)} is not a string")
         if not (own or "").strip():
             raise _Reject("empty_normalized_text", f"normalized_text is {json.dumps(own)}; text: {text!r}")
-        return own, "manifest"
+        if not left_over(own):
+            return own, "manifest"
+        if policy != "check_manifest":  # trusted as it is: counted, kept
+            notes.append("symbols_left:manifest")
+            return own, "manifest"
+        # normalized again from itself, not from text: it keeps the manifest's own readings ("the
+        # nineties", "chapter", "Street") and expands only what is left (docs: text, measured)
+        out.pop("normalized_text")
+        out["manifest_normalized_text"] = own
+        spoken, source = _spoken(own, lang, settings, tools, notes, "renormalized")
+        if source != "normalizer":  # no normalizer for the language (unnormalizable: pass): kept as it is
+            out.pop("manifest_normalized_text")
+            notes.append("symbols_left:manifest")
+            return own, "manifest"
+        return spoken, "renormalized"
     if policy == "require_manifest":
         raise _Reject(
             "no_normalized_text", f"no normalized_text (normalized_text: require_manifest); text: {text!r}"
@@ -186,7 +207,9 @@ def _normalized_text(
     return _spoken(text, lang, settings, tools, notes)
 
 
-def _spoken(text: str, lang: str, settings: TextSettings, tools: Tools, notes: list[str]) -> tuple[str, str]:
+def _spoken(
+    text: str, lang: str, settings: TextSettings, tools: Tools, notes: list[str], source: str = "normalizer"
+) -> tuple[str, str]:
     try:
         spoken = tools.spoken(text, lang)
         why, note = f"no normalizer for language {lang!r}", f"no_normalizer:{lang}"
@@ -203,7 +226,7 @@ def _spoken(text: str, lang: str, settings: TextSettings, tools: Tools, notes: l
         raise _Reject("normalizes_to_nothing", f"the spoken form {spoken!r} of {text!r} holds no letter")
     left = left_over(spoken)
     if left:
-        notes.append("symbols_left")
+        notes.append(f"symbols_left:{source}")
         if settings.unnormalizable == "reject":
             raise _Reject("unnormalizable_text", f"{left!r} left in the spoken form {spoken!r} of {text!r}")
     return spoken, "normalizer"
@@ -219,8 +242,10 @@ def _context_text(out: dict, settings: TextSettings) -> None:
         out["context_text"] = settings.context_text
 
 
-def _coverage(out: dict, text: str, tools: Tools) -> None:
+def _coverage(out: dict, text: str, tools: Tools, notes: list[str]) -> None:
     dropped, tokens, symbols = tools.dropped(text, out["tokenizer_names"])
+    if dropped is None:
+        notes.extend(f"unmeasured:{name}" for name in out["tokenizer_names"])
     if tokens == 0 and text.strip():
         raise _Reject(
             "tokenizer_reads_nothing", f"the cut's tokenizers skip all of {text!r} ({''.join(symbols)})"

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from sharflow.core.atomic import atomic_dir, atomic_file, read_json, write_json
 from sharflow.core.ledger import Ledger, RejectWriter, reject_row
 from sharflow.core.parallel import ordered_map, resolve_workers
-from sharflow.models.tokenizers import Tokenizers, encode
+from sharflow.models.tokenizers import Tokenizers, cannot_build, encode
 from sharflow.text.fields import REASONS, Decision, TextSettings, decide
 from sharflow.text.ipa import Phonemizer
 from sharflow.text.normalizer import Normalizers, normalizer_key
@@ -103,7 +103,7 @@ def normalize_dataset(
         RejectWriter(rej_dir) as rejects,
         tqdm(total=expected, unit="rec", desc="text", mininterval=5) as progress,
     ):
-        tally = _TextTally(dataset, settings, rejects)
+        tally = _TextTally(dataset, settings, rejects, tokenizer)
         chunks = ordered_map(
             partial(decide_chunk, settings),
             _chunks(records, chunk_lines),
@@ -128,8 +128,8 @@ def normalize_dataset(
 class _TextTally:
     """The text job's ledger and what its stats count besides."""
 
-    def __init__(self, dataset: str, settings: TextSettings, rejects: RejectWriter):
-        self.dataset, self.settings = dataset, settings
+    def __init__(self, dataset: str, settings: TextSettings, rejects: RejectWriter, tokenizer: dict | None):
+        self.dataset, self.settings, self.tokenizer = dataset, settings, tokenizer
         self.ledger = Ledger("text", dataset, rejects)
         self.sources: Counter[str] = Counter()
         self.languages: Counter[str] = Counter()
@@ -164,11 +164,13 @@ class _TextTally:
         return record
 
     def summary(self) -> dict:
-        notes = {kind: {} for kind in ("no_normalizer", "normalizer_failed", "fallback_tokenizer")}
+        kinds = ("no_normalizer", "normalizer_failed", "fallback_tokenizer", "symbols_left", "unmeasured")
+        notes: dict[str, dict[str, int]] = {kind: {} for kind in kinds}
         for note, n in sorted(self.notes.items()):
-            kind, _, lang = note.partition(":")
+            kind, _, what = note.partition(":")
             if kind in notes:
-                notes[kind][lang] = n
+                notes[kind][what] = n
+        left, unmeasured = notes.pop("symbols_left"), notes.pop("unmeasured")
         return {
             "dataset": self.dataset,
             **self.ledger.counts(),
@@ -180,9 +182,14 @@ class _TextTally:
             "normalized_text_source": dict(sorted(self.sources.items())),
             "languages": dict(sorted(self.languages.items())),
             "tokenizer_names": dict(sorted(self.tokenizers.items())),
-            "symbols_left": self.notes["symbols_left"],
+            "symbols_left": sum(left.values()),
+            "symbols_left_by_source": left,
             **notes,
             "coverage": dict(self.coverage),
+            "unmeasured_tokenizers": {
+                name: {"records": n, "why": cannot_build(name, self.tokenizer)}
+                for name, n in unmeasured.items()
+            },
             "dropped_symbols": dict(self.symbols.most_common(TOP_SYMBOLS)),
             "normalizers": {lang: normalizer_key(lang)[0] for lang in sorted(self.languages)}
             if self.settings.normalizes
@@ -221,11 +228,19 @@ class _TextTally:
                 )
         if s["symbols_left"]:
             log.warning(
-                "text %s: %d records keep digits or symbols in their spoken form (first: %s); "
-                "datasets.<name>.unnormalizable: reject drops them",
+                "text %s: %d records keep digits or symbols in their spoken form, by where it came from: "
+                "%s (first: %s); datasets.<name>.unnormalizable: reject drops them",
                 self.dataset,
                 s["symbols_left"],
+                s["symbols_left_by_source"],
                 self.examples["symbols_left"],
+            )
+        for what in s["unmeasured_tokenizers"].values():
+            log.warning(
+                "text %s: what %d records lose to their tokenizers is not measured: %s",
+                self.dataset,
+                what["records"],
+                what["why"],
             )
         if s["coverage"]["records_dropping"]:
             log.warning(
