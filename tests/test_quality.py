@@ -29,7 +29,16 @@ from sharflow.quality.metrics import (
 )
 from sharflow.quality.part import MeasureSettings, measure_records, run_quality_part
 from sharflow.quality.reuse import measure_digest, record_key
-from testkit import DEMO, REPO, prepare_demo, read_back, read_jsonl, run_quality_filter, write_all
+from testkit import (
+    DEMO,
+    REPO,
+    measure_demo_part,
+    prepare_demo,
+    read_back,
+    read_jsonl,
+    run_quality_filter,
+    write_all,
+)
 
 
 @pytest.fixture(scope="module")
@@ -606,17 +615,7 @@ def test_a_grown_manifest_is_measured_only_where_it_grew(tmp_path):
     grown.write_text("\n".join(new) + "\n")
 
     def measure(records, name, previous=None):
-        stats = run_quality_part(
-            0,
-            records=str(records),
-            parts=1,
-            out_metrics=str(tmp_path / f"{name}.jsonl"),
-            out_stats=str(tmp_path / f"{name}.stats.json"),
-            settings=MeasureSettings(str(DEMO / "audio"), dnsmos_max_windows=1),
-            device="cpu",
-            previous=previous,
-        )
-        return stats, (tmp_path / f"{name}.jsonl").read_bytes()
+        return measure_demo_part(tmp_path, records, name, previous)
 
     stats, before = measure(first, "before")
     assert (stats["measured"], stats["reused"]) == (4, 0)

@@ -162,6 +162,29 @@ def test_a_rerun_uploads_only_what_is_missing_or_changed_and_the_record_last(s3,
     assert all(v["LastModified"] <= latest[f"run/{RECORD}"]["LastModified"] for v in latest.values())
 
 
+def test_a_file_rebuilt_at_its_size_is_sent_again_and_a_missing_record_is_written_with_nothing_to_send(
+    s3, tmp_path, monkeypatch
+):
+    """A shard rebuilt with other bytes of the same size is not taken for the published one; a publish
+    killed after its last upload and before its record is completed by a rerun with nothing to upload."""
+    monkeypatch.chdir(tmp_path)
+    url = s3.bucket("rebuilt") + "/run"
+    files = random_files(Path("set"), 3, 2000)
+    settings = PublishSettings(url, part_mb=5, workers=2)
+    publish(settings, files, "published.json")
+    data = Path(files[1]).read_bytes()
+    Path(files[1]).write_bytes(bytes(reversed(data)))  # same size, other bytes
+    assert os.path.getsize(files[1]) == len(data) and bytes(reversed(data)) != data
+    again = publish(settings, files, "published.json")
+    assert again["uploaded"] == 1
+    assert storage.client().get_object(Bucket="rebuilt", Key=f"run/{files[1]}")["Body"].read() != data
+    storage.client().delete_object(Bucket="rebuilt", Key=f"run/{RECORD}")  # killed before the record
+    rerun = publish(settings, files, "published.json")
+    assert rerun["uploaded"] == 0
+    record = json.loads(storage.client().get_object(Bucket="rebuilt", Key=f"run/{RECORD}")["Body"].read())
+    assert record["objects"][files[1]]["sha256"] == file_digest(files[1], 5 * MIB).sha256
+
+
 def test_publishing_to_a_missing_bucket_is_one_clear_error_and_publishes_nothing(s3, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     files = random_files(Path("set"), 2, 100)

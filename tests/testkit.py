@@ -206,6 +206,25 @@ def prepare_demo(tmp, manifest=DEMO / "manifest.json", root=DEMO / "audio"):
     return out
 
 
+def measure_demo_part(tmp, records, name, previous=None):
+    """One quality part over all of `records` (demo audio, one DNSMOS window, CPU) into
+    tmp/<name>.jsonl, keeping the measures of `previous` where their keys hold: (stats, metrics bytes)."""
+    from sharflow.quality.part import run_quality_part
+    from sharflow.quality.rank import MeasureSettings
+
+    stats = run_quality_part(
+        0,
+        records=str(records),
+        parts=1,
+        out_metrics=str(tmp / f"{name}.jsonl"),
+        out_stats=str(tmp / f"{name}.stats.json"),
+        settings=MeasureSettings(str(DEMO / "audio"), dnsmos_max_windows=1),
+        device="cpu",
+        previous=previous,
+    )
+    return stats, (tmp / f"{name}.jsonl").read_bytes()
+
+
 def run_quality_filter(tmp, prepared, metrics, stats, action, filters):
     """sharflow.quality.filter.filter_quality into tmp/<action>: (summary, kept records, rejected dir)."""
     out = tmp / action

@@ -56,6 +56,15 @@ def package_versions(*packages: str) -> dict[str, str]:
     return out
 
 
+def file_identity(value):
+    """`value` as a key holds it: a string that names a file (a model, weights) as [name, size, mtime
+    in ns], so that a file replaced under its name changes the key; anything else as it is."""
+    if isinstance(value, str) and os.path.isfile(value):
+        st = os.stat(value)
+        return [value, st.st_size, st.st_mtime_ns]
+    return value
+
+
 def cache_key(name: str, **parts) -> str:
     """A folder name for an entry: `name`, then a digest of every part (versions, options), e.g.
     en-3f09a1c2e4b5. The parts are written beside the entry (entry.json), so the key stays short."""

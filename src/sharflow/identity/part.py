@@ -49,6 +49,7 @@ from tqdm import tqdm
 from sharflow.core import storage
 from sharflow.core.atomic import atomic_file, atomic_path, write_json
 from sharflow.core.audio import load_span, resample, resolve_audio_path
+from sharflow.core.cache import file_identity, package_versions
 from sharflow.core.errors import SharflowError
 from sharflow.core.parallel import ordered_map
 from sharflow.core.parts import part_records
@@ -120,7 +121,7 @@ def run_identity_part(
     log.info("identity part %d of %d: %d records, %d workers", part, parts, len(mine), workers)
     counts = {"records": len(mine), "unreadable": 0, "unusable": 0, "hashes": 0, "audio_seconds": 0.0}
     earlier = _Earlier(out_records, out_hashes, out_voices, out_stats)
-    signature = f"{VERSION}|{voices.embedder}|{voices.options}" if voices else VERSION
+    signature = measure_signature(voices)
     with (
         atomic_file(out_records, "w", encoding="utf-8") as index,
         _RowsFile(out_hashes, HASH_DTYPE) as sink,
@@ -167,6 +168,34 @@ def _sizes(*paths: str | None) -> list:
     return [os.path.getsize(p) if p else None for p in paths]
 
 
+# what a part's fingerprints and voices are computed with besides the record (measure_signature)
+FINGERPRINT_PACKAGES = ("sharflow", "numpy", "soundfile", "soxr")
+VOICE_PACKAGES = ("torch", "resemblyzer", "nemo_toolkit")
+
+
+def measure_signature(voices: "VoiceEmbedding | None") -> str:
+    """What every entry of a run depends on besides its record: the fingerprint version, the decoding
+    and fingerprinting packages' versions, and with voices the embedder, its options (a weights or
+    model file by its size and time) and the embedding packages' versions."""
+    what: dict = {"fingerprint": VERSION, "versions": package_versions(*FINGERPRINT_PACKAGES)}
+    if voices is not None:
+        what["voices"] = {
+            "embedder": file_identity(voices.embedder),
+            "options": [[k, file_identity(v)] for k, v in voices.options],
+            "versions": package_versions(*VOICE_PACKAGES),
+        }
+    return json.dumps(what, sort_keys=True)
+
+
+def entry_key(record: dict, stamp: list, signature: str) -> str:
+    """The key of what one entry measured: the record's span, its audio file's [size, version]
+    (storage.stamp) and the run's measure_signature. Not its line, text or speaker: those are read
+    afresh every run."""
+    span = f"{record['audio_filepath']}|{record['offset']}|{record['duration']}"
+    text = f"{span}|{stamp[0]}|{stamp[1]}|{signature}"
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
 class _Earlier:
     """The part's own files of the last run, by the key of what each entry measured (the module)."""
 
@@ -195,8 +224,7 @@ class _Earlier:
             size, version = storage.stamp(path)
         except (OSError, SharflowError):
             return None, None  # measuring says what is wrong with it
-        span = f"{record['audio_filepath']}|{record['offset']}|{record['duration']}"
-        key = hashlib.blake2b(f"{span}|{size}|{version}|{signature}".encode(), digest_size=12).hexdigest()
+        key = entry_key(record, [size, version], signature)
         found = self.by_key.get(key)
         if found is None:
             return key, None

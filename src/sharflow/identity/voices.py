@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sharflow.core.cache import file_identity
 from sharflow.core.errors import SharflowError
 
 LINKED_SPEAKER = "linked_speaker_held_out"
@@ -71,9 +72,15 @@ class VoiceRules:
     @property
     def digest(self) -> str:
         """What a decision depends on besides the voices: the threshold, the minimum audio, the
-        embedder and its options."""
-        key = f"{self.min_similarity}\0{self.min_seconds}\0{self.embedder}\0{self.embedder_options}"
-        return hashlib.blake2b(key.encode(), digest_size=6).hexdigest()
+        embedder and its options (a weights or model file by its size and time). Not `confirm`,
+        `deny` or `enabled`: those are read afresh every run."""
+        what = [
+            self.min_similarity,
+            self.min_seconds,
+            file_identity(self.embedder),
+            [[k, file_identity(v)] for k, v in self.embedder_options],
+        ]
+        return hashlib.blake2b(json.dumps(what, default=str).encode(), digest_size=6).hexdigest()
 
 
 def _pair(p, key: str) -> frozenset:

@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterable, Iterator
 
 from sharflow.core import storage
-from sharflow.core.cache import package_versions
+from sharflow.core.cache import file_identity, package_versions
 from sharflow.core.metrics import TEXT_METRICS
 from sharflow.quality.text import reference_text
 
@@ -49,11 +49,8 @@ def measure_digest(settings, dnsmos_engine: str) -> str:
     versions of sharflow's measures and of the measuring packages."""
     asr = settings.asr
     model = None
-    if asr is not None:
-        model = {"model": asr.model, "random": asr.random}
-        if os.path.exists(asr.model):  # a model file: its size and time, not just its name
-            st = os.stat(asr.model)
-            model["file"] = [st.st_size, st.st_mtime_ns]
+    if asr is not None:  # a model file by its size and time, not just its name
+        model = {"model": file_identity(asr.model), "random": asr.random}
     parts = {
         "dnsmos_max_windows": settings.dnsmos_max_windows,
         "dnsmos_engine": dnsmos_engine,

@@ -1,6 +1,7 @@
 """The reference pages of the docs, generated from the schema and the code so that they cannot drift:
 every config key with its default (config/schema.yaml), the reject reasons of every stage, the
-metrics (sharflow.core.metrics) and the catalog's columns (sharflow.dataset.catalog).
+metrics (sharflow.core.metrics), the catalog's columns (sharflow.dataset.catalog) and every reused
+result with what its key holds (sharflow.core.reuses).
 
     python -m sharflow.report.reference docs/pages/reference           # write the pages
     python -m sharflow.report.reference docs/pages/reference --check   # exit 1 if one is stale
@@ -184,11 +185,41 @@ def catalog_page() -> str:
     return "\n".join(lines)
 
 
+def reuses_page() -> str:
+    """Every result reused instead of computed again, what its key holds and what it must not depend on."""
+    from sharflow.core.reuses import REUSES
+
+    rows = [
+        (
+            f"**{r.name}**: {r.result}",
+            "; ".join(r.key),
+            "; ".join(r.free),
+            ", ".join(f"`{w}`" for w in r.where),
+        )
+        for r in REUSES
+    ]
+    lines = [
+        GENERATED,
+        "# Reused results",
+        "",
+        "Long runs reuse what an earlier run computed; each reuse is a promise that nothing the result "
+        "depends on has changed. A change of anything in *its key holds* computes the result again; a "
+        "change of anything in *must not depend on* reuses it. `tests/test_reuses.py` changes each of "
+        "them alone, and fails for a key made by code this table does not name "
+        "([long runs](../long-runs.md)).",
+        "",
+        *_table(("reused result", "its key holds", "must not depend on", "keyed by"), rows),
+        "",
+    ]
+    return "\n".join(lines)
+
+
 PAGES = {
     "config.md": config_page,
     "reasons.md": reasons_page,
     "metrics.md": metrics_page,
     "catalog.md": catalog_page,
+    "reuses.md": reuses_page,
 }
 
 

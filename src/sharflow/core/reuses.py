@@ -1,0 +1,141 @@
+"""Every result sharflow reuses instead of computing again, with what its key holds.
+
+A reuse is a promise that nothing the result depends on has changed. Each entry below names the
+code that makes the key (`where`), everything the key holds (`key`: change one and the result is
+computed again) and what the result must not depend on (`free`: change one and it is reused).
+`tests/test_reuses.py` changes each of them alone, per entry, and fails for an entry without its
+rows, for a row without its entry, and for a key made by code that no entry names (the call sites
+of the key-making functions in `KEY_MAKERS`). The docs' reference page "Reused results" is made
+from this table (sharflow.report.reference).
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Reuse:
+    """One reused result: what it is, the code that keys it, what its key holds and what it must not
+    depend on."""
+
+    name: str
+    result: str
+    where: tuple[str, ...]
+    key: tuple[str, ...]
+    free: tuple[str, ...]
+
+
+REUSES: tuple[Reuse, ...] = (
+    Reuse(
+        "normalizer grammars",
+        "NeMo's compiled text-normalizer grammars of a language, in sharflow's cache (built once, ~30-50 s)",
+        ("sharflow.text.normalizer.normalizer_key",),
+        ("language", "nemo_text_processing version", "pynini version", "normalizer options"),
+        ("the cache root",),
+    ),
+    Reuse(
+        "quality measures",
+        "a record's metrics line from the last run of the quality stage (DNSMOS, VAD, signal, ASR)",
+        ("sharflow.quality.reuse.record_key", "sharflow.quality.reuse.measure_digest"),
+        (
+            "audio_filepath",
+            "offset",
+            "duration",
+            "audio file size",
+            "audio file mtime (ETag for an object)",
+            "spoken text (normalized_text, else text)",
+            "dnsmos_max_windows",
+            "ASR model (a file by its size and mtime)",
+            "ASR random weights",
+            "DNSMOS engine",
+            "MEASURES_VERSION",
+            "measuring packages' versions",
+        ),
+        ("the audio root", "batch_seconds", "the record's line", "the record's speaker"),
+    ),
+    Reuse(
+        "identity fingerprints and voices",
+        "a record's content fingerprint, sample digest and voice embedding from the last identity run",
+        ("sharflow.identity.part.entry_key", "sharflow.identity.part.measure_signature"),
+        (
+            "audio_filepath",
+            "offset",
+            "duration",
+            "audio file size",
+            "audio file mtime (ETag for an object)",
+            "fingerprint VERSION",
+            "decoding and fingerprint packages' versions",
+            "embedder (a file by its size and mtime)",
+            "embedder options (a file by its size and mtime)",
+            "embedding packages' versions",
+        ),
+        ("the record's line", "the record's text", "the record's speaker"),
+    ),
+    Reuse(
+        "speaker decisions",
+        "a pair of speakers decided linked or not linked by voice in an earlier run (kept, not re-decided)",
+        ("sharflow.identity.voices.VoiceRules.digest",),
+        ("min_similarity", "min_seconds", "embedder (a file by its size and mtime)", "embedder options"),
+        ("confirm", "deny", "enabled"),
+    ),
+    Reuse(
+        "publish file digests",
+        "a file's ETag and SHA-256 from the last publish (the file is not read again)",
+        ("sharflow.publish.job._digests",),
+        ("file path", "file size", "file mtime", "part size"),
+        ("the publish URL", "publish workers"),
+    ),
+    Reuse(
+        "published objects",
+        "an object already in the bucket (not uploaded again)",
+        ("sharflow.publish.job._is_there",),
+        ("object size", "object ETag (the file's bytes' ETag, or the store's for the same SHA-256)"),
+        ("the file's mtime",),
+    ),
+    Reuse(
+        "object cache",
+        "the local copy of an object (s3:// audio or manifest), downloaded once per object version",
+        ("sharflow.core.storage.local_file",),
+        ("object URL", "object ETag", "object size"),
+        ("the local copy's mtime",),
+    ),
+    Reuse(
+        "resumed shard jobs",
+        "the shards a killed shar or codes job finished, put back by its rerun",
+        ("sharflow.core.resume.job_key",),
+        ("input paths", "input sizes", "input mtimes", "job settings"),
+        ("the order inputs are given in",),
+    ),
+    Reuse(
+        "the plan's kept generations",
+        "the shards of records already planned, kept as the corpus grows (grow: append)",
+        (
+            "sharflow.shar.plan._earlier_plan",
+            "sharflow.shar.plan.content_key",
+            "sharflow.shar.plan._Lookup.find",
+        ),
+        (
+            "shard_size",
+            "seed",
+            "shards_per_job",
+            "grow",
+            "a record's text",
+            "a record's normalized_text",
+            "a record's speaker",
+            "a record's lang",
+            "a record's tokenizer_names",
+            "a record's source_audio",
+        ),
+        ("a record's quality metrics", "a record's context choice"),
+    ),
+    Reuse(
+        "job records",
+        "a finished shard job (its record vouches for its files: the job is not run again)",
+        ("sharflow.core.jobs.damage",),
+        ("each file's presence", "each file's size"),
+        ("each file's mtime (a file damaged in place at its size is found by verify's whole-shard read)",),
+    ),
+)
+
+# The functions whose every call makes a reuse key: a call from code that no entry's `where` names is a
+# reuse without its row (tests/test_reuses.py).
+KEY_MAKERS = ("cached_build", "stamp", "job_key", "file_identity", "package_versions", "content_key")

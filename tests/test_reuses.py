@@ -1,0 +1,494 @@
+"""Every reused result keyed by all it depends on (sharflow.core.reuses), proven key by key.
+
+For each entry of REUSES, CASES builds a small world in a fresh folder and names, for every thing
+the entry's key holds and every thing it must not depend on, the change of that one thing. A change
+of what the key holds must change the key (the result is computed again); a change of what it must
+not depend on must keep it (the result is reused). An entry without its case, a case without its
+entry, a component without its change, or a key made by code that no entry names fails here.
+"""
+
+import ast
+import importlib.metadata
+import json
+import os
+import pkgutil
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+
+from sharflow.core import jobs, resume, storage
+from sharflow.core.reuses import KEY_MAKERS, REUSES, Reuse
+from sharflow.identity.part import VoiceEmbedding, entry_key, measure_signature
+from sharflow.identity.voices import VoiceRules
+from sharflow.publish import job as publish_job
+from sharflow.publish.objects import file_digest
+from sharflow.quality.rank import AsrOptions, MeasureSettings
+from sharflow.quality.reuse import measure_digest, record_key
+from sharflow.shar import plan as shar_plan
+from sharflow.text import normalizer
+from testkit import REPO
+
+SRC = REPO / "src" / "sharflow"
+
+
+@dataclass
+class World:
+    """A reuse's key over a small world, and the change of each thing the entry names."""
+
+    key: Callable[[], object]
+    change: dict[str, Callable[[], None]] = field(default_factory=dict)
+
+
+def bump(monkeypatch, package: str) -> None:
+    """The installed version of `package` as an upgrade would make it."""
+    real = importlib.metadata.version
+
+    def version(name):
+        return real(name) + ".post1" if name == package else real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+
+
+def touch(path: Path, ns: int = 10**18) -> None:
+    os.utime(path, ns=(ns, ns))
+
+
+def rewrite(path: Path, data: bytes) -> None:
+    """Other bytes under the same name (and a later mtime, as a writer leaves it)."""
+    ns = os.stat(path).st_mtime_ns + 10**9
+    path.write_bytes(data)
+    touch(path, ns)
+
+
+def a_file(folder: Path, name: str, data: bytes = b"0123456789") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_bytes(data)
+    touch(path, 10**18)
+    return path
+
+
+def span_changes(record: Callable, audio: Path) -> dict[str, Callable[[], None]]:
+    """The changes of a record's audio span and of its audio file (`record(**fields)` makes the change
+    of a record's fields)."""
+    return {
+        "audio_filepath": record(audio_filepath="b.wav"),
+        "offset": record(offset=0.5),
+        "duration": record(duration=2.0),
+        "audio file size": lambda: audio.write_bytes(b"0123456789a") or touch(audio),
+        "audio file mtime (ETag for an object)": lambda: touch(audio, 2 * 10**18),
+    }
+
+
+# ---- one world per entry ------------------------------------------------------------------------
+def normalizer_grammars(tmp: Path, monkeypatch) -> World:
+    state = {"language": "en"}
+    w = World(lambda: normalizer.normalizer_key(state["language"])[0])
+    w.change = {
+        "language": lambda: state.update(language="de"),
+        "nemo_text_processing version": lambda: bump(monkeypatch, "nemo_text_processing"),
+        "pynini version": lambda: bump(monkeypatch, "pynini"),
+        "normalizer options": lambda: monkeypatch.setitem(normalizer.OPTIONS, "post_process", False),
+        "the cache root": lambda: monkeypatch.setenv("SHARFLOW_CACHE_DIR", str(tmp / "elsewhere")),
+    }
+    return w
+
+
+def quality_measures(tmp: Path, monkeypatch) -> World:
+    audio, model = a_file(tmp, "a.wav"), a_file(tmp, "asr.nemo", b"model")
+    rec = {"audio_filepath": "a.wav", "offset": 0.0, "duration": 1.0, "text": "a b", "speaker": "s"}
+    state = {
+        "record": rec,
+        "settings": MeasureSettings(str(tmp), asr=AsrOptions(str(model))),
+        "engine": "ort",
+    }
+
+    def key():
+        digest = measure_digest(state["settings"], state["engine"])
+        return record_key(state["record"], str(audio), digest)
+
+    def record(**kw):
+        return lambda: state.update(record={**state["record"], **kw})
+
+    def settings(**kw):
+        return lambda: state.update(settings=replace(state["settings"], **kw))
+
+    def asr(**kw):
+        return settings(asr=replace(state["settings"].asr, **kw))
+
+    w = World(key)
+    w.change = {
+        **span_changes(record, audio),
+        "spoken text (normalized_text, else text)": record(normalized_text="a c"),
+        "dnsmos_max_windows": settings(dnsmos_max_windows=1),
+        "ASR model (a file by its size and mtime)": lambda: rewrite(model, b"other"),
+        "ASR random weights": asr(random=True),
+        "DNSMOS engine": lambda: state.update(engine="torch-cuda"),
+        "MEASURES_VERSION": lambda: monkeypatch.setattr("sharflow.quality.reuse.MEASURES_VERSION", 99),
+        "measuring packages' versions": lambda: bump(monkeypatch, "onnxruntime"),
+        "the audio root": settings(audio_root=str(tmp / "elsewhere")),
+        "batch_seconds": settings(batch_seconds=7.0),
+        "the record's line": record(line=99),
+        "the record's speaker": record(speaker="t"),
+    }
+    return w
+
+
+def identity_fingerprints_and_voices(tmp: Path, monkeypatch) -> World:
+    audio, weights = a_file(tmp, "a.wav"), a_file(tmp, "ge2e.pt", b"weights")
+    rec = {"audio_filepath": "a.wav", "offset": 0.0, "duration": 1.0, "text": "a b", "speaker": "s"}
+    state = {"record": rec, "voices": VoiceEmbedding("ge2e", (("weights", str(weights)),))}
+
+    def key():
+        return entry_key(state["record"], storage.stamp(str(audio)), measure_signature(state["voices"]))
+
+    def record(**kw):
+        return lambda: state.update(record={**state["record"], **kw})
+
+    w = World(key)
+    w.change = {
+        **span_changes(record, audio),
+        "fingerprint VERSION": lambda: monkeypatch.setattr("sharflow.identity.part.VERSION", 99),
+        "decoding and fingerprint packages' versions": lambda: bump(monkeypatch, "soxr"),
+        "embedder (a file by its size and mtime)": lambda: state.update(
+            voices=replace(state["voices"], embedder=str(a_file(tmp, "model.nemo")))
+        ),
+        "embedder options (a file by its size and mtime)": lambda: rewrite(weights, b"other weights"),
+        "embedding packages' versions": lambda: bump(monkeypatch, "torch"),
+        "the record's line": record(line=99),
+        "the record's text": record(text="c d", normalized_text="c d"),
+        "the record's speaker": record(speaker="t"),
+    }
+    return w
+
+
+def speaker_decisions(tmp: Path, monkeypatch) -> World:
+    state = {"rules": VoiceRules(embedder_options=(("weights", str(a_file(tmp, "w.pt"))),))}
+
+    def rules(**kw):
+        return lambda: state.update(rules=replace(state["rules"], **kw))
+
+    w = World(lambda: state["rules"].digest)
+    w.change = {
+        "min_similarity": rules(min_similarity=0.9),
+        "min_seconds": rules(min_seconds=5.0),
+        "embedder (a file by its size and mtime)": rules(embedder="nemo"),
+        "embedder options": lambda: rewrite(tmp / "w.pt", b"other weights"),
+        "confirm": rules(confirm=(frozenset({"a:1", "b:2"}),)),
+        "deny": rules(deny=(frozenset({"a:1", "b:2"}),)),
+        "enabled": rules(enabled=False),
+    }
+    return w
+
+
+def publish_file_digests(tmp: Path, monkeypatch) -> World:
+    """The last run's digest of a file is used (the file not read) only under the same stamp."""
+    tmp.mkdir(parents=True)
+    monkeypatch.chdir(tmp)
+    shard = a_file(Path("set"), "a.tar", b"x" * 100)
+    state = {"file": str(shard), "part_size": 64, "url": "s3://b/run", "workers": 8}
+    last = {
+        "part_size": 64,
+        "digests": {str(shard): [100, 10**18, "last-etag", "last-sha"]},
+    }
+
+    def key():
+        record = last if state["part_size"] == last["part_size"] else {"digests": {}, "part_size": 0}
+        found = publish_job._digests([state["file"]], {**record, "part_size": state["part_size"]})
+        return found[state["file"]].etag == "last-etag"  # the last run's digest reused
+
+    w = World(key)
+    other = a_file(Path("set"), "b.tar", b"x" * 100)
+    w.change = {
+        "file path": lambda: state.update(file=str(other)),
+        "file size": lambda: shard.write_bytes(b"x" * 101) or touch(shard),
+        "file mtime": lambda: touch(shard, 2 * 10**18),
+        "part size": lambda: state.update(part_size=32),
+        "the publish URL": lambda: state.update(url="s3://c/run"),
+        "publish workers": lambda: state.update(workers=1),
+    }
+    return w
+
+
+def published_objects(tmp: Path, monkeypatch) -> World:
+    shard = a_file(tmp, "a.tar", b"y" * 100)
+    digest = file_digest(str(shard), 64)
+    state = {"remote": (100, digest.etag), "digest": digest, "last": None}
+
+    def key():
+        return publish_job._is_there(state["remote"], state["digest"], state["last"])
+
+    def other_bytes_same_size():
+        rewrite(shard, b"z" * 100)
+        state.update(digest=file_digest(str(shard), 64))
+
+    def kms_etag():  # a store whose ETags are not MD5s: the same bytes keep the ETag it gave last time
+        state.update(remote=(100, "kms-etag"), last={"sha256": digest.sha256, "etag": "kms-etag"})
+
+    w = World(key)
+    w.change = {
+        "object size": lambda: state.update(remote=(99, digest.etag)),
+        "object ETag (the file's bytes' ETag, or the store's for the same SHA-256)": other_bytes_same_size,
+        "the file's mtime": lambda: touch(shard, 2 * 10**18),
+    }
+    w.also = kms_etag  # checked apart: another ETag, recognized
+    return w
+
+
+def object_cache(tmp: Path, monkeypatch) -> World:
+    """The object cache's entry name for an object (sharflow.core.storage.local_file), over a stubbed
+    HEAD: the download itself runs against the S3 server in test_storage."""
+    info = {"url": "s3://bucket/a/x.flac", "etag": "e1", "size": 10}
+    monkeypatch.setattr(storage, "head", lambda url: storage.ObjectInfo(info["size"], info["etag"]))
+    monkeypatch.setenv("SHARFLOW_OBJECT_CACHE", str(tmp / "objects"))
+    got = []
+
+    class Client:
+        def get_object(self, **kw):
+            got.append(kw)
+            body = b"0" * info["size"]
+
+            class Body:
+                @staticmethod
+                def iter_chunks(n):
+                    yield body
+
+            return {"Body": Body}
+
+    monkeypatch.setattr(storage, "client", lambda: Client())
+
+    def key():  # (the local copy, whether it was fetched again for this call)
+        before = len(got)
+        return storage.local_file(info["url"]), len(got) != before
+
+    key()  # the copy of the last run
+    w = World(key)
+    w.change = {
+        "object URL": lambda: info.update(url="s3://bucket/a/y.flac"),
+        "object ETag": lambda: info.update(etag="e2"),
+        "object size": lambda: info.update(size=11),
+        "the local copy's mtime": lambda: touch(Path(storage.local_file(info["url"])), 2 * 10**18),
+    }
+    w.fetches = got
+    return w
+
+
+def resumed_shard_jobs(tmp: Path, monkeypatch) -> World:
+    a, b = a_file(tmp, "a.jsonl"), a_file(tmp, "b.jsonl")
+    state = {"inputs": [str(a), str(b)], "settings": {"shard_size": 4}}
+    w = World(lambda: resume.job_key(state["inputs"], state["settings"]))
+    w.change = {
+        "input paths": lambda: state.update(inputs=[str(a), str(a_file(tmp, "c.jsonl"))]),
+        "input sizes": lambda: a.write_bytes(b"0123456789a") or touch(a),
+        "input mtimes": lambda: touch(b, 2 * 10**18),
+        "job settings": lambda: state.update(settings={"shard_size": 5}),
+        "the order inputs are given in": lambda: state.update(inputs=[str(b), str(a)]),
+    }
+    return w
+
+
+def plans_kept_generations(tmp: Path, monkeypatch) -> World:
+    """Whether an earlier plan's shards are kept (its settings) and a record keeps its place (its
+    content under its cut id)."""
+    settings = {"shard_size": 4, "seed": 1, "shards_per_job": 10}
+    plan = tmp / "plan.json"
+    tmp.mkdir(parents=True, exist_ok=True)
+    plan.write_text(json.dumps({**settings, "generations": [{"first": 0}]}))
+    rec = {
+        "text": "a",
+        "normalized_text": "a",
+        "speaker": "s",
+        "lang": "en",
+        "tokenizer_names": ["x"],
+        "source_audio": "a.wav",
+        "metrics": {"dnsmos_ovrl": 3.1},
+        "context_audio_filepath": "b.wav",
+    }
+    state = {"settings": dict(settings), "grow": "append", "record": rec}
+
+    def key():
+        kept = shar_plan._earlier_plan(str(plan), state["settings"], state["grow"]) is not None
+        return kept, shar_plan.content_key(state["record"])
+
+    def setting(**kw):
+        return lambda: state.update(settings={**state["settings"], **kw})
+
+    def record(**kw):
+        return lambda: state.update(record={**state["record"], **kw})
+
+    w = World(key)
+    w.change = {
+        "shard_size": setting(shard_size=8),
+        "seed": setting(seed=2),
+        "shards_per_job": setting(shards_per_job=100),
+        "grow": lambda: state.update(grow="rebuild"),
+        "a record's text": record(text="b"),
+        "a record's normalized_text": record(normalized_text="b"),
+        "a record's speaker": record(speaker="t"),
+        "a record's lang": record(lang="de"),
+        "a record's tokenizer_names": record(tokenizer_names=["y"]),
+        "a record's source_audio": record(source_audio="c.wav"),
+        "a record's quality metrics": record(metrics={"dnsmos_ovrl": 2.0}),
+        "a record's context choice": record(context_audio_filepath="c.wav"),
+    }
+    return w
+
+
+def job_records(tmp: Path, monkeypatch) -> World:
+    shard = a_file(tmp, "cuts.000000.jsonl.gz", b"z" * 50)
+    record = tmp / "shards-000000-000000.json"
+    jobs.write_job_record(str(record), ["000000"], [str(shard)])
+    w = World(lambda: jobs.damage(str(record), jobs.Listing()) == [])  # True: the job stands
+    w.change = {
+        "each file's presence": lambda: shard.unlink(),
+        "each file's size": lambda: shard.write_bytes(b"z" * 49),
+        "each file's mtime (a file damaged in place at its size is found by verify's whole-shard read)": (
+            lambda: touch(shard, 2 * 10**18)
+        ),
+    }
+    return w
+
+
+CASES: dict[str, Callable[[Path, pytest.MonkeyPatch], World]] = {
+    "normalizer grammars": normalizer_grammars,
+    "quality measures": quality_measures,
+    "identity fingerprints and voices": identity_fingerprints_and_voices,
+    "speaker decisions": speaker_decisions,
+    "publish file digests": publish_file_digests,
+    "published objects": published_objects,
+    "object cache": object_cache,
+    "resumed shard jobs": resumed_shard_jobs,
+    "the plan's kept generations": plans_kept_generations,
+    "job records": job_records,
+}
+
+
+def test_every_reuse_has_its_case_and_every_case_its_reuse():
+    assert [r.name for r in REUSES] == list(CASES)
+    assert len({r.name for r in REUSES}) == len(REUSES)
+
+
+@pytest.mark.parametrize("reuse", REUSES, ids=lambda r: r.name)
+def test_each_thing_a_key_holds_changes_it_and_nothing_else_does(reuse: Reuse, tmp_path):
+    """Each component alone, on a fresh world: what the key holds recomputes, what it must not depend
+    on is reused."""
+    components = [*reuse.key, *reuse.free]
+    for n, component in enumerate(components):
+        with pytest.MonkeyPatch.context() as mp:
+            world = CASES[reuse.name](tmp_path / f"c{n}", mp)
+            assert set(world.change) == set(components), "a change for each thing the entry names"
+            before = world.key()
+            assert world.key() == before, "the key of an unchanged world is stable"
+            world.change[component]()
+            after = world.key()
+            if component in reuse.key:
+                assert after != before, f"{reuse.name}: changing {component!r} keeps the key (stale result)"
+            else:
+                assert after == before, f"{reuse.name}: changing {component!r} changes the key (not reused)"
+
+
+def test_a_store_whose_etags_are_not_md5s_is_recognized_by_the_last_runs_record(tmp_path):
+    with pytest.MonkeyPatch.context() as mp:
+        world = published_objects(tmp_path, mp)
+        assert world.key() is True
+        world.also()
+        assert world.key() is True  # the same bytes, the ETag the store gave them last time
+
+
+def test_the_object_cache_downloads_once_per_version(tmp_path):
+    with pytest.MonkeyPatch.context() as mp:
+        world = object_cache(tmp_path, mp)
+        (first, fetched), again = world.key(), world.key()
+        assert not fetched and again == (first, False) and len(world.fetches) == 1
+        world.change["object ETag"]()
+        second, fetched = world.key()
+        assert second != first and fetched and world.fetches[-1]["IfMatch"] == '"e2"'
+
+
+# ---- no key made by code that no entry names ----------------------------------------------------
+def _calls(tree: ast.AST, names: set[str]):
+    """(qualified function name, called name) of every call of `names` in a module's functions."""
+
+    def walk(node, scope):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                yield from walk(child, [*scope, child.name])
+            else:
+                if isinstance(child, ast.Call):
+                    f = child.func
+                    called = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
+                    if called in names:
+                        yield ".".join(scope), called
+                yield from walk(child, scope)
+
+    yield from walk(tree, [])
+
+
+def test_every_key_made_in_the_code_is_an_entry_of_the_table():
+    """A call of a key-making function (KEY_MAKERS) from a function that no entry names (its
+    module, its class) is a reuse without its row; the functions that only define or report keys
+    are listed here by name."""
+    named = {w for r in REUSES for w in r.where}
+    defining = {  # where the key makers are defined, and callers that key nothing
+        "sharflow.core.cache.cached_build",
+        "sharflow.core.storage.stamp",
+        "sharflow.core.resume.job_key",
+        "sharflow.shar.plan._read_records",  # reads content_key into the plan (the entry's key)
+        "sharflow.shar.shard.run_shar_job",  # calls job_key (the resumed shard jobs' entry)
+        "sharflow.codes.shard.run_codes_job",
+        "sharflow.text.normalizer.normalizer_grammars",  # cached_build of normalizer_key's key
+        "sharflow.publish.job.publish",  # writes the digests _digests reads
+        "sharflow.identity.part._Earlier.find",  # stamp for entry_key
+    }
+    found = set()
+    for path in sorted(SRC.rglob("*.py")):
+        module = "sharflow." + ".".join(path.relative_to(SRC).with_suffix("").parts)
+        module = re.sub(r"\.__init__$", "", module)
+        for scope, _called in _calls(ast.parse(path.read_text(encoding="utf-8")), set(KEY_MAKERS)):
+            if scope:
+                found.add(f"{module}.{scope}")
+    unnamed = sorted(found - named - defining)
+    assert not unnamed, f"keys made where no entry of sharflow.core.reuses.REUSES names: {unnamed}"
+    for where in sorted(named):  # and every name in the table is code that is there
+        obj = pkgutil.resolve_name(where)
+        assert callable(obj) or isinstance(obj, property), where
+
+
+# ---- the live bug of issue 46: a changed text recomputes exactly its speaking rate ----------------
+def test_a_changed_spoken_text_recomputes_exactly_that_records_speaking_rate(tmp_path):
+    """Same audio, the ASR check off (the default): one record's normalized_text changes; the rerun
+    measures that record alone, and its bytes equal a fresh measurement of everything."""
+    from testkit import measure_demo_part, prepare_demo
+
+    prep = prepare_demo(tmp_path)
+    lines = [json.loads(x) for x in (prep / "prepared.jsonl").read_text().splitlines()][:4]
+    first, changed = tmp_path / "first.jsonl", tmp_path / "changed.jsonl"
+    first.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    lines[2] = {**lines[2], "normalized_text": lines[2]["text"] + " and a good many words more"}
+    changed.write_text("".join(json.dumps(r) + "\n" for r in lines))
+
+    def measure(records, name, previous=None):
+        stats, metrics = measure_demo_part(tmp_path, records, name, previous)
+        return stats, [json.loads(x) for x in metrics.decode().splitlines()]
+
+    _, before = measure(first, "before")
+    stats, after = measure(changed, "after", previous=str(tmp_path / "before.jsonl"))
+    assert (stats["measured"], stats["reused"]) == (1, 3)
+    rates = [r["speaking_rate"] for r in before], [r["speaking_rate"] for r in after]
+    assert [a != b for a, b in zip(*rates, strict=True)] == [False, False, True, False]
+    _, fresh = measure(changed, "fresh")
+    assert after == fresh
+    assert len({r["dnsmos_ovrl"] for r in after}) == 4  # the kept values carry information
+
+
+def test_a_world_is_built_fresh_per_change(tmp_path):
+    """The worlds above are independent: a change in one never reaches another's files."""
+    with pytest.MonkeyPatch.context() as mp:
+        a = resumed_shard_jobs(tmp_path / "a", mp)
+        b = resumed_shard_jobs(tmp_path / "b", mp)
+        key_b = b.key()
+        a.change["input sizes"]()
+        assert b.key() == key_b and a.key() != key_b
