@@ -95,3 +95,18 @@ def test_workflow_scripts_are_thin_adapters_over_names_that_exist():
                 module = importlib.import_module(node.module)
                 for alias in node.names:
                     assert hasattr(module, alias.name), f"{path.name}: {node.module}.{alias.name}"
+
+
+def test_the_mutation_selection_names_files_and_tests_that_exist():
+    """pyproject's [tool.mutmut]: a renamed test left in its deselect list would run for every mutant."""
+    import re
+    import tomllib
+
+    mutmut = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]
+    assert all((REPO / path).is_file() for path in mutmut["only_mutate"])
+    args = mutmut["pytest_add_cli_args_test_selection"]
+    for arg in args:
+        path, _, test = arg.partition("::")
+        if arg.startswith("tests/"):
+            source = (REPO / path).read_text()
+            assert not test or re.search(rf"def {re.escape(test)}\(", source), arg
