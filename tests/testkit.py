@@ -583,11 +583,17 @@ class S3Server:
         self.saved: dict[str, str | None] = {}
 
     def start(self) -> "S3Server":
+        import urllib.request
+
         from sharflow.core import storage
 
         self.server.start()
         host, port = self.server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"
+        # moto keeps its buckets in this process's memory: a second session in one process (mutmut
+        # runs the tests twice before its mutants) starts from an empty store, as a first one does
+        reset = urllib.request.Request(f"{self.endpoint}/moto-api/reset", method="POST")
+        urllib.request.urlopen(reset).close()
         self.saved = {k: os.environ.get(k) for k in (*self.ENV, *self.UNSET)}
         for k in self.UNSET:
             os.environ.pop(k, None)
