@@ -20,7 +20,8 @@ from botocore.exceptions import ClientError
 from sharflow.core import storage
 from sharflow.core.audio import PathEscapeError, read_span, resolve_audio_path
 from sharflow.core.errors import SharflowError
-from sharflow.publish import PublishSettings, publish
+from sharflow.publish import PublishSettings, publish, published_files
+from sharflow.publish import job as publish_job
 from sharflow.publish.job import RECORD
 from sharflow.publish.objects import MIB, file_digest
 from testkit import DEMO, REPO, S3_SECRET, prepare_demo, random_files, upload_demo
@@ -185,6 +186,100 @@ def test_a_file_rebuilt_at_its_size_is_sent_again_and_a_missing_record_is_writte
     assert record["objects"][files[1]]["sha256"] == file_digest(files[1], 5 * MIB).sha256
 
 
+def test_a_run_publishes_every_planned_shard_file_its_verify_record_and_the_datasets_tables(
+    tmp_path, monkeypatch
+):
+    """published_files: per Shar set (datasets, then held-out splits) each field's file of every shard
+    the plan promises (two generations: 0-1 and 10), its verify record; a dataset's catalog, buckets
+    and card (a split's are its dataset's); a test split's evaluation files; then the hand-off files."""
+    monkeypatch.chdir(tmp_path)
+    plan = {"generations": [{"first": 0, "shards": 2}, {"first": 10, "shards": 1}]}
+    for folder in ("results/demo", "results/demo/test_seen"):
+        Path(folder).mkdir(parents=True)
+        Path(folder, "shard_plan.json").write_text(json.dumps(plan))
+    Path("results/demo/test_seen/evaluation/audio").mkdir(parents=True)
+    for name in ("manifest.json", "audio/b.wav", "audio/a.wav"):
+        Path("results/demo/test_seen/evaluation", name).write_bytes(b"x")
+    files = published_files(["results/demo"], ["results/demo/test_seen"], ["c1"], ["results/input_cfg.yaml"])
+    fields = ("cuts/cuts.{}.jsonl.gz", "target_audio/recording.{}.tar", "context_audio/recording.{}.tar")
+    codes = ("codes_c1/target_codes/codes.{}.tar", "codes_c1/context_codes/codes.{}.tar")
+    shards = ("000000", "000001", "000010")
+
+    def shar(root):
+        return [f"{root}/shar/{pattern.format(s)}" for pattern in (*fields, *codes) for s in shards]
+
+    assert files == [
+        *shar("results/demo"),
+        "results/demo/verify.json",
+        "results/demo/catalog.parquet",
+        "results/demo/buckets.yaml",
+        "results/demo/DATASET.md",
+        *shar("results/demo/test_seen"),
+        "results/demo/test_seen/verify.json",
+        *(f"results/demo/test_seen/evaluation/{n}" for n in ("audio/a.wav", "audio/b.wav", "manifest.json")),
+        "results/input_cfg.yaml",
+    ]
+
+
+def _record_holds(bucket: str, prefix: str) -> bool | None:
+    """Whether the bucket's publish record promises only objects the bucket holds as it describes
+    them (size and ETag); None when there is no record."""
+    client = storage.client()
+    try:
+        body = client.get_object(Bucket=bucket, Key=f"{prefix}/{RECORD}")["Body"].read()
+    except ClientError:
+        return None
+    for rel, obj in json.loads(body)["objects"].items():
+        head = client.head_object(Bucket=bucket, Key=f"{prefix}/{rel}")
+        if (head["ContentLength"], head["ETag"].strip('"')) != (obj["size"], obj["etag"]):
+            return False
+    return True
+
+
+@pytest.mark.parametrize("fails_at", ["first upload", "second upload", "the record"])
+def test_a_publish_that_fails_at_any_point_leaves_no_false_record_and_a_rerun_completes_it(
+    s3, tmp_path, monkeypatch, fails_at
+):
+    """A published set changes (two files rebuilt); the publish fails before its first upload, between
+    uploads, or while writing its record. No reader then finds a record promising an object the bucket
+    does not hold as described, and a rerun completes the set and its record."""
+    monkeypatch.chdir(tmp_path)
+    bucket = f"fails-{fails_at.replace(' ', '-')}"
+    url = s3.bucket(bucket) + "/run"
+    files = random_files(Path("set"), 4, 1000)
+    settings = PublishSettings(url, part_mb=5, workers=1)
+    publish(settings, files, "published.json")
+    assert _record_holds(bucket, "run") is True
+    for f in files[:2]:
+        Path(f).write_bytes(os.urandom(1000))
+    real_upload, real_put = publish_job.upload, storage.client().put_object
+    calls = []
+
+    def upload(*args, **kwargs):
+        calls.append(args[0])
+        if fails_at == "first upload" or (fails_at == "second upload" and len(calls) == 2):
+            raise OSError("killed")
+        return real_upload(*args, **kwargs)
+
+    def put_object(**kwargs):
+        if kwargs["Key"].endswith(RECORD):
+            raise OSError("killed")
+        return real_put(**kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(publish_job, "upload", upload)
+        if fails_at == "the record":
+            client = storage.client()
+            m.setattr(client, "put_object", put_object)
+            m.setattr(storage, "client", lambda: client)
+        with pytest.raises(OSError, match="killed"):
+            publish(settings, files, "published.json")
+    assert _record_holds(bucket, "run") is None  # withdrawn before the set changed, not yet rewritten
+    again = publish(settings, files, "published.json")
+    assert again["uploaded"] == {"first upload": 2, "second upload": 1, "the record": 0}[fails_at]
+    assert _record_holds(bucket, "run") is True
+
+
 def test_publishing_to_a_missing_bucket_is_one_clear_error_and_publishes_nothing(s3, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     files = random_files(Path("set"), 2, 100)
@@ -195,7 +290,7 @@ def test_publishing_to_a_missing_bucket_is_one_clear_error_and_publishes_nothing
 
 _PUBLISHER = """
 import sys
-from sharflow.publish import PublishSettings, publish
+from sharflow.publish import PublishSettings, publish, published_files
 files = sys.argv[2:]
 publish(PublishSettings(sys.argv[1], part_mb=5, workers=1), files, "published.json")
 """
