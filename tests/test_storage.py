@@ -280,6 +280,28 @@ def test_a_publish_that_fails_at_any_point_leaves_no_false_record_and_a_rerun_co
     assert _record_holds(bucket, "run") is True
 
 
+def test_an_upload_a_killed_run_left_open_is_aborted_and_each_object_carries_its_sha256(
+    s3, tmp_path, monkeypatch
+):
+    """In process, so that the code under test is the code this session imports: a multipart upload
+    left open under the URL (a run killed mid-upload) is aborted and counted; every object's metadata
+    holds its file's SHA-256, one PUT or uploaded in parts."""
+    monkeypatch.chdir(tmp_path)
+    url = s3.bucket("left-open") + "/run"
+    client = storage.client()
+    client.create_multipart_upload(Bucket="left-open", Key="run/set/half.tar")
+    client.create_multipart_upload(Bucket="left-open", Key="elsewhere/other.tar")  # not under the URL
+    files = random_files(Path("set"), 2, 1000) + random_files(Path("big"), 1, 6 * MIB, seed=3)
+    stats = publish(PublishSettings(url, part_mb=5, workers=1), files, "published.json")
+    assert stats["aborted_multipart"] == 1
+    assert [u["Key"] for u in client.list_multipart_uploads(Bucket="left-open").get("Uploads", [])] == [
+        "elsewhere/other.tar"
+    ]
+    for f in files:
+        head = client.head_object(Bucket="left-open", Key=f"run/{f}")
+        assert head["Metadata"]["sha256"] == file_digest(f, 5 * MIB).sha256
+
+
 def test_publishing_to_a_missing_bucket_is_one_clear_error_and_publishes_nothing(s3, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     files = random_files(Path("set"), 2, 100)
