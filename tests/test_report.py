@@ -174,6 +174,10 @@ def test_report_plots_and_summary(stats_files, tmp_path):
     assert 0 < together.records == quality["marked_fail"] < 56 and together.dataset == "demo"
     assert table.records.iloc[0] == quality["failing_by_metric"]["dnsmos_ovrl"]
     assert "<td>loudness_lufs in [2.0, 4.5]</td>" in (out / "quality.html").read_text()
+    text = (out / "summary.html").read_text().split("<h2>Text the model reads</h2>")[1].split("<h2>")[0]
+    assert "<h3>demo</h3>" in text and "<h3>again</h3>" in text
+    assert text.count("train cuts lose characters to their tokenizers") == 2
+    assert "normalized_text from: " in text
     assert pd.read_csv(out / "summary.tsv", sep="\t").to_dict("records") == rows
     speakers = pd.read_csv(out / "speakers.tsv", sep="\t")
     assert set(speakers.dataset) == {"demo", "again"} and speakers.utterances.sum() == 2 * 56
