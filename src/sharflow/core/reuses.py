@@ -138,4 +138,12 @@ REUSES: tuple[Reuse, ...] = (
 
 # The functions whose every call makes a reuse key: a call from code that no entry's `where` names is a
 # reuse without its row (tests/test_reuses.py).
-KEY_MAKERS = ("cached_build", "stamp", "job_key", "file_identity", "package_versions", "content_key")
+KEY_MAKERS = (
+    "cached_build",
+    "stamp",
+    "_stamp",  # the publish job's and core.resume's own
+    "job_key",
+    "file_identity",
+    "package_versions",
+    "content_key",
+)
