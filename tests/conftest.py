@@ -42,6 +42,7 @@ def _fresh_tqdm_lock() -> None:
 os.register_at_fork(after_in_child=_fresh_tqdm_lock)
 
 _SESSION_CACHE = "SHARFLOW_TEST_SESSION_CACHE"
+_SEED_CACHE = "SHARFLOW_TEST_SEED_CACHE"
 _OWN_CACHE = pytest.StashKey[str]()
 
 
@@ -59,17 +60,22 @@ def pytest_configure(config):
     """SIGTERM (`timeout`, a CI runner giving up) ends the session as Ctrl-C does, so that its teardown
     still runs: the Slurm daemons this session started are stopped (early_runs). sharflow's cache (the
     text normalizer's grammars) is a folder of this session's, shared by every test and workflow run
-    in it (built once), and removed when the session ends."""
+    in it (built once), and removed when the session ends. With $SHARFLOW_TEST_SEED_CACHE, a cache
+    that holds the built grammars, the session's cache starts as a copy of it (a mutation run: every
+    mutant's tests are a session, and each would build the grammars again, minutes a mutant; a copy,
+    because a mutant of the cache or the normalizer may write a wrong entry)."""
 
     def interrupt(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, interrupt)
-    if not os.environ.get(_SESSION_CACHE):  # a mutmut child keeps its parent's
+    if not os.environ.get(_SESSION_CACHE):
         os.environ["SHARFLOW_CACHE_DIR"] = os.environ[_SESSION_CACHE] = tempfile.mkdtemp(
             prefix="sharflow-cache-"
         )
         config.stash[_OWN_CACHE] = os.environ[_SESSION_CACHE]
+        if os.environ.get(_SEED_CACHE):  # copied, never shared: a mutant may write anything into its own
+            shutil.copytree(os.environ[_SEED_CACHE], os.environ[_SESSION_CACHE], dirs_exist_ok=True)
 
 
 def pytest_unconfigure(config):
@@ -78,9 +84,28 @@ def pytest_unconfigure(config):
         os.environ.pop(_SESSION_CACHE, None)
 
 
+# Session fixtures that build the demo through stages or run whole workflows: minutes each.
+RUNS = frozenset({"two_datasets", "slurm_run", "crash", "with_context", "demo_shards", "coded"})
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--without-runs",
+        action="store_true",
+        help="deselect the tests that need a workflow run or the demo's stages (fixtures: "
+        + ", ".join(sorted(RUNS))
+        + "): the mutation runs, which build every fixture again for each mutant",
+    )
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests that need a background workflow run (early_runs) go last, in their order: the unit
-    tests run while those runs finish instead of after a test that waits for them."""
+    tests run while those runs finish instead of after a test that waits for them. With
+    --without-runs, the tests that need any of RUNS are deselected."""
+    if config.getoption("--without-runs"):
+        kept = [item for item in items if not RUNS & set(getattr(item, "fixturenames", ()))]
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
     waiting = {"two_datasets", "slurm_run", "crash"}
     items.sort(key=lambda item: bool(waiting & set(getattr(item, "fixturenames", ()))))
 

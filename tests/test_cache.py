@@ -1,8 +1,11 @@
 """sharflow.core.cache: one build per key across processes, no half entry under its final name."""
 
+import fcntl
 import json
+import logging
 import multiprocessing
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -11,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sharflow.core.cache import DONE, cache_key, cache_root, cached_build, package_versions
+from sharflow.core.cache import DONE, cache_key, cache_root, cached_build, file_identity, package_versions
 from sharflow.text.normalizer import normalizer_key
 
 
@@ -93,3 +96,66 @@ def test_the_cache_root_is_the_config_else_the_environment_else_the_users(monkey
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert cache_root(None) == tmp_path / "home" / ".cache" / "sharflow"
+
+
+def test_an_entry_built_in_process_says_what_it_is_and_is_found_after(tmp_path, monkeypatch, caplog):
+    """In process (the tests above build in other processes): the entry's record, the log lines, a
+    folder a killed build of an older sharflow left without its record, and an entry another job
+    finished while this one waited on the lock."""
+    builds = []
+
+    def build(folder: Path) -> None:
+        builds.append(folder)
+        (folder / "grammar.far").write_text("built")
+
+    (tmp_path / "kind" / "k-2").mkdir(parents=True)  # no record: not an entry
+    (tmp_path / "kind" / "k-2" / "half.far").write_text("half")
+    (tmp_path / "kind" / ".k-2.abc.tmp").mkdir()  # a killed build's temp folder
+    (tmp_path / "kind" / ".k-20.abc.tmp").mkdir()  # another key's: left alone
+    with caplog.at_level(logging.INFO, logger="sharflow.core.cache"):
+        folder = cached_build(tmp_path, "kind", "k-2", build, {"language": "en"})
+    assert folder == tmp_path / "kind" / "k-2" and len(builds) == 1 and builds[0] != folder
+    assert sorted(p.name for p in folder.iterdir()) == [DONE, "grammar.far"]
+    record = json.loads((folder / DONE).read_text())
+    assert record == {"key": "k-2", "language": "en", "build_seconds": record["build_seconds"]}
+    assert 0 <= record["build_seconds"] < 60 and round(record["build_seconds"], 1) == record["build_seconds"]
+    assert sorted(p.name for p in (tmp_path / "kind").iterdir()) == [".k-20.abc.tmp", "k-2", "k-2.lock"]
+    assert re.fullmatch(
+        rf"cache kind/k-2: built in \d+\.\d s at {re.escape(str(folder))}", caplog.messages[0]
+    )
+    assert cached_build(tmp_path, "kind", "k-2", build) == folder and len(builds) == 1
+    assert json.loads((cached_build(tmp_path, "other", "k", build) / DONE).read_text()) == {
+        "key": "k",
+        "build_seconds": json.loads((tmp_path / "other" / "k" / DONE).read_text())["build_seconds"],
+    }
+    real_flock = fcntl.flock
+
+    def flock_after_another_job(fd, op):  # the lock comes free when another job has built the entry
+        (tmp_path / "kind" / "k-3").mkdir()
+        (tmp_path / "kind" / "k-3" / DONE).write_text("{}")
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock_after_another_job)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="sharflow.core.cache"):
+        assert cached_build(tmp_path, "kind", "k-3", build) == tmp_path / "kind" / "k-3"
+    assert len(builds) == 2  # not built here
+    assert re.fullmatch(
+        r"cache kind/k-3: built by another job meanwhile \(waited \d+\.\d s\)", caplog.messages[0]
+    )
+
+
+def test_keys_are_short_safe_folder_names_and_files_are_keyed_by_size_and_time(tmp_path):
+    key = cache_key("en/US x", versions={"a": "1"})
+    assert re.fullmatch(r"en_US_x-[0-9a-f]{12}", key)
+    assert cache_key("en", when=tmp_path) == cache_key("en", when=str(tmp_path))  # any value, as text
+    assert package_versions("pytest", "no-such-package-sharflow") == {
+        "pytest": pytest.__version__,
+        "no-such-package-sharflow": "absent",
+    }
+    weights = tmp_path / "w.bin"
+    weights.write_bytes(b"123")
+    st = weights.stat()
+    assert file_identity(str(weights)) == [str(weights), 3, st.st_mtime_ns]
+    assert file_identity(str(tmp_path)) == str(tmp_path)  # a folder: as it is
+    assert file_identity("ge2e") == "ge2e" and file_identity(3) == 3 and file_identity(None) is None

@@ -217,6 +217,9 @@ def test_an_utterance_is_a_speaker_and_a_folded_text_long_enough_to_say_so():
     assert utterance_key("awb", text) != utterance_key("awb", text + " Twice.")
     assert utterance_key("awb", "Yes.") is None and utterance_key("awb", "Thank you very much.") is None
     assert utterance_key("awb", None) is None
+    twenty = "abcde fghij klmno pqrst"  # 20 letters in 4 words: just long enough
+    assert len(utterance_key("awb", twenty)) == 24 and utterance_key("awb", twenty[:-1]) is None
+    assert utterance_key("awb", "abcdefgh ijklmnop qrstuvwx") is None  # 3 words
 
 
 # ---- the identity job and the splits job --------------------------------------------------------
@@ -561,6 +564,38 @@ def test_a_pair_is_decided_once_and_stays_decided_as_its_voices_drift():
     v = voices(0.0)
     v.speakers[("b", "x")] = _speaker("b", "x", [0.0, -1.0, 0.0])  # the same id, another voice
     assert [(r["pair"], r["how"]) for r in link_speakers(v, rules, {})] == [("a:x|b:x", "id")]
+
+
+def test_the_voice_rules_are_the_config_blocks_with_its_defaults_and_a_bad_pair_named():
+    assert VoiceRules.from_config({}) == VoiceRules()
+    assert VoiceRules.from_config({"confirm": None, "deny": None, "embedder_options": None}) == VoiceRules()
+    block = {
+        "enabled": False,
+        "min_similarity": "0.9",
+        "min_seconds": 3,
+        "confirm": [["a:x", "b:y"]],
+        "deny": [("a:x", "c:z"), ["b:q", "a:x"]],
+        "embedder": "nemo",
+        "embedder_options": {"weights": "w.nemo", "batch": 8},
+    }
+    assert VoiceRules.from_config(block) == VoiceRules(
+        enabled=False,
+        min_similarity=0.9,
+        min_seconds=3.0,
+        confirm=(frozenset({"a:x", "b:y"}),),
+        deny=(frozenset({"a:x", "c:z"}), frozenset({"a:x", "b:q"})),
+        embedder="nemo",
+        embedder_options=(("batch", 8), ("weights", "w.nemo")),
+    )
+    assert VoiceRules.from_config({"enabled": 1}).enabled is True
+    for key in ("confirm", "deny"):
+        for bad in (["a:x"], ["a:x", "b"], "ab", ["a:x", "b:y", "c:z"], [1, 2], ["a:x", None]):
+            with pytest.raises(SharflowError) as e:
+                VoiceRules.from_config({key: [bad]})
+            assert str(e.value) == (
+                f"identity.voices.{key}: {bad!r} is not a pair of speakers; write "
+                '["<dataset>:<speaker id>", "<dataset>:<speaker id>"]'
+            )
 
 
 def test_a_grown_corpus_is_fingerprinted_and_embedded_only_where_it_grew(tmp_path):

@@ -2,7 +2,10 @@
 check of a finished job's files, and a killed job's finished shards kept for its rerun."""
 
 import json
+import logging
 import os
+import shutil
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -32,6 +35,8 @@ def test_a_plan_is_made_by_blocks_then_smaller_blocks_then_one_job_for_the_rest(
     assert plan_jobs(16, 10) == [("00000", 10), ("00001", 6)]
     assert plan_jobs(1011, 1000) == [("000", 1000), ("00100", 10), ("001010", 1)]
     assert plan_jobs(3, 1) == [("000000", 1), ("000001", 1), ("000002", 1)]
+    assert plan_jobs(2, 1, first=10) == [("000010", 1), ("000011", 1)]  # a later generation's
+    assert plan_jobs(12, 10, first=20) == [("00002", 10), ("00003", 2)]
     assert plan_jobs(9, 10) == [("00000", 9)] and plan_jobs(0, 10) == []
     for n, per_job in ((1, 10), (2, 10), (10, 10), (99, 100), (1234, 1000), (12, 1)):
         jobs = plan_jobs(n, per_job)  # every shard in exactly one job, in order
@@ -89,7 +94,9 @@ def finished_job(tmp_path: Path, sizes=(10, 20)) -> tuple[str, list[str]]:
 def test_a_record_names_every_file_with_its_size_and_a_damaged_job_is_found(tmp_path):
     record, files = finished_job(tmp_path)
     written = json.loads(Path(record).read_text())
-    assert written["shards"] == ["000000", "000001"] and "finished" in written
+    assert written["shards"] == ["000000", "000001"]
+    finished = datetime.fromisoformat(written["finished"])  # in UTC, whatever the node's zone
+    assert finished.utcoffset() == timedelta(0) and abs(datetime.now(UTC) - finished) < timedelta(minutes=5)
     assert written["files"] == {"../shar/f0.tar": 10, "../shar/f1.tar": 20}  # relative: a tree can move
     assert damage(record, Listing()) == []
     Path(files[1]).write_bytes(b"x" * 19)  # truncated
@@ -125,6 +132,8 @@ def test_a_listing_reads_a_folder_once_until_it_changes(tmp_path, monkeypatch):
     os.utime(tmp_path, ns=(1, os.stat(tmp_path).st_mtime_ns + 1))  # a changed folder is listed again
     assert listing.size(str(tmp_path / "3.tar")) == 3 and len(scans) == 2
     assert listing.size(str(tmp_path / "missing" / "x.tar")) is None
+    monkeypatch.chdir(tmp_path)  # a bare name is in the working folder
+    assert Listing().size("2.tar") == 2 and Listing().size("nope.tar") is None
 
 
 def test_a_killed_job_resumes_with_the_shards_it_finished(tmp_path):
@@ -171,3 +180,42 @@ def test_the_key_changes_with_any_input_or_setting(tmp_path):
     assert key != job_key([str(a), str(b)], {"rate": 22050})
     a.write_text("11")
     assert key != job_key([str(a), str(b)], {"rate": 16000})
+    assert len(key) == 32 and int(key, 16) >= 0  # 16 bytes, hex
+    settings = {"rate": 16000, "root": tmp_path, "codec": {"name": "x", "frames": 25}}
+    reordered = {"codec": {"frames": 25, "name": "x"}, "root": tmp_path, "rate": 16000}
+    assert job_key([str(a)], settings) == job_key([str(a)], reordered)  # settings by value, any order
+    assert job_key([str(a)], settings) != job_key([str(a)], {**settings, "root": tmp_path / "other"})
+
+
+def test_a_resumed_job_says_what_it_kept_and_what_it_threw_away(tmp_path, caplog):
+    """The log of a resumed job (what a user reads after a kill), a shard restored into a folder that
+    is gone, a shard kept twice (a kill between its links and its mark), a folder already removed."""
+    record = str(tmp_path / "jobs" / "shards-000000-000002.json")
+    files = {s: [str(tmp_path / "out" / "cuts" / f"x.{s}.tar")] for s in ("000000", "000001", "000002")}
+    Path(tmp_path / "out" / "cuts").mkdir(parents=True)
+    for shard in ("000000", "000001"):
+        Path(files[shard][0]).write_text(f"made {shard}")
+    with pytest.raises(KeyboardInterrupt), ResumableJob(record, "k1") as job:
+        job.keep("000000", files["000000"])
+        job.keep("000000", files["000000"])  # again: the same links, no error
+        job.keep("000001", files["000001"])
+        raise KeyboardInterrupt
+    folder = tmp_path / "jobs" / ".shards-000000-000002.finished"
+    shutil.rmtree(tmp_path / "out")  # restored into folders that no longer exist
+    with caplog.at_level(logging.INFO, logger="sharflow.core.resume"), ResumableJob(record, "k1") as job:
+        for shard in ("000000", "000001"):
+            assert job.restore(shard, files[shard]) and Path(files[shard][0]).read_text() == f"made {shard}"
+        assert not job.restore("000002", files["000002"])
+    assert caplog.messages == ["resume: 2 shard(s) a killed run finished were kept: 000000, 000001"]
+    files = files["000000"]
+    with pytest.raises(KeyboardInterrupt), ResumableJob(record, "k1") as job:
+        job.keep("000000", files)
+        raise KeyboardInterrupt
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="sharflow.core.resume"), ResumableJob(record, "k2") as job:
+        assert not job.restore("000000", files)
+        shutil.rmtree(folder)  # removed under the job: its end does not fail on it
+    assert caplog.messages == [
+        f"resume: {folder} holds another run's shards (other inputs or settings): unused"
+    ]
+    assert not folder.exists()

@@ -15,6 +15,7 @@ from scipy.signal import butter, sosfiltfilt
 
 from sharflow.core.errors import SharflowError
 from sharflow.core.metrics import MEASURED as METRICS
+from sharflow.core.metrics import TEXT_METRICS
 from sharflow.core.parts import part_of, part_records
 from sharflow.models.dnsmos import HOP, WINDOW, Dnsmos, DnsmosNet, engine_for, mos, tile, weights_path
 from sharflow.models.vad import BLOCK, FRAME, ROWS, SileroVad
@@ -28,7 +29,7 @@ from sharflow.quality.metrics import (
     speech_measures,
 )
 from sharflow.quality.part import MeasureSettings, measure_records, run_quality_part
-from sharflow.quality.reuse import measure_digest, record_key
+from sharflow.quality.reuse import kept_measures, measure_digest, record_key, reused_lines
 from testkit import (
     DEMO,
     REPO,
@@ -652,6 +653,34 @@ def test_a_measure_key_changes_with_the_file_the_span_the_text_the_settings_and_
     )  # not what
     assert digest != measure_digest(MeasureSettings(str(tmp_path), dnsmos_max_windows=3), "onnxruntime-cpu")
     assert digest != measure_digest(s, "torch-cuda")  # the GPU's scores differ in the last decimals
+
+
+def test_only_keyed_error_free_wanted_lines_are_kept_and_they_take_this_runs_line_and_text_measures(tmp_path):
+    previous = tmp_path / "metrics.jsonl"
+    rows = [
+        {"line": 1, "dnsmos_ovrl": 3.1},  # an older sharflow's line: no key
+        {"line": 2, "key": "k2", "dnsmos_ovrl": 3.2, "tokenizer_dropped_chars": 4},
+        {"line": 3, "key": "k3", "dnsmos_ovrl": 3.3},  # not wanted
+        {"line": 4, "key": "k4", "error": "undecodable"},  # tried again
+        {"line": 5, "key": "k5", "dnsmos_ovrl": 3.5},
+    ]
+    previous.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    wanted = ["k2", "k4", "k5", "k9"]
+    kept = kept_measures(str(previous), wanted)
+    assert kept == {"k2": rows[1], "k5": rows[4]}
+    assert kept_measures(None, wanted) == kept_measures(str(tmp_path / "none.jsonl"), wanted) == {}
+    assert kept_measures(str(previous), []) == {}
+    assert TEXT_METRICS == ("tokenizer_dropped_chars",)
+    keyed = [(7, "k5", {"tokenizer_dropped_chars": 0}), (8, "k2", {"tokenizer_dropped_chars": 1})]
+    assert list(reused_lines(kept, keyed)) == [
+        '{"line": 7, "key": "k5", "dnsmos_ovrl": 3.5}\n',  # no text measure kept: none added
+        '{"line": 8, "key": "k2", "dnsmos_ovrl": 3.2, "tokenizer_dropped_chars": 1}\n',
+    ]
+    assert kept["k2"]["line"] == 2  # the kept lines themselves are not changed
+    record = {"audio_filepath": "a.wav", "offset": 0.0, "duration": 1.0, "text": "a"}
+    unreadable = record_key(record, str(tmp_path / "gone.wav"), "d")  # measured (and rejected) again
+    (tmp_path / "gone.wav").write_bytes(b"x")
+    assert len(unreadable) == 20 and unreadable != record_key(record, str(tmp_path / "gone.wav"), "d")
 
 
 # ---- mark mode into NeMo's dataloader -----------------------------------------------------------

@@ -448,7 +448,7 @@ def test_every_key_made_in_the_code_is_an_entry_of_the_table():
         module = re.sub(r"\.__init__$", "", module)
         for scope, _called in _calls(ast.parse(path.read_text(encoding="utf-8")), set(KEY_MAKERS)):
             if scope:  # under mutmut, a function's copies are x_<name>__mutmut_<n> (xǁClassǁname for methods)
-                scope = re.sub(r"(^|\.)x[_ǁ](.*?)__mutmut_\w+$", r"\1\2", scope).replace("ǁ", ".")
+                scope = re.sub(r"(^|\.)x(?:_|ǁ[^ǁ]*ǁ)(.*?)__mutmut_\w+$", r"\1\2", scope)
                 found.add(f"{module}.{scope}")
     unnamed = sorted(found - named - defining)
     assert not unnamed, f"keys made where no entry of sharflow.core.reuses.REUSES names: {unnamed}"

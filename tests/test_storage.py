@@ -4,7 +4,9 @@ The workflow run that reads the demo from the server and publishes to it is the 
 (test_slurm): it overlaps the suite, and its outputs are compared byte for byte with a local run's.
 """
 
+import hashlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -23,7 +25,7 @@ from sharflow.core.errors import SharflowError
 from sharflow.publish import PublishSettings, publish, published_files
 from sharflow.publish import job as publish_job
 from sharflow.publish.job import RECORD
-from sharflow.publish.objects import MIB, file_digest
+from sharflow.publish.objects import MIB, file_digest, listing, upload
 from testkit import DEMO, REPO, S3_SECRET, prepare_demo, random_files, upload_demo
 
 
@@ -68,6 +70,122 @@ def test_errors_of_the_store_say_what_to_do(s3):
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "cannot be reached" in done.stderr and "AWS_ENDPOINT_URL" in done.stderr
     assert s3.endpoint not in done.stderr and "http://127.0.0.1:9" in done.stderr
+
+
+def test_urls_are_told_from_paths_and_folded_lexically():
+    assert storage.is_url("s3://b/k") and storage.is_url("gs://b") and not storage.is_url("/data/a.flac")
+    assert not storage.is_url(Path("s3:/b/k"))
+    assert storage.split_url("s3://bucket/a/b.flac") == ("bucket", "a/b.flac")
+    assert storage.split_url("s3://bucket") == ("bucket", "")
+    assert storage.split_url("s3://abc/a://b") == ("abc", "a://b")  # the shortest bucket name; one scheme
+    assert storage.normalize_url("s3://bucket/a/./b/../c.flac") == "s3://bucket/a/c.flac"
+    assert storage.normalize_url("s3://bucket/a/..") == "s3://bucket"
+    assert storage.normalize_url("s3://bucket") == "s3://bucket"
+    assert storage.normalize_url("s3://bucket/../../x") == "s3://bucket/x"  # never above the bucket
+    assert storage.normalize_url("s3://bucket/Xa/./b") == "s3://bucket/Xa/b"
+    assert storage.normalize_url("s3://bucket/a/./s3://b") == "s3://bucket/a/s3:/b"  # one scheme, the first
+    with pytest.raises(storage.StorageError) as e:
+        storage.split_url("gs://bucket/x")
+    assert str(e.value) == (
+        "gs://bucket/x: sharflow reads and writes s3:// URLs only; an AIStore or other S3-compatible "
+        "store is reached as s3:// with AWS_ENDPOINT_URL"
+    )
+    with pytest.raises(storage.StorageError) as e:
+        storage.split_url("s3://ab/x")
+    assert str(e.value) == "s3://ab/x: no bucket name (s3://bucket/key)"
+
+
+def test_each_failure_of_a_request_is_one_message_that_says_what_to_do(s3, monkeypatch):
+    """storage_error, class by class, word for word (what a user reads when a run stops on it)."""
+    from botocore.exceptions import EndpointConnectionError, NoCredentialsError, PartialCredentialsError
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    assert storage.endpoint() == "AWS S3"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://store:9000")
+    assert storage.endpoint() == "http://store:9000"
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://s3-only:9000")
+    assert storage.endpoint() == "http://s3-only:9000"
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3")
+    url, where = "s3://errors/x.flac", "s3://errors/x.flac (endpoint http://store:9000)"
+
+    def error(code, status=400):
+        return ClientError({"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "Get")
+
+    no_credentials = (
+        f"{where}: no credentials. Set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the "
+        "environment of the run; sharflow takes none from its config"
+    )
+    assert str(storage.storage_error(url, NoCredentialsError())) == no_credentials
+    assert (
+        str(storage.storage_error(url, PartialCredentialsError(provider="env", cred_var="x")))
+        == no_credentials
+    )
+    unreachable = storage.storage_error(url, EndpointConnectionError(endpoint_url="http://store:9000"))
+    assert str(unreachable) == (
+        f"{where}: the object store cannot be reached (EndpointConnectionError: Could not connect to the "
+        'endpoint URL: "http://store:9000"). Check AWS_ENDPOINT_URL and the network'
+    )
+    denied = (
+        f"{where}: access denied (%s). Check the credentials in the environment (AWS_ACCESS_KEY_ID, "
+        "AWS_SECRET_ACCESS_KEY or AWS_PROFILE) and the bucket's policy"
+    )
+    for code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+        found = storage.storage_error(url, error(code))
+        assert type(found) is storage.StorageError and str(found) == denied % code
+    assert str(storage.storage_error(url, error("Whatever", 403))) == denied % "Whatever"
+    assert str(storage.storage_error(url, error("SlowDown", 503))) == (
+        f"{where}: the request failed (SlowDown: {error('SlowDown', 503)})"
+    )
+    assert str(storage.storage_error(url, error("", 500))).startswith(f"{where}: the request failed (500: ")
+    bare = ClientError({"ResponseMetadata": {"HTTPStatusCode": 500}}, "Get")  # a reply without an error code
+    assert str(storage.storage_error(url, bare)) == f"{where}: the request failed (500: {bare})"
+    no_status = ClientError({"Error": {"Code": "SlowDown"}}, "Get")
+    assert (
+        str(storage.storage_error(url, no_status)) == f"{where}: the request failed (SlowDown: {no_status})"
+    )
+    missing_bucket = f"{where}: bucket 'errors' does not exist. Create it or fix the URL"
+    assert str(storage.storage_error(url, error("NoSuchBucket", 404))) == missing_bucket
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint)  # the real store: is the bucket there?
+    storage.bucket_exists.cache_clear()
+    s3.bucket("errors")
+    for code in ("404", "NotFound", "NoSuchKey"):
+        found = storage.storage_error(url, error(code, 404))
+        assert type(found) is FileNotFoundError and str(found) == f"no object at {url}"
+        found = storage.storage_error("s3://nobucket-x/x.flac", error(code, 404))
+        assert type(found) is storage.StorageError and "bucket 'nobucket-x' does not exist" in str(found)
+    assert storage.bucket_exists("s3://errors/any") and not storage.bucket_exists("s3://nobucket-y/any")
+
+
+def test_sizes_stamps_and_existence_of_files_and_objects_alike(s3, tmp_path, monkeypatch):
+    url = s3.bucket("sizes") + "/a.bin"
+    bucket, key = storage.split_url(url)
+    storage.client().put_object(Bucket=bucket, Key=key, Body=b"12345")
+    local = tmp_path / "a.bin"
+    local.write_bytes(b"1234567")
+    assert (storage.size(url), storage.size(str(local))) == (5, 7)
+    info = storage.head(url)
+    assert storage.stamp(url) == [5, info.etag] and not info.etag.startswith('"')
+    assert storage.stamp(str(local)) == [7, os.stat(local).st_mtime_ns]
+    assert storage.exists(url) and storage.exists(str(local))
+    assert not storage.exists(url + ".none") and not storage.exists(str(tmp_path / "none"))
+    assert not storage.exists(str(tmp_path))  # a folder is not a file that can be opened
+    assert storage.local_file(str(local)) == str(local)
+    monkeypatch.setenv("SHARFLOW_OBJECT_CACHE", str(tmp_path / "objects"))
+    copy = Path(storage.local_file(url))
+    assert copy.read_bytes() == b"12345" and copy.suffix == ".bin"
+    digest = hashlib.sha256(url.encode()).hexdigest()  # a name per URL and version
+    assert copy == tmp_path / "objects" / "sizes" / digest[:2] / f"{digest[2:24]}-{info.etag[:40]}.bin"
+    assert not list(copy.parent.glob(".part-*"))
+    monkeypatch.delenv("SHARFLOW_OBJECT_CACHE")
+    monkeypatch.setenv("SHARFLOW_CACHE_DIR", str(tmp_path / "cache"))
+    assert storage.object_cache() == tmp_path / "cache" / "objects"
+    with storage.RequestCount() as n:
+        storage.client().head_object(Bucket=bucket, Key=key)
+        storage.client().list_objects_v2(Bucket=bucket)
+        storage.client().head_object(Bucket=bucket, Key=key)
+    storage.client().head_object(Bucket=bucket, Key=key)  # after the block: not counted
+    assert (n.total, n.by_operation) == (3, {"HeadObject": 2, "ListObjectsV2": 1})
 
 
 def test_an_object_is_downloaded_once_and_again_when_it_changes(s3, tmp_path):
@@ -290,16 +408,186 @@ def test_an_upload_a_killed_run_left_open_is_aborted_and_each_object_carries_its
     url = s3.bucket("left-open") + "/run"
     client = storage.client()
     client.create_multipart_upload(Bucket="left-open", Key="run/set/half.tar")
+    client.create_multipart_upload(Bucket="left-open", Key="run/set/other-half.tar")
     client.create_multipart_upload(Bucket="left-open", Key="elsewhere/other.tar")  # not under the URL
     files = random_files(Path("set"), 2, 1000) + random_files(Path("big"), 1, 6 * MIB, seed=3)
     stats = publish(PublishSettings(url, part_mb=5, workers=1), files, "published.json")
-    assert stats["aborted_multipart"] == 1
+    assert stats["aborted_multipart"] == 2
     assert [u["Key"] for u in client.list_multipart_uploads(Bucket="left-open").get("Uploads", [])] == [
         "elsewhere/other.tar"
     ]
     for f in files:
         head = client.head_object(Bucket="left-open", Key=f"run/{f}")
         assert head["Metadata"]["sha256"] == file_digest(f, 5 * MIB).sha256
+
+
+def test_a_publish_to_a_buckets_root_says_what_it_sent_and_what_it_cost_request_by_request(
+    s3, tmp_path, monkeypatch, caplog
+):
+    """The stats, the log line, the record in the bucket and the local one, word for word: two small
+    files (one PUT each) and one in two parts, at the bucket's root; then a rerun that sends nothing
+    and does not rewrite an unchanged record."""
+    monkeypatch.chdir(tmp_path)
+    url = s3.bucket("rootpub")
+    files = random_files(Path("set"), 2, 1000) + random_files(Path("big"), 1, 6 * MIB, seed=3)
+    settings = PublishSettings(url + "/", part_mb=5, workers=2)
+    with caplog.at_level(logging.INFO, logger="sharflow.publish.job"):
+        stats = publish(settings, files, "published.json")
+    assert stats == {
+        "url": url + "/",
+        "files": 3,
+        "uploaded": 3,
+        "uploaded_bytes": 2000 + 6 * MIB,
+        "already_there": 0,
+        "aborted_multipart": 0,
+        "requests": 9,
+        "requests_by_operation": {
+            "CompleteMultipartUpload": 1,
+            "CreateMultipartUpload": 1,
+            "ListMultipartUploads": 1,
+            "ListObjectsV2": 1,
+            "PutObject": 3,
+            "UploadPart": 2,
+        },
+    }
+    assert caplog.messages == [
+        f"published 3 file(s) under {url}/: 3 uploaded (6.3 MB), 0 already there; 9 requests"
+    ]
+    digests = {f: file_digest(f, 5 * MIB) for f in files}
+    objects = {f: {"size": d.size, "etag": d.etag, "sha256": d.sha256} for f, d in digests.items()}
+    record = {"format": 1, "url": url + "/", "objects": objects}
+    head = storage.client().head_object(Bucket="rootpub", Key=RECORD)  # at the root: no prefix
+    body = storage.client().get_object(Bucket="rootpub", Key=RECORD)["Body"].read()
+    assert head["ContentType"] == "application/json"
+    assert body == (json.dumps(record, indent=1, sort_keys=True) + "\n").encode()
+    assert digests[files[2]].etag.endswith("-2")  # two parts
+    for f in files:
+        assert storage.client().head_object(Bucket="rootpub", Key=f)["ETag"].strip('"') == digests[f].etag
+    local = json.loads(Path("published.json").read_text())
+    assert local == {
+        **record,
+        "record": f"{url}/{RECORD}",
+        "part_size": 5 * MIB,
+        "digests": {
+            f: [os.path.getsize(f), os.stat(f).st_mtime_ns, d.etag, d.sha256] for f, d in digests.items()
+        },
+        "stats": stats,
+    }
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="sharflow.publish.job"):
+        again = publish(settings, files, "published.json")
+    assert {k: again[k] for k in ("uploaded", "already_there", "requests", "requests_by_operation")} == {
+        "uploaded": 0,
+        "already_there": 3,
+        "requests": 2,
+        "requests_by_operation": {"ListMultipartUploads": 1, "ListObjectsV2": 1},
+    }
+    assert caplog.messages == [
+        f"published 3 file(s) under {url}/: 0 uploaded (0.0 MB), 3 already there; 2 requests"
+    ]
+    Path("published.json").write_text("{not json")  # a local record that cannot be read: digests read again
+    assert publish(settings, files, "published.json")["uploaded"] == 0
+    other = PublishSettings(url, part_mb=6, workers=1)  # another part size: the big file's ETag differs
+    assert publish(other, files, "published.json")["uploaded"] == 1
+
+
+@pytest.mark.parametrize("abort_fails", [False, True])
+def test_a_multipart_upload_that_fails_is_aborted_and_its_own_error_reported(
+    s3, tmp_path, monkeypatch, abort_fails
+):
+    monkeypatch.chdir(tmp_path)
+    bucket = f"part-fails-{int(abort_fails)}"
+    s3.bucket(bucket)
+    [big] = random_files(Path("big"), 1, 11 * MIB, seed=5)
+    digest = file_digest(big, 5 * MIB)
+    client, sent = storage.client(), []
+    real_part, real_abort = client.upload_part, client.abort_multipart_upload
+
+    def upload_part(**kwargs):
+        sent.append(kwargs["PartNumber"])
+        if len(sent) == 2:
+            raise OSError("connection reset")
+        return real_part(**kwargs)
+
+    def abort_multipart_upload(**kwargs):
+        if abort_fails:
+            raise RuntimeError("abort refused")
+        return real_abort(**kwargs)
+
+    monkeypatch.setattr(client, "upload_part", upload_part)
+    monkeypatch.setattr(client, "abort_multipart_upload", abort_multipart_upload)
+    with pytest.raises(OSError, match="connection reset"):
+        upload(big, bucket, "run/big.tar", digest, 5 * MIB)
+    assert sent == [1, 2]
+    left = [u["Key"] for u in client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])]
+    assert left == (["run/big.tar"] if abort_fails else [])  # aborted; else the next run aborts it
+
+
+def test_a_store_that_gives_other_etags_is_not_sent_the_same_bytes_again(s3, tmp_path, monkeypatch):
+    """A store whose ETags are not MD5s (KMS): the record holds the ETag the store gave each upload;
+    a rerun takes an object with that ETag for the same bytes; a listing names only what is under the
+    URL; a file listed but missing is one clear error."""
+    monkeypatch.chdir(tmp_path)
+    url = s3.bucket("kms") + "/run"
+    files = random_files(Path("set"), 2, 1000)
+    storage.client().put_object(Bucket="kms", Key="elsewhere/x", Body=b"x")
+    assert set(listing("kms", "run/")) == set() and set(listing("kms", "")) == {"elsewhere/x"}
+    real_listing, real_upload = publish_job.listing, publish_job.upload
+
+    def kms_etag(key: str) -> str:
+        return "kms-" + hashlib.sha256(key.encode()).hexdigest()[:16]
+
+    def kms_listing(bucket, prefix):
+        return {k: (size, kms_etag(k)) for k, (size, _) in real_listing(bucket, prefix).items()}
+
+    def kms_upload(path, bucket, key, digest, part_size):
+        real_upload(path, bucket, key, digest, part_size)
+        return kms_etag(key)
+
+    monkeypatch.setattr(publish_job, "listing", kms_listing)
+    monkeypatch.setattr(publish_job, "upload", kms_upload)
+    settings = PublishSettings(url, part_mb=5, workers=1)
+    assert publish(settings, files, "published.json")["uploaded"] == 2
+    assert publish(settings, files, "published.json")["uploaded"] == 0  # recognized by the record
+    record = json.loads(storage.client().get_object(Bucket="kms", Key=f"run/{RECORD}")["Body"].read())
+    assert {f: o["etag"] for f, o in record["objects"].items()} == {f: kms_etag(f"run/{f}") for f in files}
+    Path(files[0]).unlink()
+    with pytest.raises(SharflowError) as e:
+        publish(settings, files, "published.json")
+    assert str(e.value) == f"{files[0]}: listed for publishing but missing; rerun the workflow to make it"
+
+
+def test_keys_and_urls_under_a_publish_url_whatever_its_slashes():
+    for url, key, record in (
+        ("s3://bucket/runX/", "runX/a/b.tar", "s3://bucket/runX/sharflow_published.json"),
+        ("s3://bucket//x//", "x/a/b.tar", "s3://bucket//x/sharflow_published.json"),
+        ("s3://bucket", "a/b.tar", "s3://bucket/sharflow_published.json"),
+    ):
+        target = publish_job._Target(url)
+        assert (target.bucket, target.key("a/b.tar"), target.url(RECORD)) == ("bucket", key, record)
+
+
+@pytest.mark.parametrize("other", ["format", "part_size"])
+def test_a_local_record_of_another_format_or_part_size_is_not_trusted(s3, tmp_path, monkeypatch, other):
+    """The digests of a local record written by another format or for another part size are read
+    again, not taken (a record with a bogus ETag for an unchanged file shows which)."""
+    monkeypatch.chdir(tmp_path)
+    url = s3.bucket(f"last-{other.replace('_', '-')}") + "/run"
+    files = random_files(Path("set"), 2, 1000)
+    settings = PublishSettings(url, part_mb=5, workers=1)
+    publish(settings, files, "published.json")
+    local = json.loads(Path("published.json").read_text())
+    for digest in local["digests"].values():
+        digest[2:] = ["0" * 32, "f" * 64]  # not the file's: shows whether they are taken
+    Path("published.json").write_text(json.dumps(local))
+    assert publish(settings, files, "published.json")["uploaded"] == 2  # trusted: same format and size
+    publish(settings, files, "published.json")
+    local = json.loads(Path("published.json").read_text())
+    for digest in local["digests"].values():
+        digest[2:] = ["0" * 32, "f" * 64]
+    local[other] += 1
+    Path("published.json").write_text(json.dumps(local))
+    assert publish(settings, files, "published.json")["uploaded"] == 0  # read again: the same bytes
 
 
 def test_publishing_to_a_missing_bucket_is_one_clear_error_and_publishes_nothing(s3, tmp_path, monkeypatch):

@@ -6,11 +6,14 @@ own readers: lhotse's Shar reader and MagpieTTSLhotseDataset.
 """
 
 import json
+import logging
 import re
+from pathlib import Path
 
 import pytest
 from lhotse import CutSet
 
+from sharflow.core.cache import cache_root
 from sharflow.core.ledger import reject_row
 from sharflow.core.metrics import MEASURED
 from sharflow.models.tokenizers import OFFLINE, Tokenizers, cannot_build, encode
@@ -24,6 +27,7 @@ from sharflow.text.fields import (
     left_over,
 )
 from sharflow.text.job import TextTools, normalize_dataset
+from sharflow.text.normalizer import OPTIONS, Normalizers, normalizer_key, record_normalizer
 from sharflow.text.summary import text_lines
 from testkit import DEMO, read_back, read_jsonl, write_all, write_jsonl
 
@@ -241,6 +245,67 @@ def test_a_corpus_with_digits_in_its_spoken_forms_loses_no_character_by_default(
     assert (checked / "records.jsonl").read_bytes() == (trusting / "records.jsonl").read_bytes()
 
 
+def test_the_normalizer_job_records_where_a_languages_grammars_are_or_that_there_are_none(tmp_path, caplog):
+    """text_normalizer's record: the cache key, what it stands for, and the folder (English, built
+    once per session) or that the language has none (Dutch: nemo_text_processing has no grammars)."""
+    key, describe = normalizer_key("en")
+    assert set(describe) == {"language", "versions", "options"} and describe["language"] == "en"
+    assert set(describe["versions"]) == {"nemo_text_processing", "pynini"} and describe["options"] == OPTIONS
+    english = record_normalizer("en", str(tmp_path / "en.json"))
+    assert english == {**describe, "key": key, "available": True, "folder": english["folder"]}
+    assert Path(english["folder"]).parent == cache_root() / "normalizers" and any(
+        Path(english["folder"]).glob("*.far")
+    )
+    assert json.loads((tmp_path / "en.json").read_text()) == english
+    with caplog.at_level(logging.WARNING, logger="sharflow.text.normalizer"):
+        dutch = record_normalizer("nl", str(tmp_path / "nl.json"), cache_dir=str(tmp_path / "cache"))
+    assert (dutch["available"], dutch["folder"], dutch["language"]) == (False, None, "nl")
+    assert json.loads((tmp_path / "nl.json").read_text()) == dutch
+    assert [p.name for p in (tmp_path / "cache" / "normalizers").iterdir()] == [f"{dutch['key']}.lock"]
+    assert caplog.messages[-1] == (
+        "text: no normalizer for 'nl': its records follow datasets.<name>.unnormalizable (pass or reject)"
+    )
+    normalizers = Normalizers()
+    assert normalizers.available("en") and not normalizers.available("nl")
+    assert not Normalizers(str(tmp_path / "own")).available("nl")  # looked up in the cache it is given
+    assert (tmp_path / "own" / "normalizers" / f"{dutch['key']}.lock").exists()
+    assert normalizers.spoken("It costs $10.", "en") == "It costs ten dollars."
+    assert normalizers.spoken("It costs $10.", "nl") is None
+
+
+def test_the_text_findings_read_as_sentences_with_their_numbers():
+    """text_lines, what the card and the report say of a dataset's text, line by line."""
+    clean = {
+        "normalized_text_source": {"manifest": 1200, "normalizer": 3},
+        "symbols_left": 0,
+        "coverage": {"measured": 1203, "unmeasured": 0, "records_dropping": 0, "symbols_dropped": 0},
+        "dropped_symbols": {},
+    }
+    assert text_lines(clean) == [
+        "normalized_text from: manifest 1,200, normalizer 3",
+        "0 of 1,203 measured records lose characters to their tokenizers",
+    ]
+    symbols = {str(d): 1 for d in range(12)}
+    worst = {
+        "normalized_text_source": {"manifest": 10, "renormalized": 2345},
+        "symbols_left": 1500,
+        "symbols_left_by_source": {"manifest": 1000, "renormalized": 500},
+        "coverage": {"measured": 5000, "unmeasured": 3, "records_dropping": 1234, "symbols_dropped": 4321},
+        "dropped_symbols": symbols,
+        "unmeasured_tokenizers": {"english_phoneme": {"records": 3000, "why": "no CMUdict here"}},
+    }
+    assert text_lines(worst) == [
+        "normalized_text from: manifest 10, renormalized 2,345",
+        "2,345 spoken forms of the manifest held digits or symbols and were normalized again (the "
+        "manifest's kept as manifest_normalized_text)",
+        "1,500 spoken forms keep digits or symbols (manifest 1,000, renormalized 500): "
+        "datasets.<name>.unnormalizable: reject drops them",
+        "1,234 of 5,000 measured records lose characters to their tokenizers (4,321 in all; most often "
+        "'0' '1' '2' '3' '4' '5' '6' '7' '8' '9')",
+        "3,000 records not measured with english_phoneme: no CMUdict here",
+    ]
+
+
 def test_left_over_finds_digits_and_symbols_only():
     assert left_over("ten euro, twelve percent; it's (fine) - ok?") == ""
     assert left_over("five ≤ x and 3 € 😀 50% #1 & @") == "≤3€😀50%#1&@"  # each once, in order
@@ -325,6 +390,75 @@ def test_a_filter_on_coverage_drops_exactly_the_records_that_lose_characters(too
     assert dropped == losing
     # a null (a tokenizer that cannot be built here) passes the threshold: never a reject
     assert failures({"tokenizer_dropped_chars": None}, {"tokenizer_dropped_chars": {"max": 0}}) == []
+
+
+def test_the_text_jobs_stats_and_log_name_every_finding_with_its_first_line(tmp_path, caplog):
+    """What a user reads of a text job: its stats and its log lines, word for word, over records that
+    hit every finding (kept from the manifest, normalized, no normalizer, a language NeMo names no
+    tokenizer for, symbols left, characters skipped, unmeasured tokenizers, rejects)."""
+    records = [
+        record("Clean one.", normalized_text="Clean one.", tokenizer_names=["english_chars"]),
+        record("It costs $10.", tokenizer_names=["english_chars"]),
+        record("Hallo daar.", lang="nl"),
+        record("Hej då.", lang="sv", normalized_text="hej då"),
+        record("5 ≤ x", tokenizer_names=["english_chars"]),
+        record("Empty.", normalized_text=""),
+        record("Bad.", normalized_text=7),
+        record("Also empty.", normalized_text=None),
+    ]
+    for i, r in enumerate(records):
+        r["audio_filepath"], r["duration"] = f"a{i}.flac", 1.0 + i
+    with caplog.at_level(logging.INFO, logger="sharflow.text.job"):
+        stats, out = normalized_demo(tmp_path, records)
+    assert set(stats.pop("normalizers")) == {"en", "nl", "sv"}
+    assert stats == {
+        "dataset": "demo",
+        "records_in": 8,
+        "records_out": 5,
+        "rejected_total": 3,
+        "rejected": {"bad_text_field": 1, "empty_normalized_text": 2},
+        "hours_in": 0.01,
+        "hours_out": 0.004167,
+        "policies": {"normalized_text": "check_manifest", "unnormalizable": "pass"},
+        "normalized_text_source": {"manifest": 2, "normalizer": 2, "text": 1},
+        "languages": {"en": 3, "nl": 1, "sv": 1},
+        "tokenizer_names": {"english_chars": 3, "english_phoneme": 2},
+        "symbols_left": 1,
+        "symbols_left_by_source": {"normalizer": 1},
+        "no_normalizer": {"nl": 1},
+        "normalizer_failed": {},
+        "fallback_tokenizer": {"nl": 1, "sv": 1},
+        "coverage": {"measured": 3, "unmeasured": 2, "records_dropping": 1, "symbols_dropped": 1},
+        "unmeasured_tokenizers": {
+            "english_phoneme": {"records": 2, "why": "english_phoneme is not in training.tokenizer"}
+        },
+        "dropped_symbols": {"≤": 1},
+    }
+    assert json.loads((out / "stats.json").read_text())["rejected"] == stats["rejected"]
+    kept = read_jsonl(out / "records.jsonl")
+    assert [r["audio_filepath"] for r in kept] == [f"a{i}.flac" for i in range(5)]
+    assert kept[4]["tokenizer_dropped"] == ["≤"] and "tokenizer_dropped" not in kept[0]
+    job = [r.getMessage() for r in caplog.records if r.name == "sharflow.text.job"]
+    assert job[1:] == [
+        "text demo: 8 records in, 5 out, 3 rejected {'bad_text_field': 1, 'empty_normalized_text': 2}; "
+        "normalized_text from {'manifest': 2, 'normalizer': 2, 'text': 1}",
+        "  bad_text_field                 1  lang, tokenizer_names, normalized_text or context_text has the "
+        "wrong type; first: line 7: normalized_text = 7 is not a string",
+        "  empty_normalized_text          2  the manifest's normalized_text is empty or null (it would train "
+        "on that); first: line 6: normalized_text is \"\"; text: 'Empty.'",
+        "text demo: records that have no normalizer for their language, by language: {'nl': 1} (first: "
+        "line 3); unnormalizable: pass",
+        "text demo: records that have a language NeMo names no tokenizer for (english_phoneme written on "
+        "the cut; set datasets.<name>.tokenizer_names), by language: {'nl': 1, 'sv': 1} (first: line 3); "
+        "unnormalizable: pass",
+        "text demo: 1 records keep digits or symbols in their spoken form, by where it came from: "
+        "{'normalizer': 1} (first: line 5); datasets.<name>.unnormalizable: reject drops them",
+        "text demo: what 2 records lose to their tokenizers is not measured: english_phoneme is not in "
+        "training.tokenizer",
+        "text demo: the tokenizers skip 1 symbols of 1 records (most common: ≤); a quality filter "
+        "tokenizer_dropped_chars: {max: 0} drops them",
+    ]
+    assert job[0].startswith("text demo: 8 records, {'require_text': True, 'normalized_text': ")
 
 
 def normalized_demo(
