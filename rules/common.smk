@@ -147,16 +147,25 @@ QUALITY_PART_RULE = "quality_part_cpu" if config["quality"]["device"] == "cpu" e
 
 
 # ---- prepare ----------------------------------------------------------------------------------
+def dataset_inputs(dataset):
+    """{manifest, recordings} that prepare reads: the config's, or a recipe's own manifests."""
+    ds = config["datasets"][dataset]
+    if ds["recipe"] is not None:
+        files = layout.dataset_files(dataset)
+        return {"manifest": files.recipe_supervisions, "recordings": files.recipe_recordings}
+    return {"manifest": ds["manifest"], "recordings": ds["recordings"]}
+
+
 def get_manifest(wildcards):
-    """The prepare job's input: a local manifest (Snakemake watches its time); none for a URL."""
-    manifest = config["datasets"][wildcards.dataset]["manifest"]
-    return [] if storage.is_url(manifest) else manifest
+    """The prepare job's inputs: local manifests (Snakemake watches their times); none for a URL."""
+    return [p for p in dataset_inputs(wildcards.dataset).values() if p is not None and not storage.is_url(p)]
 
 
 def get_manifest_version(wildcards):
     """A URL manifest's ETag (one HEAD request): a param, so that a replaced object reruns prepare."""
-    manifest = config["datasets"][wildcards.dataset]["manifest"]
-    return storage.head(manifest).etag if storage.is_url(manifest) else None
+    paths = [p for p in dataset_inputs(wildcards.dataset).values() if p is not None]
+    versions = [storage.head(p).etag if storage.is_url(p) else None for p in paths]
+    return versions[0] if len(versions) == 1 else versions
 
 
 def get_audio_root(wildcards):
@@ -166,13 +175,33 @@ def get_audio_root(wildcards):
 def get_prepare_settings(wildcards):
     """Keyword arguments of sharflow.prepare.prepare_dataset, from the dataset's config."""
     ds = config["datasets"][wildcards.dataset]
+    inputs = dataset_inputs(wildcards.dataset)
+    lhotse = {
+        "form": "lhotse" if ds["recipe"] is not None else ds["format"],
+        "recordings": inputs["recordings"],
+        "default_speaker": ds["default_speaker"],
+    }
     return {
         "dataset": wildcards.dataset,
-        **{k: ds[k] for k in ("manifest", "audio_root", "language", "require_text")},
+        "manifest": inputs["manifest"],
+        **{k: ds[k] for k in ("audio_root", "language", "require_text")},
         **{
             k: config["prepare"][k]
             for k in ("duration_tolerance", "duration_from_file", "max_rejected_fraction")
         },
+        # only when set: a NeMo-manifest dataset's params stay as they were (no rerun after an upgrade)
+        **{k: v for k, v in lhotse.items() if v not in (None, "nemo")},
+    }
+
+
+def get_recipe_settings(wildcards):
+    """Keyword arguments of sharflow.prepare.recipe.run_recipe, from the dataset's config."""
+    ds = config["datasets"][wildcards.dataset]
+    return {
+        "dataset": wildcards.dataset,
+        "name": ds["recipe"],
+        "corpus_dir": ds["audio_root"],
+        "options": ds["recipe_options"],
     }
 
 

@@ -1,3 +1,21 @@
+rule recipe:
+    output:
+        recordings=DS.recipe_recordings,
+        supervisions=DS.recipe_supervisions,
+        stats=DS.recipe_stats,
+    log:
+        layout.log("recipe", "{dataset}"),
+    benchmark:
+        layout.benchmark("recipe", "{dataset}")
+    params:
+        settings=get_recipe_settings,
+    threads: threads_of("prepare")
+    resources:
+        mem_mb=4000,
+    script:
+        "../workflow_scripts/recipe.py"
+
+
 rule prepare:
     input:
         manifest=get_manifest,

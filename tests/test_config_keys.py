@@ -40,6 +40,16 @@ QUALITY_BYTES = "test_metrics_are_byte_identical_for_any_parts_ranks_workers_and
 EFFECTS: dict[str, str] = {
     "datasets.<name>.manifest": f"{HERE}::test_manifest_and_audio_root_are_what_prepare_reads",
     "datasets.<name>.audio_root": f"{HERE}::test_manifest_and_audio_root_are_what_prepare_reads",
+    "datasets.<name>.format": "test_corpora.py::"
+    "test_lhotse_supervisions_and_cuts_prepare_to_the_nemo_manifests_records",
+    "datasets.<name>.recordings": "test_corpora.py::"
+    "test_lhotse_supervisions_and_cuts_prepare_to_the_nemo_manifests_records",
+    "datasets.<name>.recipe": "test_corpora.py::"
+    "test_a_lhotse_recipe_runs_by_name_as_the_first_job_of_the_workflow",
+    "datasets.<name>.recipe_options": "test_corpora.py::"
+    "test_recipe_options_reach_the_recipe_and_parts_come_in_sorted_order",
+    "datasets.<name>.default_speaker": "test_corpora.py::"
+    "test_default_speaker_names_the_speaker_of_records_without_one",
     "datasets.<name>.language": f"{HERE}::test_language_and_require_text_shape_the_prepared_records",
     "datasets.<name>.require_text": f"{HERE}::test_language_and_require_text_shape_the_prepared_records",
     "datasets.<name>.tokenizer_names": "test_text.py::"

@@ -44,6 +44,8 @@ def resolve_audio_path(audio_root: str, path: str) -> tuple[str, str]:
     if storage.is_url(audio_root):
         return _resolve_url(audio_root, path)
     prefix = _root_prefix(audio_root)
+    if storage.is_url(path):  # a lhotse url source, or a NeMo manifest's: not under a local root
+        raise PathEscapeError(f"{path!r} is a URL, outside the local audio root {prefix!r}")
     full = os.path.normpath(os.path.join(prefix, path))
     if full.startswith(prefix) and len(full) > len(prefix):
         return full, full[len(prefix) :].replace(os.sep, "/")

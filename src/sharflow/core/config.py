@@ -92,6 +92,19 @@ def _cross_checks(config: dict) -> list[str]:
                 f"  quality.filters.{metric}: {metric} is measured by the ASR check; set quality.asr.model "
                 "(a NeMo ASR model) or remove the filter (a manifest's own cer is filtered by NeMo's max_cer)"
             )
+    for name, ds in config.get("datasets", {}).items():
+        if (ds.get("manifest") is None) == (ds.get("recipe") is None):
+            problems.append(
+                f"  datasets.{name}: give exactly one of manifest or recipe (a lhotse recipe by name)"
+            )
+        elif ds.get("recordings") is not None and (
+            ds.get("recipe") is not None or ds.get("format") != "lhotse"
+        ):
+            problems.append(
+                f"  datasets.{name}.recordings: only with format lhotse and a manifest of supervisions"
+            )
+        if ds.get("recipe_options") and ds.get("recipe") is None:
+            problems.append(f"  datasets.{name}.recipe_options: only with a recipe")
     chosen = config.get("training", {}).get("codec")
     if chosen is not None and chosen not in config.get("codecs", {}):
         problems.append(

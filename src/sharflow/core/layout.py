@@ -1,6 +1,7 @@
 """Where every file of the workflow lives: one place, asked by the rules, the scripts and the tests.
 
 results/<dataset>/
+    recipe/{recordings.jsonl.gz, supervisions.jsonl.gz, stats.json}   a dataset given by a lhotse recipe
     prepare/{prepared.jsonl, rejected/, stats.json}
     text/{records.jsonl, rejected/, stats.json}
     quality/{parts/part-NNNN.*, metrics.jsonl, kept.jsonl, rejected/, stats.json}
@@ -258,6 +259,18 @@ class DatasetFiles:
 
     def _path(self, *parts: str) -> str:
         return "/".join((self.root, *parts))
+
+    @property
+    def recipe_recordings(self) -> str:
+        return self._path("recipe", "recordings.jsonl.gz")
+
+    @property
+    def recipe_supervisions(self) -> str:
+        return self._path("recipe", "supervisions.jsonl.gz")
+
+    @property
+    def recipe_stats(self) -> str:
+        return self._path("recipe", "stats.json")
 
     @property
     def prepared(self) -> str:

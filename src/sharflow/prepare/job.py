@@ -1,6 +1,7 @@
 """The prepare stage: a raw manifest in, prepared records + per-reason rejects + stats out.
 
-The manifest is NeMo JSON lines, gzipped JSON lines or Parquet (sharflow.prepare.manifest_io). Records
+The manifest is NeMo JSON lines, gzipped JSON lines or Parquet (sharflow.prepare.manifest_io), or
+lhotse's cuts, or supervisions over recordings (sharflow.prepare.lhotse_io). Records
 stream through in chunks; with several workers, chunks are checked in worker processes
 and their results consumed in input order, so outputs are byte-identical for any worker count.
 Memory is bounded by the chunks in flight plus one small key per accepted record (duplicates).
@@ -21,21 +22,28 @@ from sharflow.core.errors import SharflowError
 from sharflow.core.ledger import Ledger, RejectWriter, reject_row
 from sharflow.core.parallel import ordered_map, resolve_workers
 from sharflow.core.speakers import parse_speaker
+from sharflow.prepare.lhotse_io import LhotseManifest, Refused
 from sharflow.prepare.manifest import REASONS, Accepted, CheckSettings, Rejected, check_line
 from sharflow.prepare.manifest_io import ManifestFile
 
 log = logging.getLogger(__name__)
 
 
-def check_chunk(settings: CheckSettings, lines: list[bytes]) -> list[Accepted | Rejected]:
-    """Check a chunk of raw lines (runs in a worker process)."""
-    return [check_line(raw, settings) for raw in lines]
+def check_chunk(settings: CheckSettings, lines: list[bytes | Refused]) -> list[Accepted | Rejected]:
+    """Check a chunk of raw lines (runs in a worker process); a record its reader refused stays so."""
+    return [
+        check_line(raw, settings)
+        if isinstance(raw, bytes)
+        else Rejected(raw.reason, raw.detail, raw.duration)
+        for raw in lines
+    ]
 
 
 def _checked_lines(chunks, settings: CheckSettings, workers: int) -> Iterator[tuple[bytes, object]]:
     """(raw line, result) in input order; with workers > 1 at most 2×workers chunks in flight."""
     for chunk, results in ordered_map(partial(check_chunk, settings), chunks, workers):
-        yield from zip(chunk, results, strict=True)
+        for raw, result in zip(chunk, results, strict=True):
+            yield (raw if isinstance(raw, bytes) else raw.original), result
 
 
 def _stable_hash(key: tuple) -> int:
@@ -56,22 +64,25 @@ def prepare_dataset(
     duration_tolerance: float = 0.1,
     duration_from_file: bool = False,
     max_rejected_fraction: float = 1.0,
+    form: str = "nemo",
+    recordings: str | None = None,
+    default_speaker: str | None = None,
     workers: int = 1,
 ) -> dict:
     """Validate and standardize `manifest`; write prepared records, rejects and stats atomically.
 
     Every input record ends in `prepared` or in `rejected_dir/<reason>.jsonl` (as
-    {"line", "reason", "detail", "original"}, "row" instead of "line" for a Parquet manifest), in
-    input order; stats record the counts, so that
+    {"line", "reason", "detail", "original"}, "row" instead of "line" for a Parquet manifest,
+    "supervision" for a lhotse one), in input order; stats record the counts, so that
     records_in == records_out + sum(rejected). Raises SharflowError if the audio root is missing
     or more than `max_rejected_fraction` of the lines are rejected. Returns the stats.
     """
-    _check_inputs(dataset, manifest, audio_root)
+    _check_inputs(dataset, manifest, audio_root, recordings)
     settings = CheckSettings(
-        dataset, audio_root, language, require_text, duration_tolerance, duration_from_file
+        dataset, audio_root, language, require_text, duration_tolerance, duration_from_file, default_speaker
     )
     workers = resolve_workers(workers)
-    source = ManifestFile(storage.local_file(manifest))
+    source = _source(form, manifest, recordings)
     log.info(
         "prepare %s: %s (%s, audio root %s) with %d worker(s)",
         dataset,
@@ -101,7 +112,13 @@ def prepare_dataset(
     return summary
 
 
-def _check_inputs(dataset: str, manifest: str, audio_root: str) -> None:
+def _source(form: str, manifest: str, recordings: str | None) -> ManifestFile | LhotseManifest:
+    if form == "lhotse":
+        return LhotseManifest(storage.local_file(manifest), recordings and storage.local_file(recordings))
+    return ManifestFile(storage.local_file(manifest))
+
+
+def _check_inputs(dataset: str, manifest: str, audio_root: str, recordings: str | None = None) -> None:
     if storage.is_url(audio_root):
         storage.split_url(audio_root)  # a scheme sharflow reads
         if not storage.bucket_exists(audio_root):
@@ -114,11 +131,11 @@ def _check_inputs(dataset: str, manifest: str, audio_root: str) -> None:
             f"dataset {dataset!r}: audio_root {audio_root!r} is not a folder; "
             f"fix datasets.{dataset}.audio_root in the config"
         )
-    if not (storage.exists(manifest) if storage.is_url(manifest) else Path(manifest).is_file()):
-        raise SharflowError(
-            f"dataset {dataset!r}: manifest {manifest!r} is not a file; "
-            f"fix datasets.{dataset}.manifest in the config"
-        )
+    for key, path in (("manifest", manifest), ("recordings", recordings)):
+        there = path is None or (storage.exists(path) if storage.is_url(path) else Path(path).is_file())
+        if not there:
+            fix = f"fix datasets.{dataset}.{key} in the config"
+            raise SharflowError(f"dataset {dataset!r}: {key} {path!r} is not a file; {fix}")
 
 
 class _Tally:

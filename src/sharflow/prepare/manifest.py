@@ -20,6 +20,10 @@ from sharflow.core.storage import StorageError
 REASONS: dict[str, str] = {
     "malformed_json": "the line is not valid UTF-8 JSON (or is blank)",
     "not_an_object": "the line is JSON but not an object",
+    "unsupported_cut": "a lhotse cut that is not a MonoCut over a recording, or holds no supervision",
+    "unsupported_source": "a lhotse recording whose audio is not one file or URL: a command (never run), "
+    "in-memory bytes, several sources, transforms",
+    "missing_recording": "a lhotse supervision whose recording_id is not in the recordings manifest",
     "missing_field": "a required field (audio_filepath, duration, text, speaker) is absent",
     "bad_type": "a field has the wrong type (e.g. duration given as a string)",
     "bad_duration": "duration is not a positive finite number, or offset is negative",
@@ -48,6 +52,7 @@ class CheckSettings:
     require_text: bool = True
     duration_tolerance: float = 0.1
     duration_from_file: bool = False
+    default_speaker: str | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +151,8 @@ def _parse(raw: bytes) -> dict | Rejected:
 
 def _check_fields(record: dict, settings: CheckSettings) -> _Fields | Rejected:
     """The record's required fields, typed and in range, and its standardized speaker."""
+    if settings.default_speaker is not None and record.get("speaker") is None:
+        record = {**record, "speaker": settings.default_speaker}
     required = ["audio_filepath", "duration", "speaker"] + (["text"] if settings.require_text else [])
     missing = [k for k in required if k not in record]
     if missing:

@@ -1,0 +1,386 @@
+"""Corpora as they ship (issue 47): lhotse manifests and recipes read by prepare, no conversion script.
+
+A lhotse corpus must prepare to exactly the records its NeMo manifest prepares to (every later stage
+reads only the prepared records, so the same records make the same Shar); what only a lhotse manifest
+can get wrong is a reject with its reason, naming the supervision; a recipe runs by name in the real
+workflow over a corpus folder in that recipe's layout.
+"""
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from lhotse import CutSet, Recording, RecordingSet, SupervisionSegment, SupervisionSet
+
+from sharflow.core.config import validate_config
+from sharflow.core.errors import SharflowError
+from sharflow.prepare.job import prepare_dataset
+from sharflow.prepare.lhotse_io import LhotseManifest, supervision_record
+from sharflow.prepare.recipe import run_recipe
+from testkit import DEMO, REPO, prepare_demo, read_jsonl, run_snakemake, write_jsonl, write_tone
+
+SCHEMA = REPO / "config" / "schema.yaml"
+
+
+def _prepare(tmp: Path, manifest, root=DEMO / "audio", **settings) -> tuple[list[str], dict, Path]:
+    out = tmp / "prepare"
+    stats = prepare_dataset(
+        str(manifest),
+        prepared=str(out / "prepared.jsonl"),
+        rejected_dir=str(out / "rejected"),
+        stats=str(out / "stats.json"),
+        dataset="demo",
+        audio_root=str(root),
+        workers=1,
+        **settings,
+    )
+    return (out / "prepared.jsonl").read_text().splitlines(), stats, out / "rejected"
+
+
+def _demo_as_lhotse(folder: Path) -> tuple[Path, Path, list[dict]]:
+    """The demo corpus as lhotse manifests, written by lhotse: one recording per file (read by lhotse
+    from the file; the demo's chapter file holds several segments), one supervision per NeMo record."""
+    records = read_jsonl(DEMO / "manifest.json")
+    files = dict.fromkeys(r["audio_filepath"] for r in records)
+    recordings = RecordingSet.from_recordings(
+        Recording.from_file(DEMO / "audio" / f, recording_id=f) for f in files
+    )
+    supervisions = SupervisionSet.from_segments(
+        SupervisionSegment(
+            id=f"sup-{i}",
+            recording_id=r["audio_filepath"],
+            start=r.get("offset", 0.0),
+            duration=r["duration"],
+            text=r["text"],
+            speaker=r["speaker"],
+            custom={
+                k: v
+                for k, v in r.items()
+                if k not in ("audio_filepath", "offset", "duration", "text", "speaker")
+            }
+            or None,
+        )
+        for i, r in enumerate(records)
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    recordings.to_file(folder / "recordings.jsonl.gz")
+    supervisions.to_file(folder / "supervisions.jsonl.gz")
+    return folder / "recordings.jsonl.gz", folder / "supervisions.jsonl.gz", records
+
+
+def test_lhotse_supervisions_and_cuts_prepare_to_the_nemo_manifests_records(tmp_path):
+    nemo = (prepare_demo(tmp_path / "nemo") / "prepared.jsonl").read_text().splitlines()
+    # what is compared carries information: every demo record, distinct texts, speakers and files
+    assert len(nemo) == len(read_jsonl(DEMO / "manifest.json")) > 20
+    assert len({json.loads(x)["text"] for x in nemo}) == len(nemo)
+    assert len({json.loads(x)["speaker"] for x in nemo}) >= 5
+    assert len({json.loads(x)["offset"] for x in nemo}) > 1  # segments of one file among whole files
+    recordings, supervisions, _ = _demo_as_lhotse(tmp_path / "lhotse")
+
+    lines, stats, _ = _prepare(tmp_path / "sups", supervisions, form="lhotse", recordings=str(recordings))
+    assert lines == nemo
+    assert stats["records_in"] == stats["records_out"] == len(nemo)
+
+    cuts = CutSet.from_manifests(
+        recordings=RecordingSet.from_file(recordings), supervisions=SupervisionSet.from_file(supervisions)
+    )
+    cuts.to_file(tmp_path / "cuts.jsonl.gz")
+    lines, stats, _ = _prepare(tmp_path / "cuts", tmp_path / "cuts.jsonl.gz", form="lhotse")
+    assert lines == nemo
+    assert stats["records_in"] == stats["records_out"] == len(nemo)
+
+
+def test_a_recording_with_several_supervisions_gives_one_record_each_with_its_offset(tmp_path):
+    path = DEMO / "audio" / "awb" / "awb_000.flac"
+    recording = Recording.from_file(path, recording_id="awb_000")
+    sups = [
+        SupervisionSegment("a", "awb_000", 0.0, 2.0, text="The birch canoe", speaker="awb", language="en"),
+        SupervisionSegment(
+            "b", "awb_000", 2.5, 1.5, text="slid on the planks", speaker="awb", custom={"emotion": "calm"}
+        ),
+    ]
+    cut = CutSet.from_manifests(RecordingSet.from_recordings([recording]), SupervisionSet.from_segments(sups))
+    cut.to_file(tmp_path / "cuts.jsonl.gz")
+    lines, stats, _ = _prepare(tmp_path, tmp_path / "cuts.jsonl.gz", form="lhotse")
+    records = [json.loads(x) for x in lines]
+    assert [(r["audio_filepath"], r["offset"], r["duration"]) for r in records] == [
+        ("awb/awb_000.flac", 0.0, 2.0),
+        ("awb/awb_000.flac", 2.5, 1.5),
+    ]
+    assert records[0]["lang"] == "en" and "lang" not in records[1]  # a language code is the record's lang
+    assert records[1]["emotion"] == "calm" and "emotion" not in records[0]  # custom fields ride along
+    assert stats["records_in"] == 2 == stats["records_out"]
+
+    # a truncated cut (start 1.0 into the recording) moves its supervisions with it
+    record = json.loads(supervision_record({"start": 0.5, "duration": 1.0}, recording.to_dict(), 1.0))
+    assert record["offset"] == 1.5
+
+
+def test_each_lhotse_refusal_is_a_reject_naming_the_supervision(tmp_path):
+    recording = Recording.from_file(DEMO / "audio" / "awb" / "awb_001.flac", recording_id="ok").to_dict()
+    command = {
+        **recording,
+        "id": "cmd",
+        "sources": [{"type": "command", "channels": [0], "source": "rm -rf /"}],
+    }
+    memory = {**recording, "id": "mem", "sources": [{"type": "memory", "channels": [0], "source": "AAAA"}]}
+    two = {**recording, "id": "two", "sources": [recording["sources"][0], recording["sources"][0]]}
+    speed = {**recording, "id": "speed", "transforms": [{"name": "Speed", "kwargs": {"factor": 1.1}}]}
+    escape = {
+        **recording,
+        "id": "escape",
+        "sources": [{"type": "file", "channels": [0], "source": "../../x.flac"}],
+    }
+    url = {
+        **recording,
+        "id": "url",
+        "sources": [{"type": "url", "channels": [0], "source": "s3://b/awb_001.flac"}],
+    }
+    write_jsonl(tmp_path / "recordings.jsonl", [recording, command, memory, two, speed, escape, url])
+    sup = {"start": 0.0, "duration": 2.635, "channel": 0, "text": "Glue the sheet.", "speaker": "awb"}
+    sups = [
+        {**sup, "id": "s-ok", "recording_id": "ok"},
+        {**sup, "id": "s-cmd", "recording_id": "cmd"},
+        {**sup, "id": "s-mem", "recording_id": "mem"},
+        {**sup, "id": "s-two", "recording_id": "two"},
+        {**sup, "id": "s-speed", "recording_id": "speed"},
+        {**sup, "id": "s-gone", "recording_id": "gone"},
+        {**sup, "id": "s-escape", "recording_id": "escape"},
+        "{not json",
+        {**sup, "id": "s-nospeaker", "recording_id": "ok", "speaker": None, "start": 0.5, "duration": 1.0},
+        {**sup, "id": "s-url", "recording_id": "url"},  # an s3:// source under a local audio root
+    ]
+    write_jsonl(tmp_path / "supervisions.jsonl", sups)
+    lines, stats, rejected = _prepare(
+        tmp_path,
+        tmp_path / "supervisions.jsonl",
+        form="lhotse",
+        recordings=str(tmp_path / "recordings.jsonl"),
+    )
+    assert [json.loads(x)["audio_filepath"] for x in lines] == ["awb/awb_001.flac"]
+    found = {
+        row["supervision"]: (reason.stem, row["detail"])
+        for reason in rejected.glob("*.jsonl")
+        for row in read_jsonl(reason)
+    }
+    assert {k: v[0] for k, v in found.items()} == {
+        2: "unsupported_source",
+        3: "unsupported_source",
+        4: "unsupported_source",
+        5: "unsupported_source",
+        6: "missing_recording",
+        7: "path_escapes_root",
+        8: "malformed_json",
+        9: "missing_field",
+        10: "path_escapes_root",
+    }
+    assert "'s-cmd'" in found[2][1] and "command" in found[2][1] and "runs no command" in found[2][1]
+    assert "'memory'" in found[3][1]
+    assert "2 sources" in found[4][1]
+    assert "Speed" in found[5][1]
+    assert "'s-gone'" in found[6][1] and "'gone'" in found[6][1] and "recordings.jsonl" in found[6][1]
+    assert "supervision line 8" in found[8][1]
+    assert "is a URL, outside the local audio root" in found[10][1]
+    assert stats["records_in"] == 10 == stats["records_out"] + stats["rejected_total"]
+    # the reject holds the supervision as lhotse wrote it
+    (row,) = read_jsonl(rejected / "missing_recording.jsonl")
+    assert json.loads(row["original"])["id"] == "s-gone"
+
+    # the same corpus as cuts: a cut that is no MonoCut, and one without supervisions, are refused
+    mono = {
+        "id": "c1",
+        "start": 0.0,
+        "duration": 2.635,
+        "channel": 0,
+        "recording": recording,
+        "type": "MonoCut",
+    }
+    cuts = [
+        {**mono, "supervisions": [{**sup, "id": "s1", "recording_id": "ok"}]},
+        {**mono, "id": "c2", "supervisions": []},
+        {"id": "c3", "type": "MixedCut", "tracks": []},
+        {
+            **mono,
+            "id": "c4",
+            "recording": command,
+            "supervisions": [{**sup, "id": "s4", "recording_id": "cmd"}],
+        },
+    ]
+    write_jsonl(tmp_path / "cuts" / "cuts.jsonl", cuts)
+    lines, stats, rejected = _prepare(tmp_path / "cuts", tmp_path / "cuts" / "cuts.jsonl", form="lhotse")
+    assert len(lines) == 1
+    reasons = {
+        row["supervision"]: (r.stem, row["detail"]) for r in rejected.glob("*.jsonl") for row in read_jsonl(r)
+    }
+    assert {k: v[0] for k, v in reasons.items()} == {
+        2: "unsupported_cut",
+        3: "unsupported_cut",
+        4: "unsupported_source",
+    }
+    assert "'c2' holds no supervision" in reasons[2][1] and "'c3' is a MixedCut" in reasons[3][1]
+    assert stats["records_in"] == 4 == stats["records_out"] + stats["rejected_total"]
+
+
+def test_a_bad_recordings_manifest_is_one_clear_error(tmp_path):
+    recording = Recording.from_file(DEMO / "audio" / "awb" / "awb_001.flac", recording_id="ok").to_dict()
+    write_jsonl(tmp_path / "sups.jsonl", [{"id": "s", "recording_id": "ok", "start": 0, "duration": 1.0}])
+    write_jsonl(tmp_path / "twice.jsonl", [recording, {"id": "other", "sources": []}, recording])
+    with pytest.raises(SharflowError, match=r"twice\.jsonl: recording 'ok' on line 1 and again on line 3"):
+        list(LhotseManifest(str(tmp_path / "sups.jsonl"), str(tmp_path / "twice.jsonl")).chunks())
+    (tmp_path / "broken.jsonl.gz").write_bytes(gzip.compress(b'{"id": "a"}\n')[:-9])
+    with pytest.raises(SharflowError, match=r"broken\.jsonl\.gz: not readable as gzip JSON lines"):
+        list(LhotseManifest(str(tmp_path / "sups.jsonl"), str(tmp_path / "broken.jsonl.gz")).chunks())
+
+
+def test_default_speaker_names_the_speaker_of_records_without_one(tmp_path):
+    record = read_jsonl(DEMO / "manifest.json")[0]
+    del record["speaker"]
+    write_jsonl(tmp_path / "m.json", [record, {**record, "speaker": None}])
+    lines, stats, _ = _prepare(tmp_path / "no", tmp_path / "m.json")
+    assert lines == [] and stats["rejected"] == {"missing_field": 1, "bad_speaker": 1}  # null: not an id
+    lines, stats, _ = _prepare(tmp_path / "yes", tmp_path / "m.json", default_speaker="lj")
+    assert [json.loads(x)["speaker"] for x in lines] == ["| Language:en Dataset:demo Speaker:lj |"]
+    assert stats["rejected"] == {
+        "duplicate": 1
+    }  # the second is the same file again: accepted, then a duplicate
+
+
+def _ljspeech_corpus(folder: Path) -> list[tuple[str, str, str]]:
+    rows = [
+        ("LJ001-0001", "Printing, in the only sense.", "Printing, in the only sense."),
+        (
+            "LJ001-0002",
+            "In being comparatively modern, 1 of 3.",
+            "In being comparatively modern, one of three.",
+        ),
+        ("LJ002-0001", "The old Newgate.", "The old Newgate."),
+    ]
+    for i, (name, _, _) in enumerate(rows):
+        write_tone(folder / "wavs" / f"{name}.wav", 1.0 + 0.25 * i, rate=22050)
+    (folder / "metadata.csv").write_text("".join(f"{a}|{b}|{c}\n" for a, b, c in rows))
+    return rows
+
+
+def test_a_lhotse_recipe_runs_by_name_as_the_first_job_of_the_workflow(tmp_path):
+    rows = _ljspeech_corpus(tmp_path / "LJSpeech-1.1")
+    config = validate_config(
+        {
+            "datasets": {
+                "lj": {
+                    "recipe": "ljspeech",
+                    "audio_root": str(tmp_path / "LJSpeech-1.1"),
+                    "default_speaker": "lj",
+                }
+            }
+        },
+        SCHEMA,
+    )
+    run_snakemake(tmp_path / "run", config, "results/lj/prepare/stats.json")
+    results = tmp_path / "run" / "results" / "lj"
+    recipe = json.loads((results / "recipe" / "stats.json").read_text())
+    assert (recipe["recipe"], recipe["recordings"], recipe["supervisions"]) == ("ljspeech", 3, 3)
+    records = read_jsonl(results / "prepare" / "prepared.jsonl")
+    assert [(r["audio_filepath"], r["text"], r["normalized_text"]) for r in records] == [
+        (f"wavs/{a}.wav", b, c) for a, b, c in rows
+    ]
+    assert {r["speaker"] for r in records} == {"| Language:en Dataset:lj Speaker:lj |"}
+    assert [r["duration"] for r in records] == [
+        1.0,
+        round(1.25 * 22050) / 22050,
+        1.5,
+    ]  # the file's exact length
+    assert all("offset" in r and r["offset"] == 0 for r in records)
+    # the recipe's manifests are byte-identical when run again (no time stamp in the gzip)
+    again = run_recipe(
+        "ljspeech",
+        str(tmp_path / "LJSpeech-1.1"),
+        recordings=str(tmp_path / "r.jsonl.gz"),
+        supervisions=str(tmp_path / "s.jsonl.gz"),
+        stats=str(tmp_path / "stats.json"),
+        dataset="lj",
+    )
+    assert again["supervisions"] == 3
+    assert (tmp_path / "s.jsonl.gz").read_bytes() == (
+        results / "recipe" / "supervisions.jsonl.gz"
+    ).read_bytes()
+
+
+def _libritts_part(corpus: Path, part: str, speaker: str, texts: list[str]) -> None:
+    chapter = corpus / part / speaker / "1000"
+    ids = [f"{speaker}_1000_{i:06d}_000000" for i in range(len(texts))]
+    for i, utt in enumerate(ids):
+        write_tone(chapter / f"{utt}.wav", 0.5 + 0.1 * i, rate=24000)
+    (chapter / f"{speaker}_1000.trans.tsv").write_text(
+        "".join(f"{u}\t{t}\t{t}\n" for u, t in zip(ids, texts, strict=True))
+    )
+    (chapter / f"{speaker}_1000.book.tsv").write_text("".join(f"{u}\tx\tx\t20.5\n" for u in ids))
+
+
+def test_recipe_options_reach_the_recipe_and_parts_come_in_sorted_order(tmp_path):
+    corpus = tmp_path / "LibriTTS_R"
+    _libritts_part(corpus, "test-clean", "121", ["Test one.", "Test two."])
+    _libritts_part(corpus, "dev-clean", "84", ["Dev one.", "Dev two.", "Dev three."])
+    files = {k: str(tmp_path / f"{k}.jsonl.gz") for k in ("recordings", "supervisions", "stats")}
+
+    def supervisions(**options):
+        stats = run_recipe("libritts_r", str(corpus), dataset="r", options=options, **files)
+        return stats["parts"], [(s["speaker"], s["text"]) for s in read_jsonl_gz(files["supervisions"])]
+
+    parts, sups = supervisions(dataset_parts=["test-clean", "dev-clean"])
+    assert parts == ["dev-clean", "test-clean"]
+    assert sups == [
+        ("84", "Dev one."),
+        ("84", "Dev two."),
+        ("84", "Dev three."),
+        ("121", "Test one."),
+        ("121", "Test two."),
+    ]
+    assert supervisions(dataset_parts=["test-clean"]) == (["test-clean"], sups[3:])
+
+
+def read_jsonl_gz(path) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_a_recipe_names_what_is_wrong(tmp_path):
+    corpus = tmp_path / "LJSpeech-1.1"
+    _ljspeech_corpus(corpus)
+    files = {k: str(tmp_path / f"{k}.x") for k in ("recordings", "supervisions", "stats")}
+    with pytest.raises(SharflowError, match=r"recipe 'ljspeeh' is not one of lhotse's recipes.*ljspeech"):
+        run_recipe("ljspeeh", str(corpus), dataset="lj", **files)
+    with pytest.raises(SharflowError, match=r"recipe_options names 'mic_id'.*prepare_ljspeech does not take"):
+        run_recipe("ljspeech", str(corpus), dataset="lj", options={"mic_id": "mic1"}, **files)
+    with pytest.raises(SharflowError, match=r"recipe_options names 'output_dir'"):
+        run_recipe("ljspeech", str(corpus), dataset="lj", options={"output_dir": "/etc"}, **files)
+    with pytest.raises(SharflowError, match=r"prepare_ljspeech failed over .*metadata\.csv"):
+        run_recipe("ljspeech", str(tmp_path), dataset="lj", **files)
+    assert not any(Path(p).exists() for p in files.values())
+
+
+@pytest.mark.parametrize(
+    "dataset, problem",
+    [
+        ({"audio_root": "a"}, "datasets.x: give exactly one of manifest or recipe"),
+        (
+            {"audio_root": "a", "manifest": "m", "recipe": "vctk"},
+            "datasets.x: give exactly one of manifest or recipe",
+        ),
+        (
+            {"audio_root": "a", "manifest": "m", "recordings": "r"},
+            "datasets.x.recordings: only with format lhotse",
+        ),
+        (
+            {"audio_root": "a", "recipe": "vctk", "format": "lhotse", "recordings": "r"},
+            "datasets.x.recordings",
+        ),
+        (
+            {"audio_root": "a", "manifest": "m", "recipe_options": {"mic_id": "x"}},
+            "recipe_options: only with a recipe",
+        ),
+    ],
+)
+def test_the_config_says_which_corpus_keys_go_together(dataset, problem):
+    with pytest.raises(SharflowError, match=problem.replace(".", r"\.")):
+        validate_config({"datasets": {"x": dataset}}, SCHEMA)

@@ -1,0 +1,14 @@
+"""Snakemake adapter of a lhotse recipe dataset's first job: sharflow.prepare.recipe.run_recipe."""
+
+from sharflow.core.logs import job_log
+from sharflow.prepare.recipe import run_recipe
+
+if __name__ == "__main__":
+    with job_log(snakemake.log[0]):
+        run_recipe(
+            recordings=snakemake.output.recordings,
+            supervisions=snakemake.output.supervisions,
+            stats=snakemake.output.stats,
+            workers=snakemake.threads,
+            **snakemake.params.settings,
+        )
