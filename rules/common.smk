@@ -14,6 +14,7 @@ from sharflow.core.errors import SharflowError
 from sharflow.core.parallel import resolve_workers
 from sharflow.core.ranks import host_shows_gpu
 from sharflow.core.splits import HELD_OUT, SplitRules
+from sharflow.prepare.webdataset_io import expand_shards
 from sharflow.text.normalizer import normalizer_key
 
 try:
@@ -157,7 +158,10 @@ def dataset_inputs(dataset):
 
 
 def get_manifest(wildcards):
-    """The prepare job's inputs: local manifests (Snakemake watches their times); none for a URL."""
+    """The prepare job's inputs: local manifests or tars (Snakemake watches their times); none for a URL."""
+    ds = config["datasets"][wildcards.dataset]
+    if ds["format"] == "webdataset":  # a new tar is a grown corpus: prepare runs again
+        return expand_shards(ds["manifest"], ds["audio_root"])
     return [p for p in dataset_inputs(wildcards.dataset).values() if p is not None and not storage.is_url(p)]
 
 
@@ -180,6 +184,8 @@ def get_prepare_settings(wildcards):
         "form": "lhotse" if ds["recipe"] is not None else ds["format"],
         "recordings": inputs["recordings"],
         "default_speaker": ds["default_speaker"],
+        "fields": ds["fields"] or None,
+        "extra_fields": ds["extra_fields"],
     }
     return {
         "dataset": wildcards.dataset,

@@ -6,19 +6,39 @@ can get wrong is a reject with its reason, naming the supervision; a recipe runs
 workflow over a corpus folder in that recipe's layout.
 """
 
+import glob
 import gzip
+import io
 import json
+import os
+import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from lhotse import CutSet, Recording, RecordingSet, SupervisionSegment, SupervisionSet
 
+from sharflow.core import containers
+from sharflow.core.audio import probe_audio, read_span, resolve_audio_path
 from sharflow.core.config import validate_config
 from sharflow.core.errors import SharflowError
 from sharflow.prepare.job import prepare_dataset
 from sharflow.prepare.lhotse_io import LhotseManifest, supervision_record
 from sharflow.prepare.recipe import run_recipe
-from testkit import DEMO, REPO, prepare_demo, read_jsonl, run_snakemake, write_jsonl, write_tone
+from sharflow.shar.audio import EncodeSettings, copy_through
+from sharflow.shar.plan import recording_id
+from testkit import (
+    DEMO,
+    FIELDS,
+    REPO,
+    demo_config,
+    magpie_dataset,
+    prepare_demo,
+    read_jsonl,
+    run_snakemake,
+    write_jsonl,
+    write_tone,
+)
 
 SCHEMA = REPO / "config" / "schema.yaml"
 
@@ -384,3 +404,233 @@ def test_a_recipe_names_what_is_wrong(tmp_path):
 def test_the_config_says_which_corpus_keys_go_together(dataset, problem):
     with pytest.raises(SharflowError, match=problem.replace(".", r"\.")):
         validate_config({"datasets": {"x": dataset}}, SCHEMA)
+
+
+# ---- WebDataset tars ---------------------------------------------------------------------------
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def _demo_as_webdataset(folder: Path, n_tars: int = 3, speakers=None) -> tuple[list[Path], list[dict]]:
+    """The demo's whole-file records as Emilia ships a corpus: tars of `<key>.flac` + `<key>.json`
+    (id, text, duration, speaker, language, dnsmos), the key the file's path without its extension."""
+    records = [r for r in read_jsonl(DEMO / "manifest.json") if "offset" not in r]
+    records = [r for r in records if speakers is None or r["speaker"] in speakers]
+    per_tar = -(-len(records) // n_tars)
+    tars = []
+    for n in range(0, len(records), per_tar):
+        tars.append(folder / f"EN-B{n // per_tar:06d}.tar")
+        tars[-1].parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(tars[-1], "w", format=tarfile.USTAR_FORMAT) as tar:
+            for i, r in enumerate(records[n : n + per_tar], start=n):
+                key = r["audio_filepath"].rsplit(".", 1)[0]
+                meta = {"id": key, "text": r["text"], "duration": r["duration"], "speaker": r["speaker"]}
+                meta |= {"language": "en", "dnsmos": 3.0 + i / 100}
+                _add(tar, f"{key}.json", json.dumps(meta).encode())
+                _add(tar, f"{key}.flac", (DEMO / "audio" / r["audio_filepath"]).read_bytes())
+    return tars, records
+
+
+def test_webdataset_tars_prepare_like_the_manifest_and_every_stage_reads_the_audio_inside(tmp_path):
+    tars, records = _demo_as_webdataset(tmp_path / "emilia" / "EN")
+    write_jsonl(tmp_path / "loose.json", records)
+    nemo = [json.loads(x) for x in _prepare(tmp_path / "nemo", tmp_path / "loose.json")[0]]
+    assert len(tars) == 3 and len(nemo) == len(records) > 20
+
+    lines, stats, _ = _prepare(
+        tmp_path / "wds",
+        "EN-B{000000..000002}.tar",
+        root=tmp_path / "emilia" / "EN",
+        form="webdataset",
+        extra_fields=["dnsmos"],
+    )
+    got = [json.loads(x) for x in lines]
+    assert stats["records_in"] == stats["records_out"] == len(records)
+    # the same records but where the audio lies, the language code as lang, and dnsmos riding along
+    assert [r["audio_filepath"] for r in got] == [
+        f"EN-B{i // -(-len(records) // 3):06d}.tar#{r['audio_filepath']}" for i, r in enumerate(records)
+    ]
+    assert [r["dnsmos"] for r in got] == [3.0 + i / 100 for i in range(len(records))]
+    assert {r["lang"] for r in got} == {"en"}
+    drop = ("audio_filepath", "dnsmos", "lang")
+    assert [{k: v for k, v in r.items() if k not in drop} for r in got] == [
+        {k: v for k, v in r.items() if k != "audio_filepath"} for r in nemo
+    ]
+    # a folder of tars reads the same; all of the JSON rides along without extra_fields
+    lines, _, _ = _prepare(
+        tmp_path / "folder", tmp_path / "emilia", root=tmp_path / "emilia", form="webdataset"
+    )
+    assert [json.loads(x)["audio_filepath"] for x in lines] == [f"EN/{r['audio_filepath']}" for r in got]
+    assert {tuple(sorted(json.loads(x))) for x in lines} == {
+        ("audio_filepath", "dnsmos", "duration", "id", "lang", "offset", "source_audio", "speaker", "text")
+    }
+
+    # every reading of audio finds the same bytes and samples inside the tar as in the loose file
+    root = str(tmp_path / "emilia" / "EN")
+    for w, n in zip(got[::7], nemo[::7], strict=True):
+        inside, _ = resolve_audio_path(root, w["audio_filepath"])
+        loose = str(DEMO / "audio" / n["audio_filepath"])
+        assert probe_audio(inside) == probe_audio(loose)
+        for offset, duration in ((0.0, w["duration"]), (0.5, 1.0)):
+            a, b = read_span(inside, offset, duration), read_span(loose, offset, duration)
+            assert np.array_equal(a[0], b[0]) and a[1:] == b[1:] and np.abs(a[0]).max() > 0
+        assert containers.size(inside) == os.path.getsize(loose)
+        assert containers.stamp(inside)[0] == os.path.getsize(loose)
+        assert recording_id(w["audio_filepath"]) == recording_id(n["audio_filepath"])
+        settings = EncodeSettings(audio_root=root)
+        assert copy_through(inside, 0.0, w["duration"], settings) == copy_through(
+            loose, 0.0, w["duration"], settings
+        )
+    assert not containers.exists(f"{tars[0]}#nothing.flac") and containers.exists(
+        f"{tars[0]}#{records[0]['audio_filepath']}"
+    )
+
+
+def test_each_webdataset_fault_is_a_reject_naming_the_tar_and_sample(tmp_path):
+    flac = (DEMO / "audio" / "awb" / "awb_001.flac").read_bytes()
+    meta = json.dumps({"text": "Glue the sheet.", "duration": 2.635, "speaker": "awb"}).encode()
+    tars = tmp_path / "tars"
+    tars.mkdir()
+    with tarfile.open(tars / "a.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in [
+            ("ok.json", meta),
+            ("ok.flac", flac),
+            ("nojson.flac", flac),
+            ("noaudio.json", meta),
+            ("badjson.json", b"{not json"),
+            ("badjson.flac", flac),
+            ("noise.json", meta),
+            ("noise.flac", b"not audio at all" * 100),
+            ("../up.json", meta),
+            ("../up.flac", flac),
+        ]:
+            _add(tar, name, data)
+    with tarfile.open(tars / "b.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in [("ok.json", meta), ("ok.flac", flac), ("last.json", meta), ("last.flac", flac)]:
+            _add(tar, name, data)  # ok: the key of a.tar again
+    whole = (tars / "b.tar").read_bytes()
+    cut = whole.rindex(b"fLaC") + 1000  # inside last.flac
+    (tars / "b.tar").write_bytes(whole[:cut])
+    lines, stats, rejected = _prepare(tmp_path / "out", tars, root=tmp_path, form="webdataset")
+    assert [json.loads(x)["audio_filepath"] for x in lines] == ["tars/a.tar#ok.flac"]
+    found = {
+        row["sample"]: (r.stem, row["detail"]) for r in rejected.glob("*.jsonl") for row in read_jsonl(r)
+    }
+    assert {k: v[0] for k, v in found.items()} == {
+        2: "missing_metadata",
+        3: "missing_audio",
+        4: "malformed_json",
+        5: "unreadable_audio",
+        6: "path_escapes_root",
+        7: "duplicate_key",
+        8: "truncated_container",
+    }
+    a, b = str(tars / "a.tar"), str(tars / "b.tar")
+    assert f"{a}, sample 'nojson': audio member nojson.flac has no .json" in found[2][1]
+    assert f"{a}, sample 'noaudio': noaudio.json has no audio member" in found[3][1]
+    assert f"{a}, sample 'badjson': badjson.json:" in found[4][1]
+    assert "a.tar#noise.flac" in found[5][1]
+    assert f"{a}, sample '../up'" in found[6][1]
+    assert f"{b}, sample 'ok': the key is in {a} already" in found[7][1]
+    assert f"{b}, sample 'last': the tar ends inside last.flac" in found[8][1]
+    assert stats["records_in"] == 8 == stats["records_out"] + stats["rejected_total"]
+
+
+def test_a_webdataset_field_mapping_names_the_fields_and_what_rides_along(tmp_path):
+    flac = (DEMO / "audio" / "awb" / "awb_001.flac").read_bytes()
+    meta = {
+        "transcript": "Glue the sheet.",
+        "secs": 2.635,
+        "spk": "awb",
+        "lang_code": "en",
+        "snr": 31.0,
+        "x": 1,
+    }
+    with tarfile.open(tmp_path / "s.tar", "w") as tar:
+        _add(tar, "k.json", json.dumps(meta).encode())
+        _add(tar, "k.flac", flac)
+    fields = {"text": "transcript", "duration": "secs", "speaker": "spk", "language": "lang_code"}
+    lines, _, _ = _prepare(tmp_path / "a", "s.tar", root=tmp_path, form="webdataset", fields=fields)
+    (record,) = [json.loads(x) for x in lines]
+    assert (record["text"], record["duration"], record["lang"]) == ("Glue the sheet.", 2.635, "en")
+    assert record["speaker"] == "| Language:en Dataset:demo Speaker:awb |"
+    assert (record["snr"], record["x"]) == (31.0, 1) and "transcript" not in record and "spk" not in record
+    lines, _, _ = _prepare(
+        tmp_path / "b", "s.tar", root=tmp_path, form="webdataset", fields=fields, extra_fields=["snr"]
+    )
+    (record,) = [json.loads(x) for x in lines]
+    assert record["snr"] == 31.0 and "x" not in record
+    _, stats, _ = _prepare(
+        tmp_path / "c", "s.tar", root=tmp_path, form="webdataset"
+    )  # Emilia's names: absent
+    assert stats["rejected"] == {"missing_field": 1}
+
+
+def test_a_webdataset_corpus_runs_the_workflow_to_the_same_shar_as_its_manifest(tmp_path):
+    """One workflow over the same clips twice: `loose` (a NeMo manifest over files) and `wds` (Emilia's
+    form, the audio inside the tars). The Shar sets hold the same cuts and the same decoded audio,
+    NeMo's MagpieTTS dataset reads the tar-born one. (Each clip keeps its cut id in both forms.)"""
+    chosen = ("awb", "rms", "slt")
+    _, records = _demo_as_webdataset(tmp_path / "wds", n_tars=2, speakers=chosen)
+    write_jsonl(tmp_path / "loose.json", records)
+    config = demo_config(quality={"parts": 1}, context={"parts": 1})
+    config["datasets"] = {
+        "loose": {"manifest": str(tmp_path / "loose.json"), "audio_root": str(DEMO / "audio")},
+        "wds": {
+            "format": "webdataset",
+            "manifest": "EN-B{000000..000001}.tar",
+            "audio_root": str(tmp_path / "wds"),
+            "extra_fields": ["dnsmos"],
+        },
+    }
+    run_snakemake(tmp_path / "run", config)
+    results = tmp_path / "run" / "results"
+    shar = {}
+    for name in ("loose", "wds"):
+        fields = {f: sorted(glob.glob(str(results / name / "shar" / f / "*"))) for f in FIELDS}
+        shar[name] = {c.id: c for c in CutSet.from_shar(fields=fields)}
+    loose, wds = shar["loose"], shar["wds"]
+    speakers = {c.supervisions[0].speaker.split("Speaker:")[1].strip(" |") for c in wds.values()}
+    assert len(wds) > 10 and speakers == set(chosen)  # what is compared: many cuts, every chosen voice
+    assert sorted(loose) == sorted(wds)
+    for cid, cut in wds.items():
+        other = loose[cid]
+        assert (cut.supervisions[0].text, cut.duration) == (other.supervisions[0].text, other.duration)
+        assert cut.supervisions[0].custom["dnsmos"] >= 3.0
+        assert np.array_equal(cut.target_audio.load_audio(), other.target_audio.load_audio())
+        assert np.array_equal(cut.context_audio.load_audio(), other.context_audio.load_audio())
+
+    dataset = magpie_dataset(load_16khz_audio=True)
+    codes = {
+        f: sorted(glob.glob(str(results / "wds" / "shar" / "codes_tiny_nemo" / f / "*")))
+        for f in ("target_codes", "context_codes")
+    }
+    fields = {f: sorted(glob.glob(str(results / "wds" / "shar" / f / "*"))) for f in FIELDS} | codes
+    batch = dataset[CutSet(list(CutSet.from_shar(fields=fields))[:4])]
+    assert batch["audio_codes"].shape[:2] == (4, 8) and batch["context_audio_codes"].shape[:2] == (4, 8)
+
+
+def test_a_members_stamp_changes_with_its_tar_and_its_place_and_not_with_its_neighbours(tmp_path):
+    """What reused quality measures and identity fingerprints are keyed by, for audio inside a tar."""
+    flac = (DEMO / "audio" / "awb" / "awb_001.flac").read_bytes()
+
+    def write(members, ns):
+        with tarfile.open(tmp_path / "s.tar", "w", format=tarfile.USTAR_FORMAT) as tar:
+            for name, data in members:
+                _add(tar, name, data)
+        os.utime(tmp_path / "s.tar", ns=(ns, ns))
+
+    member = f"{tmp_path / 's.tar'}#k.flac"
+    write([("j.json", b"{}"), ("k.flac", flac)], 10**18)
+    first = containers.stamp(member)
+    assert first[0] == len(flac) and containers.stamp(member) == first
+    write([("j.json", b"{}"), ("k.flac", flac[:-1] + b"\0")], 2 * 10**18)  # same size, tar rewritten
+    assert containers.stamp(member) != first
+    write([("j.json", b"{}"), ("k.flac", flac[:-1] + b"\0")], 10**18)  # the same time again: the same
+    assert containers.stamp(member) == first
+    write([("j.json", b'{"a": 1}' + b" " * 600), ("k.flac", flac)], 3 * 10**18)  # moved by a neighbour
+    assert containers.stamp(member)[1][-1] == first[1][-1] + 512 and containers.stamp(member)[0] == len(flac)

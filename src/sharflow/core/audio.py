@@ -9,7 +9,7 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from sharflow.core import storage
+from sharflow.core import containers, storage
 
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)  # the sample rates an opus stream may have
 _EXACT_INT16 = {"PCM_16", "PCM_S8", "PCM_U8"}  # subtypes whose samples int16 holds exactly
@@ -39,8 +39,13 @@ def resolve_audio_path(audio_root: str, path: str) -> tuple[str, str]:
     from the root; absolute ones must already lie under it. The check is lexical (after `..` is
     folded), so a root that is itself a symlink, or holds symlinked sub-folders, still works,
     while `../x` or `/etc/x` is refused with PathEscapeError. A URL root (`s3://bucket/audio`) takes
-    paths relative to it or URLs under it, folded the same way (sharflow.core.storage).
+    paths relative to it or URLs under it, folded the same way (sharflow.core.storage). A member's
+    address (`shard.tar#key.mp3`, sharflow.core.containers) resolves its container so.
     """
+    container, member = containers.split_member(path)
+    if member is not None:  # a member inside a container (sharflow.core.containers): the container's place
+        full, rel = resolve_audio_path(audio_root, container)
+        return containers.address(full, member), containers.address(rel, member)
     if storage.is_url(audio_root):
         return _resolve_url(audio_root, path)
     prefix = _root_prefix(audio_root)
@@ -67,8 +72,9 @@ def _root_prefix(audio_root: str) -> str:
 
 
 def probe_audio(path: str) -> AudioInfo:
-    """Read the header of an audio file or object (no samples are decoded)."""
-    info = sf.info(storage.local_file(path))
+    """Read the header of an audio file, object or container member (no samples are decoded)."""
+    with containers.open_audio(path) as raw:
+        info = sf.info(raw)
     return AudioInfo(int(info.samplerate), int(info.frames), int(info.channels))
 
 
@@ -88,7 +94,7 @@ def read_span(
     else (or with `floats`) float32 in [-1, 1]. With `sample_rate`, the span is resampled (soxr HQ)
     and trimmed/padded to lhotse's count. Raises ValueError for a span of no samples.
     """
-    with sf.SoundFile(storage.local_file(path)) as f:
+    with containers.open_audio(path) as raw, sf.SoundFile(raw) as f:
         rate = f.samplerate
         exact = not floats and f.subtype in _EXACT_INT16 and (not sample_rate or sample_rate == rate)
         start, n = compute_num_samples(offset, rate), compute_num_samples(duration, rate)

@@ -35,7 +35,11 @@ REUSES: tuple[Reuse, ...] = (
     Reuse(
         "quality measures",
         "a record's metrics line from the last run of the quality stage (DNSMOS, VAD, signal, ASR)",
-        ("sharflow.quality.reuse.record_key", "sharflow.quality.reuse.measure_digest"),
+        (
+            "sharflow.quality.reuse.record_key",
+            "sharflow.quality.reuse.measure_digest",
+            "sharflow.core.containers.stamp",  # a tar member's: its tar's size and mtime, its offset there
+        ),
         (
             "audio_filepath",
             "offset",
@@ -55,7 +59,11 @@ REUSES: tuple[Reuse, ...] = (
     Reuse(
         "identity fingerprints and voices",
         "a record's content fingerprint, sample digest and voice embedding from the last identity run",
-        ("sharflow.identity.part.entry_key", "sharflow.identity.part.measure_signature"),
+        (
+            "sharflow.identity.part.entry_key",
+            "sharflow.identity.part.measure_signature",
+            "sharflow.core.containers.stamp",
+        ),
         (
             "audio_filepath",
             "offset",

@@ -23,7 +23,7 @@ import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sharflow.core import storage
+from sharflow.core import containers
 from sharflow.core.errors import SharflowError
 
 TRAIN = "train"
@@ -51,7 +51,7 @@ def unit_hash(seed: int, kind: str, key: str) -> float:
 @functools.lru_cache(maxsize=65536)
 def _file_size(path: str) -> int:
     """A file's size, stat'ed once for the many utterances of one long file (bounded cache)."""
-    return storage.size(path)
+    return containers.size(path)
 
 
 def speaker_identity(dataset: str, speaker: str, own_ids: bool) -> str:

@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from sharflow.core import storage
+from sharflow.core import containers
 from sharflow.core.atomic import atomic_file, atomic_path, write_json
 from sharflow.core.audio import load_span, resample, resolve_audio_path
 from sharflow.core.cache import file_identity, package_versions
@@ -189,7 +189,7 @@ def measure_signature(voices: "VoiceEmbedding | None") -> str:
 
 def entry_key(record: dict, stamp: list, signature: str) -> str:
     """The key of what one entry measured: the record's span, its audio file's [size, version]
-    (storage.stamp) and the run's measure_signature. Not its line, text or speaker: those are read
+    (containers.stamp) and the run's measure_signature. Not its line, text or speaker: those are read
     afresh every run."""
     span = f"{record['audio_filepath']}|{record['offset']}|{record['duration']}"
     text = f"{span}|{stamp[0]}|{stamp[1]}|{signature}"
@@ -221,7 +221,7 @@ class _Earlier:
         record = json.loads(raw)
         try:
             path, _ = resolve_audio_path(audio_root, record["audio_filepath"])
-            size, version = storage.stamp(path)
+            size, version = containers.stamp(path)
         except (OSError, SharflowError):
             return None, None  # measuring says what is wrong with it
         key = entry_key(record, [size, version], signature)

@@ -1,7 +1,8 @@
 """The prepare stage: a raw manifest in, prepared records + per-reason rejects + stats out.
 
 The manifest is NeMo JSON lines, gzipped JSON lines or Parquet (sharflow.prepare.manifest_io), or
-lhotse's cuts, or supervisions over recordings (sharflow.prepare.lhotse_io). Records
+lhotse's cuts, or supervisions over recordings (sharflow.prepare.lhotse_io), or WebDataset tars
+(sharflow.prepare.webdataset_io). Records
 stream through in chunks; with several workers, chunks are checked in worker processes
 and their results consumed in input order, so outputs are byte-identical for any worker count.
 Memory is bounded by the chunks in flight plus one small key per accepted record (duplicates).
@@ -25,6 +26,7 @@ from sharflow.core.speakers import parse_speaker
 from sharflow.prepare.lhotse_io import LhotseManifest, Refused
 from sharflow.prepare.manifest import REASONS, Accepted, CheckSettings, Rejected, check_line
 from sharflow.prepare.manifest_io import ManifestFile
+from sharflow.prepare.webdataset_io import Mapping, WebDatasetShards, expand_shards
 
 log = logging.getLogger(__name__)
 
@@ -67,22 +69,26 @@ def prepare_dataset(
     form: str = "nemo",
     recordings: str | None = None,
     default_speaker: str | None = None,
+    fields: dict | None = None,
+    extra_fields: list | None = None,
     workers: int = 1,
 ) -> dict:
     """Validate and standardize `manifest`; write prepared records, rejects and stats atomically.
 
     Every input record ends in `prepared` or in `rejected_dir/<reason>.jsonl` (as
     {"line", "reason", "detail", "original"}, "row" instead of "line" for a Parquet manifest,
-    "supervision" for a lhotse one), in input order; stats record the counts, so that
+    "supervision" for a lhotse one, "sample" for WebDataset tars), in input order; stats record
+    the counts, so that
     records_in == records_out + sum(rejected). Raises SharflowError if the audio root is missing
     or more than `max_rejected_fraction` of the lines are rejected. Returns the stats.
     """
-    _check_inputs(dataset, manifest, audio_root, recordings)
+    _check_inputs(dataset, None if form == "webdataset" else manifest, audio_root, recordings)
     settings = CheckSettings(
         dataset, audio_root, language, require_text, duration_tolerance, duration_from_file, default_speaker
     )
     workers = resolve_workers(workers)
-    source = _source(form, manifest, recordings)
+    mapping = Mapping(fields or {}, None if extra_fields is None else tuple(extra_fields))
+    source = _source(form, manifest, recordings, audio_root, mapping)
     log.info(
         "prepare %s: %s (%s, audio root %s) with %d worker(s)",
         dataset,
@@ -112,13 +118,20 @@ def prepare_dataset(
     return summary
 
 
-def _source(form: str, manifest: str, recordings: str | None) -> ManifestFile | LhotseManifest:
+def _source(form: str, manifest: str, recordings: str | None, audio_root: str, mapping: Mapping):
+    if form == "webdataset":
+        tars = expand_shards(manifest, audio_root)
+        if not tars:
+            raise SharflowError(
+                f"manifest {manifest!r}: no WebDataset tar there; fix datasets.<name>.manifest"
+            )
+        return WebDatasetShards(tuple(tars), mapping)
     if form == "lhotse":
         return LhotseManifest(storage.local_file(manifest), recordings and storage.local_file(recordings))
     return ManifestFile(storage.local_file(manifest))
 
 
-def _check_inputs(dataset: str, manifest: str, audio_root: str, recordings: str | None = None) -> None:
+def _check_inputs(dataset: str, manifest: str | None, audio_root: str, recordings: str | None = None) -> None:
     if storage.is_url(audio_root):
         storage.split_url(audio_root)  # a scheme sharflow reads
         if not storage.bucket_exists(audio_root):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from sharflow.core import storage
+from sharflow.core import containers
 from sharflow.core.audio import AudioInfo, PathEscapeError, probe_audio, resolve_audio_path
 from sharflow.core.speakers import SpeakerFormatError, standardize_speaker
 from sharflow.core.storage import StorageError
@@ -24,13 +24,16 @@ REASONS: dict[str, str] = {
     "unsupported_source": "a lhotse recording whose audio is not one file or URL: a command (never run), "
     "in-memory bytes, several sources, transforms",
     "missing_recording": "a lhotse supervision whose recording_id is not in the recordings manifest",
+    "missing_metadata": "a WebDataset sample with audio but no .json member",
+    "duplicate_key": "a WebDataset sample whose key an earlier sample of the dataset has (in any tar)",
+    "truncated_container": "a WebDataset tar that ends inside this sample (the rest of the tar is missing)",
     "missing_field": "a required field (audio_filepath, duration, text, speaker) is absent",
     "bad_type": "a field has the wrong type (e.g. duration given as a string)",
     "bad_duration": "duration is not a positive finite number, or offset is negative",
     "empty_text": "text is empty or only whitespace (datasets with require_text: true)",
     "bad_speaker": "speaker is neither a plain id nor '| Language:x Dataset:y Speaker:z |'",
     "path_escapes_root": "audio_filepath leaves the dataset's audio_root (../, absolute paths elsewhere)",
-    "missing_audio": "the audio file does not exist",
+    "missing_audio": "the audio file does not exist (a WebDataset sample: its JSON has no audio member)",
     "unreadable_audio": "the audio file's header cannot be read (corrupt or unknown format)",
     "zero_length_audio": "the audio file holds no samples",
     "duration_mismatch": "a whole-file record (no offset) whose duration differs from the file's, or a "
@@ -194,7 +197,7 @@ def _check_audio(
     except StorageError:
         raise  # the store, not the record: one error for the job
     except Exception as e:  # libsndfile reports missing, corrupt and unknown files alike
-        if not storage.exists(full):
+        if not containers.exists(full):
             return Rejected("missing_audio", f"no file at {full}", duration)
         return Rejected("unreadable_audio", f"{full}: {e}", duration)
     if info.num_samples == 0:

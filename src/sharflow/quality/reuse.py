@@ -21,7 +21,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 
-from sharflow.core import storage
+from sharflow.core import containers
 from sharflow.core.cache import file_identity, package_versions
 from sharflow.core.metrics import TEXT_METRICS
 from sharflow.quality.text import reference_text
@@ -65,7 +65,7 @@ def record_key(record: dict, path: str, digest: str) -> str:
     """The key of one record's measures: its span, its file's size and time, the text its speaking
     rate and error rates are computed from, and the run's digest."""
     try:
-        stamp = storage.stamp(path)
+        stamp = containers.stamp(path)
     except OSError:
         stamp = None  # unreadable: measured (and rejected) again next time
     what = [

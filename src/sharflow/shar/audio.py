@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import soundfile as sf
 
-from sharflow.core import storage
+from sharflow.core import containers
 from sharflow.core.audio import compute_num_samples, read_span, resolve_audio_path
 from sharflow.shar.headers import STRIP
 
@@ -111,9 +111,9 @@ def copy_through(path: str, offset: float, duration: float, settings: EncodeSett
     """
     if not settings.copy_through or settings.audio_format not in STRIP or offset != 0:
         return None
-    if storage.size(path) > duration * _MAX_PCM16_BYTES_PER_SECOND + _MAX_METADATA_BYTES:
+    if containers.size(path) > duration * _MAX_PCM16_BYTES_PER_SECOND + _MAX_METADATA_BYTES:
         return None  # too big to be this span alone (the first segment of a long file): do not read it all
-    with open(storage.local_file(path), "rb") as f:
+    with containers.open_audio(path) as f:
         audio = STRIP[settings.audio_format](f.read())
     if (
         audio is None

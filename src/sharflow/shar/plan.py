@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from sharflow.core.atomic import atomic_file, read_json, write_json
+from sharflow.core.containers import split_member
 from sharflow.core.errors import SharflowError
 from sharflow.core.jobs import plan_jobs, planned_jobs
 from sharflow.core.layout import block_members, block_size, job_file_name
@@ -30,7 +31,10 @@ log = logging.getLogger(__name__)
 
 
 def recording_id(audio_filepath: str) -> str:
-    """A recording id from a path relative to the audio root: extension dropped, `/` -> `-`."""
+    """A recording id from a path relative to the audio root: extension dropped, `/` -> `-`. A member
+    of a container (`EN-B000000.tar#EN_B00000_S00000_W000000.mp3`) is named by its member's path:
+    the same clip gives the same id as a loose file or inside its tar."""
+    audio_filepath = split_member(audio_filepath)[1] or audio_filepath
     stem = audio_filepath.rsplit(".", 1)[0] if "." in Path(audio_filepath).name else audio_filepath
     return stem.replace("/", "-")
 

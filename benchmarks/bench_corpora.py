@@ -1,0 +1,211 @@
+"""Corpora as they ship: what each form costs next to loose files and a NeMo manifest (issue 47).
+
+One corpus of `--records` short clips (the demo's whole-file clips, each copied under its own name)
+in four forms: loose files + a NeMo manifest (the reference), lhotse recordings + supervisions,
+lhotse cuts, and WebDataset tars (Emilia's form, `--per-tar` samples a tar, the audio inside). Per form:
+
+1. prepare (one worker): records/s, CPU seconds, and the ratio to the NeMo manifest's;
+2. the audio read of every later stage (sharflow.core.audio.read_span over every prepared record, as
+   quality, identity, context and Shar read it): audio seconds decoded per second, against two floors
+   measured in this run: reading the same bytes sequentially (each loose file once, or each tar front
+   to back), and the loose-file layout's own read;
+3. end to end (prepare + read): the ratio to the loose files, which the issue bounds at 1.25.
+
+Every timing is the best of `--repeats` runs with the files in the page cache (read once first), on
+the CPU this runs on. Exits non-zero if a form's prepared records differ from the reference's (but
+where the audio lies).
+
+    .venv/bin/python benchmarks/bench_corpora.py [--records 4000] [--per-tar 1000] [--repeats 3]
+"""
+
+import argparse
+import io
+import json
+import shutil
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "demo"
+
+
+def build(work: Path, n: int, per_tar: int) -> dict:
+    """The corpus in every form; {form: prepare keyword arguments}."""
+    from lhotse import CutSet, Recording, RecordingSet, SupervisionSegment, SupervisionSet
+
+    clips = [json.loads(x) for x in (DEMO / "manifest.json").read_text().splitlines()]
+    clips = [c for c in clips if "offset" not in c]
+    loose = work / "loose"
+    records, recordings, sups, payloads = [], [], [], []
+    for i in range(n):
+        clip = clips[i % len(clips)]
+        name = f"s{i // 1000:03d}/clip_{i:07d}.flac"
+        data = (DEMO / "audio" / clip["audio_filepath"]).read_bytes()
+        (loose / name).parent.mkdir(parents=True, exist_ok=True)
+        (loose / name).write_bytes(data)
+        record = {**clip, "audio_filepath": name, "text": f"{clip['text']} {i}"}
+        records.append(record)
+        recordings.append(Recording.from_file(loose / name, recording_id=name))
+        sups.append(
+            SupervisionSegment(
+                f"u{i}", name, 0.0, clip["duration"], text=record["text"], speaker=clip["speaker"]
+            )
+        )
+        key = name.rsplit(".", 1)[0]
+        meta = json.dumps({"text": record["text"], "duration": clip["duration"], "speaker": clip["speaker"]})
+        payloads.append(((f"{key}.json", meta.encode()), (f"{key}.flac", data)))
+    tars = work / "wds"
+    tars.mkdir(parents=True)
+    for first in range(0, n, per_tar):
+        with tarfile.open(
+            tars / f"shard-{first // per_tar:06d}.tar", "w", format=tarfile.USTAR_FORMAT
+        ) as tar:
+            for member, payload in (m for sample in payloads[first : first + per_tar] for m in sample):
+                info = tarfile.TarInfo(member)
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+    (work / "manifest.json").write_text("".join(json.dumps(r) + "\n" for r in records))
+    RecordingSet.from_recordings(recordings).to_file(work / "recordings.jsonl.gz")
+    SupervisionSet.from_segments(sups).to_file(work / "supervisions.jsonl.gz")
+    cuts = CutSet.from_manifests(RecordingSet.from_recordings(recordings), SupervisionSet.from_segments(sups))
+    cuts.to_file(work / "cuts.jsonl.gz")
+    last = (n - 1) // per_tar
+    return {
+        "NeMo manifest + loose files": {"manifest": str(work / "manifest.json"), "audio_root": str(loose)},
+        "lhotse recordings + supervisions": {
+            "manifest": str(work / "supervisions.jsonl.gz"),
+            "recordings": str(work / "recordings.jsonl.gz"),
+            "audio_root": str(loose),
+            "form": "lhotse",
+        },
+        "lhotse cuts": {"manifest": str(work / "cuts.jsonl.gz"), "audio_root": str(loose), "form": "lhotse"},
+        "WebDataset tars": {
+            "manifest": f"shard-{{000000..{last:06d}}}.tar",
+            "audio_root": str(tars),
+            "form": "webdataset",
+        },
+    }
+
+
+def timed(fn, repeats: int) -> tuple[float, float, object]:
+    """(best wall s, its CPU s, result) of `repeats` calls."""
+    best = None
+    for _ in range(repeats):
+        w, c = time.perf_counter(), time.process_time()
+        result = fn()
+        wall, cpu = time.perf_counter() - w, time.process_time() - c
+        if best is None or wall < best[0]:
+            best = (wall, cpu, result)
+    return best
+
+
+def cold_process() -> None:
+    """Forget what this process cached (audio headers, tar indexes): each timing is a job's first pass."""
+    from sharflow.core import containers
+    from sharflow.prepare import manifest
+
+    manifest._probe_cached.cache_clear()
+    containers._tar_index.cache_clear()
+
+
+def run_prepare(work: Path, name: str, settings: dict) -> list[dict]:
+    from sharflow.prepare.job import prepare_dataset
+
+    cold_process()
+    out = work / "out" / name.replace(" ", "_")
+    shutil.rmtree(out, ignore_errors=True)
+    settings = dict(settings)
+    manifest = settings.pop("manifest")
+    prepare_dataset(
+        manifest,
+        prepared=str(out / "prepared.jsonl"),
+        rejected_dir=str(out / "rejected"),
+        stats=str(out / "stats.json"),
+        dataset="bench",
+        workers=1,
+        **settings,
+    )
+    return [json.loads(x) for x in (out / "prepared.jsonl").read_text().splitlines()]
+
+
+def read_all(records: list[dict], audio_root: str) -> float:
+    """Decode every record's span as the stages do; the audio seconds read."""
+    from sharflow.core.audio import read_span, resolve_audio_path
+
+    cold_process()
+    seconds = 0.0
+    for r in records:
+        path, _ = resolve_audio_path(audio_root, r["audio_filepath"])
+        samples, rate, _ = read_span(path, r["offset"], r["duration"])
+        seconds += len(samples) / rate
+    return seconds
+
+
+def read_bytes(paths: list[Path]) -> int:
+    n = 0
+    for p in paths:
+        with open(p, "rb") as f:
+            while chunk := f.read(1 << 20):
+                n += len(chunk)
+    return n
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=4000)
+    parser.add_argument("--per-tar", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    sys.path.insert(0, str(REPO / "src"))
+    with tempfile.TemporaryDirectory(prefix="bench-corpora-") as tmp:
+        work = Path(tmp)
+        t = time.perf_counter()
+        forms = build(work, args.records, args.per_tar)
+        print(f"corpus: {args.records} clips in 4 forms, built in {time.perf_counter() - t:.1f} s")
+        loose_files = sorted((work / "loose").rglob("*.flac"))
+        tar_files = sorted((work / "wds").glob("*.tar"))
+        read_bytes(loose_files), read_bytes(tar_files)  # into the page cache
+        floors = {
+            "loose": timed(lambda: read_bytes(loose_files), args.repeats)[0],
+            "tars": timed(lambda: read_bytes(tar_files), args.repeats)[0],
+        }
+        rows, reference, failed = [], None, False
+        for name, settings in forms.items():
+            p_wall, p_cpu, records = timed(lambda s=settings, n=name: run_prepare(work, n, s), args.repeats)
+            r_wall, _, seconds = timed(
+                lambda rs=records, s=settings: read_all(rs, s["audio_root"]), args.repeats
+            )
+            plain = [{k: v for k, v in r.items() if k != "audio_filepath"} for r in records]
+            if reference is None:
+                reference = plain
+            elif plain != reference:
+                print(f"FAIL: {name}: the prepared records differ from the NeMo manifest's")
+                failed = True
+            floor = floors["tars" if settings.get("form") == "webdataset" else "loose"]
+            rows.append((name, len(records), p_wall, p_cpu, r_wall, seconds, floor))
+        base = rows[0]
+        print(
+            "\nfloors: read every byte sequentially: "
+            f"loose files {floors['loose']:.2f} s, tars {floors['tars']:.2f} s"
+        )
+        header = (
+            f"{'form':34} {'records':>7} {'prepare rec/s':>13} {'CPU s':>6} {'x NeMo':>7} "
+            f"{'read audio-s/s':>14} {'x seq. bytes':>12} {'x loose':>7} {'end to end x loose':>18}"
+        )
+        print(header)
+        for name, n, p_wall, p_cpu, r_wall, seconds, floor in rows:
+            print(
+                f"{name:34} {n:7d} {n / p_wall:13.0f} {p_cpu:6.2f} {p_wall / base[2]:7.2f} "
+                f"{seconds / r_wall:14.0f} {r_wall / floor:12.1f} {r_wall / base[4]:7.2f} "
+                f"{(p_wall + r_wall) / (base[2] + base[4]):18.2f}"
+            )
+        worst = max((p + r) / (base[2] + base[4]) for _, _, p, _, r, _, _ in rows)
+        print(f"\nworst end to end against loose files: {worst:.2f}x (the issue's bound: 1.25x)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

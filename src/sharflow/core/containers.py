@@ -1,0 +1,146 @@
+"""Audio where it lies: a record's audio as a member of a tar (WebDataset shards), read in place.
+
+A record's `audio_filepath` may address a member inside a container, `<container>.tar#<member>`
+(the URL fragment's meaning: a part inside), the container a path under the audio root or an object
+under an `s3://` root. Every stage opens audio through this module (`open_audio`, `size`, `stamp`,
+`exists`), which hands a plain file or object to sharflow.core.storage and a member to a read-only
+window over its bytes in the tar, so nothing is extracted and a member's bytes are read only when its
+audio is. A tar's member index (name -> data offset and size, from its headers: one sequential pass
+that reads a 512-byte header per member and seeks over the data) is built once per process and
+container version and kept for the 64 most recent containers; an object is fetched whole into the
+object cache once (storage.local_file). Compressed tars (.tar.gz) are not seekable and are not read.
+"""
+
+import io
+import os
+import tarfile
+from functools import lru_cache
+
+from sharflow.core import storage
+
+SEPARATOR = "#"
+CONTAINER_SUFFIXES = (".tar",)
+# A member up to this size is read whole into memory (one read; decoders then seek in C); a longer one
+# (an hour of WAV whose segments are records) is read through a window, a span at a time.
+WHOLE_MEMBER_BYTES = 8 << 20
+
+
+class MemberError(FileNotFoundError):
+    """A member that its container does not hold (or a container that is not a readable tar)."""
+
+
+def split_member(path: str) -> tuple[str, str | None]:
+    """(container, member) of a member's address; (path, None) for a plain file or object."""
+    container, sep, member = str(path).rpartition(SEPARATOR)
+    if sep and member and container.endswith(CONTAINER_SUFFIXES):
+        return container, member
+    return str(path), None
+
+
+def address(container: str, member: str) -> str:
+    """The address of `member` inside `container`."""
+    return f"{container}{SEPARATOR}{member}"
+
+
+def tar_index(container: str) -> dict[str, tuple[int, int]]:
+    """{member name: (data offset, size)} of a tar's regular files (the first of a repeated name)."""
+    local = storage.local_file(container)
+    st = os.stat(local)  # ctime too: a tar rewritten at its size (tars pad to 10 KiB) and mtime is read again
+    return _tar_index(local, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+@lru_cache(maxsize=64)
+def _tar_index(local: str, size: int, mtime_ns: int, ctime_ns: int) -> dict[str, tuple[int, int]]:
+    members: dict[str, tuple[int, int]] = {}
+    try:
+        with tarfile.open(local, "r:") as tar:
+            for info in tar:
+                if info.isfile() and info.offset_data + info.size <= size:
+                    members.setdefault(info.name, (info.offset_data, info.size))
+    except tarfile.TarError as e:
+        raise MemberError(f"{local} is not a readable uncompressed tar ({e})") from None
+    return members
+
+
+def _member(path: str) -> tuple[str, int, int]:
+    container, member = split_member(path)
+    found = tar_index(container).get(member)
+    if found is None:
+        raise MemberError(f"{container} holds no member {member!r}")
+    return storage.local_file(container), *found
+
+
+def open_audio(path: str):
+    """A binary file object over the audio at `path` (a file, an object, or a member): seekable."""
+    if split_member(path)[1] is None:
+        return open(storage.local_file(path), "rb")
+    local, offset, length = _member(path)
+    if length <= WHOLE_MEMBER_BYTES:
+        with open(local, "rb") as f:
+            return io.BytesIO(os.pread(f.fileno(), length, offset))
+    return MemberFile(local, offset, length)
+
+
+def size(path: str) -> int:
+    """Bytes of the audio at `path`."""
+    return storage.size(path) if split_member(path)[1] is None else _member(path)[2]
+
+
+def stamp(path: str) -> list:
+    """[size, version] of the audio at `path`; a member's version is its container's and its offset
+    there, so that a container replaced under its name makes its members' results stale."""
+    container, member = split_member(path)
+    if member is None:
+        return storage.stamp(path)
+    _, offset, length = _member(path)
+    return [length, [*storage.stamp(container), offset]]
+
+
+def exists(path: str) -> bool:
+    """Whether the audio at `path` can be opened."""
+    container, member = split_member(path)
+    if member is None:
+        return storage.exists(path)
+    if not storage.exists(container):
+        return False
+    try:
+        return member in tar_index(container)
+    except MemberError:
+        return False
+
+
+class MemberFile(io.RawIOBase):
+    """A read-only, seekable window [offset, offset + size) over a file: one tar member's bytes."""
+
+    def __init__(self, path: str, offset: int, size: int):
+        super().__init__()
+        self._file = open(path, "rb")  # noqa: SIM115 (closed by close(): the window owns it)
+        self._start, self._size, self._pos = offset, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        n = max(0, min(len(buffer), self._size - self._pos))
+        if n == 0:
+            return 0
+        self._file.seek(self._start + self._pos)
+        got = self._file.readinto(memoryview(buffer)[:n])
+        self._pos += got
+        return got
+
+    def seek(self, pos: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + pos)
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def close(self) -> None:
+        if not self.closed:
+            self._file.close()
+        super().close()
