@@ -1,8 +1,10 @@
 """Corpora as they ship: what each form costs next to loose files and a NeMo manifest (issue 47).
 
 One corpus of `--records` short clips (the demo's whole-file clips, each copied under its own name)
-in four forms: loose files + a NeMo manifest (the reference), lhotse recordings + supervisions,
-lhotse cuts, and WebDataset tars (Emilia's form, `--per-tar` samples a tar, the audio inside). Per form:
+in five forms: loose files + a NeMo manifest (the reference), lhotse recordings + supervisions,
+lhotse cuts, WebDataset tars (Emilia's form, `--per-tar` samples a tar, the audio inside) and Parquet
+files with the audio inside (the Hub's form, `--per-tar` rows a file in row groups of 256, no
+duration column: prepare reads each row's header). Per form:
 
 1. prepare (one worker): records/s, CPU seconds, and the ratio to the NeMo manifest's;
 2. the audio read of every later stage (sharflow.core.audio.read_span over every prepared record, as
@@ -28,6 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "demo"
 
@@ -46,16 +51,24 @@ def build(work: Path, n: int, per_tar: int) -> dict:
         data = (DEMO / "audio" / clip["audio_filepath"]).read_bytes()
         (loose / name).parent.mkdir(parents=True, exist_ok=True)
         (loose / name).write_bytes(data)
-        record = {**clip, "audio_filepath": name, "text": f"{clip['text']} {i}"}
-        records.append(record)
         recordings.append(Recording.from_file(loose / name, recording_id=name))
+        # the file's exact length in every form (the Hub's Parquet gives none: prepare reads it there)
+        record = {
+            **clip,
+            "audio_filepath": name,
+            "text": f"{clip['text']} {i}",
+            "duration": recordings[-1].duration,
+        }
+        records.append(record)
         sups.append(
             SupervisionSegment(
-                f"u{i}", name, 0.0, clip["duration"], text=record["text"], speaker=clip["speaker"]
+                f"u{i}", name, 0.0, record["duration"], text=record["text"], speaker=clip["speaker"]
             )
         )
         key = name.rsplit(".", 1)[0]
-        meta = json.dumps({"text": record["text"], "duration": clip["duration"], "speaker": clip["speaker"]})
+        meta = json.dumps(
+            {"text": record["text"], "duration": record["duration"], "speaker": clip["speaker"]}
+        )
         payloads.append(((f"{key}.json", meta.encode()), (f"{key}.flac", data)))
     tars = work / "wds"
     tars.mkdir(parents=True)
@@ -67,6 +80,24 @@ def build(work: Path, n: int, per_tar: int) -> dict:
                 info = tarfile.TarInfo(member)
                 info.size = len(payload)
                 tar.addfile(info, io.BytesIO(payload))
+    hub = work / "hub"
+    hub.mkdir()
+    for first in range(0, n, per_tar):
+        part = slice(first, first + per_tar)
+        table = pa.table(
+            {
+                "audio": pa.array(
+                    [
+                        {"bytes": flac, "path": r["audio_filepath"]}
+                        for (_, (_, flac)), r in zip(payloads[part], records[part], strict=True)
+                    ],
+                    type=pa.struct([("bytes", pa.binary()), ("path", pa.string())]),
+                ),
+                "text_normalized": [r["text"] for r in records[part]],
+                "speaker_id": [r["speaker"] for r in records[part]],
+            }
+        )
+        pq.write_table(table, hub / f"train-{first // per_tar:05d}.parquet", row_group_size=256)
     (work / "manifest.json").write_text("".join(json.dumps(r) + "\n" for r in records))
     RecordingSet.from_recordings(recordings).to_file(work / "recordings.jsonl.gz")
     SupervisionSet.from_segments(sups).to_file(work / "supervisions.jsonl.gz")
@@ -86,6 +117,12 @@ def build(work: Path, n: int, per_tar: int) -> dict:
             "manifest": f"shard-{{000000..{last:06d}}}.tar",
             "audio_root": str(tars),
             "form": "webdataset",
+        },
+        "Parquet with the audio (Hub)": {
+            "manifest": str(hub),
+            "audio_root": str(hub),
+            "form": "parquet_audio",
+            "fields": {"text": "text_normalized", "speaker": "speaker_id"},
         },
     }
 
@@ -164,13 +201,15 @@ def main() -> int:
         work = Path(tmp)
         t = time.perf_counter()
         forms = build(work, args.records, args.per_tar)
-        print(f"corpus: {args.records} clips in 4 forms, built in {time.perf_counter() - t:.1f} s")
+        print(f"corpus: {args.records} clips in 5 forms, built in {time.perf_counter() - t:.1f} s")
         loose_files = sorted((work / "loose").rglob("*.flac"))
         tar_files = sorted((work / "wds").glob("*.tar"))
-        read_bytes(loose_files), read_bytes(tar_files)  # into the page cache
+        parquet_files = sorted((work / "hub").glob("*.parquet"))
+        read_bytes(loose_files), read_bytes(tar_files), read_bytes(parquet_files)  # into the page cache
         floors = {
             "loose": timed(lambda: read_bytes(loose_files), args.repeats)[0],
-            "tars": timed(lambda: read_bytes(tar_files), args.repeats)[0],
+            "webdataset": timed(lambda: read_bytes(tar_files), args.repeats)[0],
+            "parquet_audio": timed(lambda: read_bytes(parquet_files), args.repeats)[0],
         }
         rows, reference, failed = [], None, False
         for name, settings in forms.items():
@@ -184,12 +223,13 @@ def main() -> int:
             elif plain != reference:
                 print(f"FAIL: {name}: the prepared records differ from the NeMo manifest's")
                 failed = True
-            floor = floors["tars" if settings.get("form") == "webdataset" else "loose"]
+            floor = floors.get(settings.get("form"), floors["loose"])
             rows.append((name, len(records), p_wall, p_cpu, r_wall, seconds, floor))
         base = rows[0]
         print(
             "\nfloors: read every byte sequentially: "
-            f"loose files {floors['loose']:.2f} s, tars {floors['tars']:.2f} s"
+            f"loose files {floors['loose']:.2f} s, tars {floors['webdataset']:.2f} s, "
+            f"Parquet {floors['parquet_audio']:.2f} s"
         )
         header = (
             f"{'form':34} {'records':>7} {'prepare rec/s':>13} {'CPU s':>6} {'x NeMo':>7} "

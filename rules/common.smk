@@ -157,16 +157,24 @@ def dataset_inputs(dataset):
     return {"manifest": ds["manifest"], "recordings": ds["recordings"]}
 
 
+CONTAINER_SUFFIX = {"webdataset": ".tar", "parquet_audio": ".parquet"}
+
+
 def get_manifest(wildcards):
     """The prepare job's inputs: local manifests or tars (Snakemake watches their times); none for a URL."""
     ds = config["datasets"][wildcards.dataset]
-    if ds["format"] == "webdataset":  # a new tar is a grown corpus: prepare runs again
-        return expand_shards(ds["manifest"], ds["audio_root"])
+    if ds["format"] in CONTAINER_SUFFIX:  # a new tar or Parquet file is a grown corpus: prepare runs again
+        files = expand_shards(ds["manifest"], ds["audio_root"], CONTAINER_SUFFIX[ds["format"]])
+        return [f for f in files if not storage.is_url(f)]
     return [p for p in dataset_inputs(wildcards.dataset).values() if p is not None and not storage.is_url(p)]
 
 
 def get_manifest_version(wildcards):
     """A URL manifest's ETag (one HEAD request): a param, so that a replaced object reruns prepare."""
+    ds = config["datasets"][wildcards.dataset]
+    if ds["format"] in CONTAINER_SUFFIX:  # each object's ETag: a tar or Parquet file replaced in the bucket
+        files = expand_shards(ds["manifest"], ds["audio_root"], CONTAINER_SUFFIX[ds["format"]])
+        return [storage.head(f).etag for f in files if storage.is_url(f)] or None
     paths = [p for p in dataset_inputs(wildcards.dataset).values() if p is not None]
     versions = [storage.head(p).etag if storage.is_url(p) else None for p in paths]
     return versions[0] if len(versions) == 1 else versions

@@ -115,6 +115,8 @@ def test_an_entry_built_in_process_says_what_it_is_and_is_found_after(tmp_path, 
     with caplog.at_level(logging.INFO, logger="sharflow.core.cache"):
         folder = cached_build(tmp_path, "kind", "k-2", build, {"language": "en"})
     assert folder == tmp_path / "kind" / "k-2" and len(builds) == 1 and builds[0] != folder
+    # built beside the entry under a name the next build clears (a rename never crosses file systems)
+    assert builds[0].parent == folder.parent and re.fullmatch(r"\.k-2\.\w+\.tmp", builds[0].name)
     assert sorted(p.name for p in folder.iterdir()) == [DONE, "grammar.far"]
     record = json.loads((folder / DONE).read_text())
     assert record == {"key": "k-2", "language": "en", "build_seconds": record["build_seconds"]}
@@ -124,6 +126,10 @@ def test_an_entry_built_in_process_says_what_it_is_and_is_found_after(tmp_path, 
         rf"cache kind/k-2: built in \d+\.\d s at {re.escape(str(folder))}", caplog.messages[0]
     )
     assert cached_build(tmp_path, "kind", "k-2", build) == folder and len(builds) == 1
+    monkeypatch.setattr("sharflow.core.cache._since", lambda start: 12.3456)  # the record keeps a tenth
+    assert (
+        json.loads((cached_build(tmp_path, "timed", "k", build) / DONE).read_text())["build_seconds"] == 12.3
+    )
     assert json.loads((cached_build(tmp_path, "other", "k", build) / DONE).read_text()) == {
         "key": "k",
         "build_seconds": json.loads((tmp_path / "other" / "k" / DONE).read_text())["build_seconds"],
@@ -139,7 +145,7 @@ def test_an_entry_built_in_process_says_what_it_is_and_is_found_after(tmp_path, 
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="sharflow.core.cache"):
         assert cached_build(tmp_path, "kind", "k-3", build) == tmp_path / "kind" / "k-3"
-    assert len(builds) == 2  # not built here
+    assert len(builds) == 3  # not built here (the third was the timed entry)
     assert re.fullmatch(
         r"cache kind/k-3: built by another job meanwhile \(waited \d+\.\d s\)", caplog.messages[0]
     )

@@ -58,6 +58,7 @@ EFFECTS: dict[str, str] = {
     "test_a_webdataset_field_mapping_names_the_fields_and_what_rides_along",
     "datasets.<name>.fields.language": "test_corpora.py::"
     "test_a_webdataset_field_mapping_names_the_fields_and_what_rides_along",
+    "datasets.<name>.fields.audio": "test_corpora.py::test_the_audio_column_is_the_one_fields_names",
     "datasets.<name>.extra_fields": "test_corpora.py::"
     "test_a_webdataset_field_mapping_names_the_fields_and_what_rides_along",
     "datasets.<name>.default_speaker": "test_corpora.py::"

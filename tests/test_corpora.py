@@ -15,10 +15,13 @@ import tarfile
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+import soundfile as sf
 from lhotse import CutSet, Recording, RecordingSet, SupervisionSegment, SupervisionSet
 
-from sharflow.core import containers
+from sharflow.core import containers, storage
 from sharflow.core.audio import probe_audio, read_span, resolve_audio_path
 from sharflow.core.config import validate_config
 from sharflow.core.errors import SharflowError
@@ -634,3 +637,161 @@ def test_a_members_stamp_changes_with_its_tar_and_its_place_and_not_with_its_nei
     assert containers.stamp(member) == first
     write([("j.json", b'{"a": 1}' + b" " * 600), ("k.flac", flac)], 3 * 10**18)  # moved by a neighbour
     assert containers.stamp(member)[1][-1] == first[1][-1] + 512 and containers.stamp(member)[0] == len(flac)
+
+
+# ---- Parquet with the audio inside -------------------------------------------------------------
+
+AUDIO_STRUCT = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+
+
+def _demo_as_hub_parquet(path: Path, row_group_size: int = 7) -> list[dict]:
+    """The demo's whole-file records as the Hub ships LibriTTS-R: an Audio column (bytes, path),
+    text_normalized, speaker_id and id, no duration; small row groups, so reads cross them."""
+    records = [r for r in read_jsonl(DEMO / "manifest.json") if "offset" not in r]
+    table = pa.table(
+        {
+            "audio": pa.array(
+                [
+                    {
+                        "bytes": (DEMO / "audio" / r["audio_filepath"]).read_bytes(),
+                        "path": r["audio_filepath"],
+                    }
+                    for r in records
+                ],
+                type=AUDIO_STRUCT,
+            ),
+            "text_normalized": [r["text"] for r in records],
+            "speaker_id": [r["speaker"] for r in records],
+            "id": [r["audio_filepath"].rsplit(".", 1)[0] for r in records],
+        }
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, row_group_size=row_group_size)
+    return records
+
+
+HUB_FIELDS = {"text": "text_normalized", "speaker": "speaker_id"}
+
+
+def test_hub_parquet_with_audio_prepares_like_the_manifest_and_every_stage_reads_the_rows(tmp_path):
+    path = tmp_path / "hub" / "train-00000-of-00001.parquet"
+    records = _demo_as_hub_parquet(path)
+    assert pq.ParquetFile(path).metadata.num_row_groups > 3
+    write_jsonl(tmp_path / "loose.json", records)
+    # the Hub gives no duration: a row's is its audio's length, as duration_from_file gives a manifest's
+    nemo = [
+        json.loads(x)
+        for x in _prepare(tmp_path / "nemo", tmp_path / "loose.json", duration_from_file=True)[0]
+    ]
+    lines, stats, _ = _prepare(
+        tmp_path / "pq",
+        "train-00000-of-00001.parquet",
+        root=tmp_path / "hub",
+        form="parquet_audio",
+        fields=HUB_FIELDS,
+        extra_fields=["id"],
+    )
+    got = [json.loads(x) for x in lines]
+    assert stats["records_in"] == stats["records_out"] == len(records) > 20
+    assert [r["audio_filepath"] for r in got] == [
+        f"train-00000-of-00001.parquet#{i}" for i in range(len(records))
+    ]
+    assert [r["id"] for r in got] == [r["audio_filepath"].rsplit(".", 1)[0] for r in records]
+    assert [{k: v for k, v in r.items() if k not in ("audio_filepath", "id")} for r in got] == [
+        {k: v for k, v in r.items() if k != "audio_filepath"} for r in nemo
+    ]
+    root = str(tmp_path / "hub")
+    for w, n in list(zip(got, nemo, strict=True))[::5]:
+        inside, _ = resolve_audio_path(root, w["audio_filepath"])
+        loose = str(DEMO / "audio" / n["audio_filepath"])
+        assert probe_audio(inside) == probe_audio(loose)
+        a, b = read_span(inside, 0.5, 1.0), read_span(loose, 0.5, 1.0)
+        assert np.array_equal(a[0], b[0]) and np.abs(a[0]).max() > 0
+        assert containers.size(inside) == os.path.getsize(loose)
+        settings = EncodeSettings(audio_root=root)
+        assert copy_through(inside, 0.0, w["duration"], settings) == copy_through(
+            loose, 0.0, w["duration"], settings
+        )
+    assert not containers.exists(f"{path}#{len(records)}") and containers.exists(f"{path}#0")
+
+
+def test_each_hub_parquet_fault_names_the_file_and_the_row_or_its_columns(tmp_path):
+    flac = (DEMO / "audio" / "awb" / "awb_001.flac").read_bytes()
+    audio = [
+        {"bytes": flac, "path": "a"},
+        None,
+        {"bytes": b"no audio here" * 50, "path": "c"},
+        {"bytes": flac, "path": "d"},
+    ]
+    table = pa.table(
+        {
+            "audio": pa.array(audio, type=AUDIO_STRUCT),
+            "text_normalized": ["One.", "Two.", "Three.", None],
+            "speaker_id": ["s1", "s2", "s3", "s4"],
+        }
+    )
+    pq.write_table(table, tmp_path / "t.parquet")
+    lines, stats, rejected = _prepare(
+        tmp_path / "o", "t.parquet", root=tmp_path, form="parquet_audio", fields=HUB_FIELDS
+    )
+    assert len(lines) == 1
+    found = {row["row"]: (r.stem, row["detail"]) for r in rejected.glob("*.jsonl") for row in read_jsonl(r)}
+    assert {k: v[0] for k, v in found.items()} == {
+        1: "missing_audio",
+        2: "unreadable_audio",
+        3: "missing_field",
+    }
+    assert f"{tmp_path / 't.parquet'}, row 1: column 'audio' holds no audio" in found[1][1]
+    assert f"{tmp_path / 't.parquet'}, row 2: column 'audio' does not decode" in found[2][1]
+    assert stats["records_in"] == 4 == stats["records_out"] + stats["rejected_total"]
+    with pytest.raises(
+        SharflowError,
+        match=r"t\.parquet: no column for text \('text'\), speaker \('speaker'\); "
+        r"its columns are audio, text_normalized, speaker_id",
+    ):
+        _prepare(tmp_path / "p", "t.parquet", root=tmp_path, form="parquet_audio")
+
+
+def test_the_audio_column_is_the_one_fields_names(tmp_path):
+    flac = (DEMO / "audio" / "awb" / "awb_001.flac").read_bytes()
+    table = pa.table(
+        {
+            "speech": pa.array([{"bytes": flac, "path": "a"}], type=AUDIO_STRUCT),
+            "audio": ["not the audio"],
+            "text": ["Glue the sheet."],
+            "speaker": ["awb"],
+        }
+    )
+    pq.write_table(table, tmp_path / "t.parquet")
+    lines, _, _ = _prepare(
+        tmp_path / "o", "t.parquet", root=tmp_path, form="parquet_audio", fields={"audio": "speech"}
+    )
+    (record,) = [json.loads(x) for x in lines]
+    assert record["audio_filepath"] == "t.parquet#0:speech" and record["audio"] == "not the audio"
+    assert record["source_audio"]["num_samples"] == sf.info(io.BytesIO(flac)).frames
+
+
+def test_webdataset_tars_and_hub_parquet_read_from_object_storage_as_from_a_folder(s3, tmp_path):
+    _demo_as_webdataset(tmp_path / "wds", n_tars=2, speakers=("awb", "rms"))
+    _demo_as_hub_parquet(tmp_path / "hub" / "train.parquet")
+    url = s3.bucket("containers")
+    s3.upload_tree(tmp_path / "wds", f"{url}/wds")
+    s3.upload_tree(tmp_path / "hub", f"{url}/hub")
+    pattern = "EN-B{000000..000001}.tar"
+    local, _, _ = _prepare(tmp_path / "local", pattern, root=tmp_path / "wds", form="webdataset")
+    remote, stats, _ = _prepare(tmp_path / "remote", pattern, root=f"{url}/wds", form="webdataset")
+    assert remote == local and stats["records_out"] == 16  # the same records, addressed the same way
+    record = json.loads(remote[3])
+    inside, _ = resolve_audio_path(f"{url}/wds", record["audio_filepath"])
+    assert inside == f"{url}/wds/{record['audio_filepath']}" and "#" in inside
+    a, b = read_span(inside, 0.0, 1.0), read_span(str(tmp_path / "wds" / record["audio_filepath"]), 0.0, 1.0)
+    assert np.array_equal(a[0], b[0]) and np.abs(a[0]).max() > 0
+    assert containers.stamp(inside)[1][1] == storage.head(inside.split("#")[0]).etag  # a tar object's version
+
+    local, _, _ = _prepare(
+        tmp_path / "hl", "train.parquet", root=tmp_path / "hub", form="parquet_audio", fields=HUB_FIELDS
+    )
+    remote, _, _ = _prepare(
+        tmp_path / "hr", "train.parquet", root=f"{url}/hub", form="parquet_audio", fields=HUB_FIELDS
+    )
+    assert remote == local and len(local) > 20

@@ -14,6 +14,7 @@ import pytest
 from lhotse import CutSet
 
 from sharflow.core.cache import cache_root
+from sharflow.core.errors import SharflowError
 from sharflow.core.ledger import reject_row
 from sharflow.core.metrics import MEASURED
 from sharflow.models.tokenizers import OFFLINE, Tokenizers, cannot_build, encode
@@ -26,6 +27,7 @@ from sharflow.text.fields import (
     decide,
     left_over,
 )
+from sharflow.text.ipa import Phonemizer
 from sharflow.text.job import TextTools, normalize_dataset
 from sharflow.text.normalizer import OPTIONS, Normalizers, normalizer_key, record_normalizer
 from sharflow.text.summary import text_lines
@@ -349,6 +351,23 @@ def test_ipa_is_espeak_ngs_and_repeatable(tools):
     assert decide(record(ipa="own"), settings, tools).record["ipa"] == "own"
 
 
+def test_ipa_keeps_punctuation_and_stress_and_drops_language_switch_flags():
+    phonemizer = Phonemizer()
+    assert phonemizer.ipa("Hello, world.", "en") == "həlˈoʊ, wˈɜːld."  # stripped, punctuation kept
+    # espeak-ng reads "Team" as English inside German: its (en)...(de) switch flags are left out
+    assert (
+        phonemizer.ipa("Das ist ein Computer und ein Team.", "de") == "das ɪst aɪn kɔmpjˈuːtɜ ʊnt aɪn tˈiːm."
+    )
+    assert phonemizer.ipa("  ", "en") == ""
+    assert set(phonemizer.backends) == {"en", "de"}  # a backend per language, made once
+    with pytest.raises(SharflowError) as error:
+        Phonemizer().ipa("x", "xx")
+    assert str(error.value) == (
+        "ipa: espeak-ng has no voice 'xx' for language 'xx' (language \"xx\" is not supported by the espeak "
+        "backend); turn ipa off for this dataset or give its records their own ipa field"
+    )
+
+
 def test_tokenizer_coverage_is_what_nemos_tokenizer_skips(tools):
     """The coverage metric: > 0 for "$10" read as it is, 0 for its spoken form; the symbols are the
     ones NeMo's tokenizer warns about and skips."""
@@ -459,6 +478,27 @@ def test_the_text_jobs_stats_and_log_name_every_finding_with_its_first_line(tmp_
         "tokenizer_dropped_chars: {max: 0} drops them",
     ]
     assert job[0].startswith("text demo: 8 records, {'require_text': True, 'normalized_text': ")
+
+
+def test_the_text_job_writes_utf8_and_stops_when_the_stage_before_counted_other_records(tmp_path):
+    stats, out = normalized_demo(tmp_path, [record("The café served crème brûlée.")])
+    assert stats["records_out"] == 1
+    assert "The café served crème brûlée." in (out / "records.jsonl").read_bytes().decode("utf-8")  # no \\u
+    source = write_jsonl(tmp_path / "short.jsonl", [record()])
+    (tmp_path / "short.stats.json").write_text(json.dumps({"records_out": 2}))  # prepare kept two
+    with pytest.raises(SharflowError) as error:
+        normalize_dataset(
+            str(source),
+            records_stats=str(tmp_path / "short.stats.json"),
+            out_records=str(tmp_path / "short" / "records.jsonl"),
+            rejected_dir=str(tmp_path / "short" / "rejected"),
+            stats=str(tmp_path / "short" / "stats.json"),
+            dataset="demo",
+            settings=KEEP,
+            tokenizer=TOKENIZER,
+        )
+    assert str(error.value) == "text demo: 2 records in but 1 kept + 0 rejected; rerun with --forcerun text"
+    assert not (tmp_path / "short" / "records.jsonl").exists()
 
 
 def normalized_demo(

@@ -103,8 +103,11 @@ def _cross_checks(config: dict) -> list[str]:
             problems.append(
                 f"  datasets.{name}.recordings: only with format lhotse and a manifest of supervisions"
             )
-        if (ds.get("fields") or ds.get("extra_fields") is not None) and ds.get("format") != "webdataset":
-            problems.append(f"  datasets.{name}.fields, extra_fields: only with format webdataset")
+        containers = ("webdataset", "parquet_audio")
+        if (ds.get("fields") or ds.get("extra_fields") is not None) and ds.get("format") not in containers:
+            problems.append(
+                f"  datasets.{name}.fields, extra_fields: only with format webdataset or parquet_audio"
+            )
         if ds.get("recipe_options") and ds.get("recipe") is None:
             problems.append(f"  datasets.{name}.recipe_options: only with a recipe")
     chosen = config.get("training", {}).get("codec")

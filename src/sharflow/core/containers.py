@@ -1,16 +1,26 @@
-"""Audio where it lies: a record's audio as a member of a tar (WebDataset shards), read in place.
+"""Audio where it lies: a record's audio as a member of a tar (WebDataset shards) or a row of a
+Parquet file (the Hub's Audio feature), read in place.
 
-A record's `audio_filepath` may address a member inside a container, `<container>.tar#<member>`
-(the URL fragment's meaning: a part inside), the container a path under the audio root or an object
-under an `s3://` root. Every stage opens audio through this module (`open_audio`, `size`, `stamp`,
-`exists`), which hands a plain file or object to sharflow.core.storage and a member to a read-only
-window over its bytes in the tar, so nothing is extracted and a member's bytes are read only when its
-audio is. A tar's member index (name -> data offset and size, from its headers: one sequential pass
-that reads a 512-byte header per member and seeks over the data) is built once per process and
-container version and kept for the 64 most recent containers; an object is fetched whole into the
-object cache once (storage.local_file). Compressed tars (.tar.gz) are not seekable and are not read.
+A record's `audio_filepath` may address a member inside a container, `<container>.tar#<member>` or
+`<container>.parquet#<row>` (the URL fragment's meaning: a part inside), the container a path under
+the audio root or an object under an `s3://` root. Every stage opens audio through this module
+(`open_audio`, `size`, `stamp`, `exists`), which hands a plain file or object to sharflow.core.storage
+and a member to its bytes inside the container, so nothing is extracted and a member's bytes are read
+only when its audio is.
+
+A tar member is read whole up to WHOLE_MEMBER_BYTES, else through a window over the tar. A tar's
+member index (name -> data offset and size, from its headers: one sequential pass that reads a
+512-byte header per member and seeks over the data) is built once per process and container version
+and kept for the 64 most recent containers; an object is fetched whole into the object cache once
+(storage.local_file). Compressed tars (.tar.gz) are not seekable and are not read.
+
+A Parquet row's audio is the `bytes` of its audio column (a struct of bytes and path, as the Hub
+writes it): `train.parquet#123` reads row 123's column `audio`, `train.parquet#123:speech` its column
+`speech`. A row group's audio column is read once and kept while the next rows come from it (one row
+group a process: memory stays that of one row group's audio).
 """
 
+import bisect
 import io
 import os
 import tarfile
@@ -19,7 +29,7 @@ from functools import lru_cache
 from sharflow.core import storage
 
 SEPARATOR = "#"
-CONTAINER_SUFFIXES = (".tar",)
+CONTAINER_SUFFIXES = (".tar", ".parquet")
 # A member up to this size is read whole into memory (one read; decoders then seek in C); a longer one
 # (an hour of WAV whose segments are records) is read through a window, a span at a time.
 WHOLE_MEMBER_BYTES = 8 << 20
@@ -62,6 +72,59 @@ def _tar_index(local: str, size: int, mtime_ns: int, ctime_ns: int) -> dict[str,
     return members
 
 
+def parquet_member(row: int, column: str = "audio") -> str:
+    """The member part of a Parquet row's address."""
+    return str(row) if column == "audio" else f"{row}:{column}"
+
+
+def _parquet_bytes(path: str) -> bytes:
+    container, member = split_member(path)
+    row, _, column = member.partition(":")
+    if not row.isdigit():
+        raise MemberError(f"{path}: a Parquet row is addressed by its number ({container}#<row>)")
+    local = storage.local_file(container)
+    st = os.stat(local)
+    starts, names = _row_groups(local, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    group = bisect.bisect_right(starts, int(row)) - 1
+    if not 0 <= group < len(starts) - 1:
+        raise MemberError(f"{container} has {starts[-1]} rows, no row {row}")
+    column = column or "audio"
+    if column not in names:
+        raise MemberError(f"{container} has no column {column!r} (it has {', '.join(names)})")
+    values = _group_audio(local, st.st_size, st.st_mtime_ns, st.st_ctime_ns, group, column)
+    value = values[int(row) - starts[group]]
+    data = value.get("bytes") if isinstance(value, dict) else value
+    if not isinstance(data, bytes):
+        raise MemberError(f"{container} row {row}: column {column!r} holds no audio bytes")
+    return data
+
+
+@lru_cache(maxsize=64)
+def _row_groups(local: str, size: int, mtime_ns: int, ctime_ns: int) -> tuple[list[int], list[str]]:
+    """(first row of each row group, then the row count; the column names) of a Parquet file."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.ParquetFile(local).metadata
+    except Exception as e:
+        raise MemberError(f"{local} is not a readable Parquet file ({e})") from None
+    starts = [0]
+    for g in range(meta.num_row_groups):
+        starts.append(starts[-1] + meta.row_group(g).num_rows)
+    return starts, list(meta.schema.to_arrow_schema().names)
+
+
+@lru_cache(maxsize=1)
+def _group_audio(local: str, size: int, mtime_ns: int, ctime_ns: int, group: int, column: str) -> list:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(local).read_row_group(group, columns=[column]).column(0).to_pylist()
+
+
+def _is_parquet(container: str) -> bool:
+    return container.endswith(".parquet")
+
+
 def _member(path: str) -> tuple[str, int, int]:
     container, member = split_member(path)
     found = tar_index(container).get(member)
@@ -72,8 +135,11 @@ def _member(path: str) -> tuple[str, int, int]:
 
 def open_audio(path: str):
     """A binary file object over the audio at `path` (a file, an object, or a member): seekable."""
-    if split_member(path)[1] is None:
+    container, member = split_member(path)
+    if member is None:
         return open(storage.local_file(path), "rb")
+    if _is_parquet(container):
+        return io.BytesIO(_parquet_bytes(path))
     local, offset, length = _member(path)
     if length <= WHOLE_MEMBER_BYTES:
         with open(local, "rb") as f:
@@ -83,7 +149,10 @@ def open_audio(path: str):
 
 def size(path: str) -> int:
     """Bytes of the audio at `path`."""
-    return storage.size(path) if split_member(path)[1] is None else _member(path)[2]
+    container, member = split_member(path)
+    if member is None:
+        return storage.size(path)
+    return len(_parquet_bytes(path)) if _is_parquet(container) else _member(path)[2]
 
 
 def stamp(path: str) -> list:
@@ -92,6 +161,8 @@ def stamp(path: str) -> list:
     container, member = split_member(path)
     if member is None:
         return storage.stamp(path)
+    if _is_parquet(container):
+        return [len(_parquet_bytes(path)), [*storage.stamp(container), member]]
     _, offset, length = _member(path)
     return [length, [*storage.stamp(container), offset]]
 
@@ -104,7 +175,7 @@ def exists(path: str) -> bool:
     if not storage.exists(container):
         return False
     try:
-        return member in tar_index(container)
+        return bool(_parquet_bytes(path)) if _is_parquet(container) else member in tar_index(container)
     except MemberError:
         return False
 

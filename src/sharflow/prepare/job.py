@@ -2,10 +2,11 @@
 
 The manifest is NeMo JSON lines, gzipped JSON lines or Parquet (sharflow.prepare.manifest_io), or
 lhotse's cuts, or supervisions over recordings (sharflow.prepare.lhotse_io), or WebDataset tars
-(sharflow.prepare.webdataset_io). Records
-stream through in chunks; with several workers, chunks are checked in worker processes
-and their results consumed in input order, so outputs are byte-identical for any worker count.
-Memory is bounded by the chunks in flight plus one small key per accepted record (duplicates).
+(sharflow.prepare.webdataset_io), or Parquet with the audio inside
+(sharflow.prepare.parquet_audio_io). Records stream through in chunks; with several workers, chunks
+are checked in worker processes and their results consumed in input order, so outputs are
+byte-identical for any worker count. Memory is bounded by the chunks in flight plus one small key
+per accepted record (duplicates).
 """
 
 import hashlib
@@ -26,6 +27,7 @@ from sharflow.core.speakers import parse_speaker
 from sharflow.prepare.lhotse_io import LhotseManifest, Refused
 from sharflow.prepare.manifest import REASONS, Accepted, CheckSettings, Rejected, check_line
 from sharflow.prepare.manifest_io import ManifestFile
+from sharflow.prepare.parquet_audio_io import ParquetAudio
 from sharflow.prepare.webdataset_io import Mapping, WebDatasetShards, expand_shards
 
 log = logging.getLogger(__name__)
@@ -82,13 +84,14 @@ def prepare_dataset(
     records_in == records_out + sum(rejected). Raises SharflowError if the audio root is missing
     or more than `max_rejected_fraction` of the lines are rejected. Returns the stats.
     """
-    _check_inputs(dataset, None if form == "webdataset" else manifest, audio_root, recordings)
+    _check_inputs(dataset, manifest if form in ("nemo", "lhotse") else None, audio_root, recordings)
     settings = CheckSettings(
         dataset, audio_root, language, require_text, duration_tolerance, duration_from_file, default_speaker
     )
     workers = resolve_workers(workers)
     mapping = Mapping(fields or {}, None if extra_fields is None else tuple(extra_fields))
-    source = _source(form, manifest, recordings, audio_root, mapping)
+    required = ("text",) * require_text + ("speaker",) * (default_speaker is None)
+    source = _source(form, manifest, recordings, audio_root, mapping, required)
     log.info(
         "prepare %s: %s (%s, audio root %s) with %d worker(s)",
         dataset,
@@ -118,7 +121,12 @@ def prepare_dataset(
     return summary
 
 
-def _source(form: str, manifest: str, recordings: str | None, audio_root: str, mapping: Mapping):
+def _source(form: str, manifest: str, recordings: str | None, audio_root: str, mapping: Mapping, required):
+    if form == "parquet_audio":
+        files = expand_shards(manifest, audio_root, ".parquet")
+        if not files:
+            raise SharflowError(f"manifest {manifest!r}: no Parquet file there; fix datasets.<name>.manifest")
+        return ParquetAudio(tuple(files), mapping, required)
     if form == "webdataset":
         tars = expand_shards(manifest, audio_root)
         if not tars:

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sharflow.core import containers
+from sharflow.core import containers, storage
 from sharflow.core.errors import SharflowError
 from sharflow.prepare.lhotse_io import Refused
 
@@ -42,12 +42,20 @@ _RECORD_KEYS = ("audio_filepath", "offset", "duration", "text", "speaker", "lang
 _BRACES = re.compile(r"\{(\d+)\.\.(\d+)\}")
 
 
-def expand_shards(pattern: str, audio_root: str) -> list[str]:
-    """The tars of `pattern`: a brace pattern (`EN-B{000000..000099}.tar`, WebDataset's), a folder
-    (every .tar under it, sorted) or one tar; relative to the audio root, absolute paths as given."""
-    base = pattern if os.path.isabs(pattern) else os.path.join(audio_root, pattern)
-    if os.path.isdir(base):
-        return sorted(glob.glob(os.path.join(glob.escape(base), "**", "*.tar"), recursive=True))
+def expand_shards(pattern: str, audio_root: str, suffix: str = ".tar") -> list[str]:
+    """The files of `pattern`: a brace pattern (`EN-B{000000..000099}.tar`, WebDataset's), a folder
+    (every file with `suffix` under it, sorted) or one file; relative to the audio root, absolute paths
+    and URLs as given. Under an `s3://` root, a brace pattern or one object (a folder is not listed)."""
+    if storage.is_url(pattern) or os.path.isabs(pattern):
+        base = pattern
+    else:
+        base = (
+            f"{audio_root.rstrip('/')}/{pattern}"
+            if storage.is_url(audio_root)
+            else os.path.join(audio_root, pattern)
+        )
+    if not storage.is_url(base) and os.path.isdir(base):
+        return sorted(glob.glob(os.path.join(glob.escape(base), "**", f"*{suffix}"), recursive=True))
     match = _BRACES.search(base)
     if match is None:
         return [base]
@@ -57,7 +65,7 @@ def expand_shards(pattern: str, audio_root: str) -> list[str]:
         base[: match.start()] + f"{i:0{width}d}" + base[match.end() :]
         for i in range(int(first), int(last) + 1)
     ]
-    return [name for expanded in names for name in expand_shards(expanded, audio_root)]
+    return [name for expanded in names for name in expand_shards(expanded, audio_root, suffix)]
 
 
 @dataclass(frozen=True)
@@ -77,7 +85,7 @@ class Mapping:
         language = metadata.get(names["language"])
         if isinstance(language, str) and _LANGUAGE_CODE.match(language):
             record["lang"] = language
-        taken = set(names.values())
+        taken = set(names.values()) | {self.fields.get("audio", "audio")}
         extra = (
             metadata
             if self.extra_fields is None
@@ -101,7 +109,7 @@ class WebDatasetShards:
 
     def size(self) -> tuple[int, str]:
         """(total, unit) for a progress bar: the bytes of the tars."""
-        return sum(os.path.getsize(t) for t in self.tars if os.path.isfile(t)), "B"
+        return sum(storage.size(t) for t in self.tars if storage.exists(t)), "B"
 
     def chunks(self, progress=None) -> Iterator[list[bytes | Refused]]:
         """Lists of at most CHUNK_RECORDS items, in order: a record line in NeMo form, or Refused."""
@@ -113,18 +121,19 @@ class WebDatasetShards:
                 if len(chunk) == CHUNK_RECORDS:
                     yield chunk
                     chunk = []
-            if progress is not None and os.path.isfile(tar):
-                progress.update(os.path.getsize(tar))
+            if progress is not None:
+                progress.update(storage.size(tar))
         if chunk:
             yield chunk
 
     def _samples(self, tar: str, seen: dict[int, str]) -> Iterator[bytes | Refused]:
-        if not os.path.isfile(tar):
-            raise SharflowError(f"WebDataset shard {tar} is not a file; fix datasets.<name>.manifest")
-        size = os.path.getsize(tar)
+        if not storage.exists(tar):
+            raise SharflowError(f"WebDataset shard {tar} is not there; fix datasets.<name>.manifest")
+        local = storage.local_file(tar)  # an object: fetched whole into the object cache, once
+        size = os.path.getsize(local)
         group: _Sample | None = None
         try:
-            with tarfile.open(tar, "r:") as archive:
+            with tarfile.open(local, "r:") as archive:
                 for info in archive:
                     if not info.isfile():
                         continue
