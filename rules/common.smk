@@ -192,7 +192,7 @@ def get_prepare_settings(wildcards):
         "form": "lhotse" if ds["recipe"] is not None else ds["format"],
         "recordings": inputs["recordings"],
         "default_speaker": ds["default_speaker"],
-        "fields": ds["fields"] or None,
+        "fields": ds["fields"] if ds["format"] in CONTAINER_SUFFIX else None,
         "extra_fields": ds["extra_fields"],
     }
     return {

@@ -48,8 +48,6 @@ EFFECTS: dict[str, str] = {
     "test_a_lhotse_recipe_runs_by_name_as_the_first_job_of_the_workflow",
     "datasets.<name>.recipe_options": "test_corpora.py::"
     "test_recipe_options_reach_the_recipe_and_parts_come_in_sorted_order",
-    "datasets.<name>.fields": "test_corpora.py::"
-    "test_a_webdataset_field_mapping_names_the_fields_and_what_rides_along",
     "datasets.<name>.fields.text": "test_corpora.py::"
     "test_a_webdataset_field_mapping_names_the_fields_and_what_rides_along",
     "datasets.<name>.fields.speaker": "test_corpora.py::"

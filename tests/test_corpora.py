@@ -35,6 +35,7 @@ from testkit import (
     FIELDS,
     REPO,
     demo_config,
+    identity_part,
     magpie_dataset,
     prepare_demo,
     read_jsonl,
@@ -795,3 +796,21 @@ def test_webdataset_tars_and_hub_parquet_read_from_object_storage_as_from_a_fold
         tmp_path / "hr", "train.parquet", root=f"{url}/hub", form="parquet_audio", fields=HUB_FIELDS
     )
     assert remote == local and len(local) > 20
+
+
+def test_a_clip_in_a_tar_is_the_same_utterance_to_the_identity_stage_as_the_loose_file(tmp_path):
+    """The identity stage keys and fingerprints what it decodes: a clip inside a tar gets the loose
+    file's sample digest (the duplicate check) and content fingerprint (the held-out check)."""
+    _, records = _demo_as_webdataset(tmp_path / "wds", n_tars=1, speakers=("awb",))
+    write_jsonl(tmp_path / "loose.json", records[:3])
+    loose = tmp_path / "nemo" / "prepare" / "prepared.jsonl"
+    _prepare(tmp_path / "nemo", tmp_path / "loose.json")
+    _prepare(tmp_path / "tar", "EN-B000000.tar", root=tmp_path / "wds", form="webdataset")
+    tar = tmp_path / "tar" / "prepare" / "prepared.jsonl"
+    tar.write_text("".join(tar.read_text().splitlines(keepends=True)[:3]))
+    _, a = identity_part(tmp_path / "ia", loose, DEMO / "audio")
+    _, b = identity_part(tmp_path / "ib", tar, tmp_path / "wds")
+    digests = [[r["digest"] for r in read_jsonl(Path(files[0]))] for files in (a, b)]
+    assert digests[0] == digests[1] and len(set(digests[0])) == 3  # three clips, each its own digest
+    hashes = [np.load(files[1]) for files in (a, b)]
+    assert np.array_equal(hashes[0], hashes[1]) and len(np.unique(hashes[0])) > 100

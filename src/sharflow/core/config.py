@@ -104,7 +104,8 @@ def _cross_checks(config: dict) -> list[str]:
                 f"  datasets.{name}.recordings: only with format lhotse and a manifest of supervisions"
             )
         containers = ("webdataset", "parquet_audio")
-        if (ds.get("fields") or ds.get("extra_fields") is not None) and ds.get("format") not in containers:
+        named = {k: v for k, v in (ds.get("fields") or {}).items() if v != k}  # other than the defaults
+        if (named or ds.get("extra_fields") is not None) and ds.get("format") not in containers:
             problems.append(
                 f"  datasets.{name}.fields, extra_fields: only with format webdataset or parquet_audio"
             )

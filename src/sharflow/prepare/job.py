@@ -80,26 +80,17 @@ def prepare_dataset(
     Every input record ends in `prepared` or in `rejected_dir/<reason>.jsonl` (as
     {"line", "reason", "detail", "original"}, "row" instead of "line" for a Parquet manifest,
     "supervision" for a lhotse one, "sample" for WebDataset tars), in input order; stats record
-    the counts, so that
-    records_in == records_out + sum(rejected). Raises SharflowError if the audio root is missing
-    or more than `max_rejected_fraction` of the lines are rejected. Returns the stats.
+    the counts, so that records_in == records_out + sum(rejected). Raises SharflowError if the audio
+    root is missing or more than `max_rejected_fraction` of the lines are rejected. Returns the stats.
     """
     _check_inputs(dataset, manifest if form in ("nemo", "lhotse") else None, audio_root, recordings)
     settings = CheckSettings(
         dataset, audio_root, language, require_text, duration_tolerance, duration_from_file, default_speaker
     )
     workers = resolve_workers(workers)
-    mapping = Mapping(fields or {}, None if extra_fields is None else tuple(extra_fields))
-    required = ("text",) * require_text + ("speaker",) * (default_speaker is None)
-    source = _source(form, manifest, recordings, audio_root, mapping, required)
-    log.info(
-        "prepare %s: %s (%s, audio root %s) with %d worker(s)",
-        dataset,
-        manifest,
-        source.format,
-        audio_root,
-        workers,
-    )
+    source = _source(form, manifest, recordings, settings, fields, extra_fields)
+    where = f"{manifest} ({source.format}, audio root {audio_root})"
+    log.info("prepare %s: %s with %d worker(s)", dataset, where, workers)
     total, unit = source.size()
     with (
         atomic_file(prepared, "w", encoding="utf-8") as out,
@@ -121,7 +112,11 @@ def prepare_dataset(
     return summary
 
 
-def _source(form: str, manifest: str, recordings: str | None, audio_root: str, mapping: Mapping, required):
+def _source(form: str, manifest: str, recordings, settings: CheckSettings, fields, extra_fields):
+    """The reader of the dataset's form: chunks of record lines (and records its reader refused)."""
+    audio_root = settings.audio_root
+    mapping = Mapping(fields or {}, None if extra_fields is None else tuple(extra_fields))
+    required = ("text",) * settings.require_text + ("speaker",) * (settings.default_speaker is None)
     if form == "parquet_audio":
         files = expand_shards(manifest, audio_root, ".parquet")
         if not files:
