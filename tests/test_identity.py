@@ -18,7 +18,7 @@ import yaml
 from sharflow.core.audio import load_span
 from sharflow.core.errors import SharflowError
 from sharflow.core.splits import TRAIN, SplitRules, span_key, speaker_identity
-from sharflow.identity.fingerprint import fingerprint, match
+from sharflow.identity.fingerprint import Fingerprint, best_offset_count, fingerprint, match
 from sharflow.identity.keys import folded_text, utterance_key
 from sharflow.identity.links import (
     DUPLICATE,
@@ -31,6 +31,8 @@ from sharflow.identity.links import (
 )
 from sharflow.identity.part import HASH_DTYPE, VoiceEmbedding, run_identity_part
 from sharflow.identity.voices import LINKED_SPEAKER, NEAR, Speaker, VoiceRules, Voices, link_speakers
+from sharflow.identity.voices import _decide as voices_decide
+from sharflow.identity.voices import _rank as voices_rank
 from sharflow.splits.stage import DatasetSplits, assign_splits
 from testkit import DEMO, REPO, identity_part, prepare_demo, read_jsonl, run_identity, write_jsonl
 
@@ -628,3 +630,42 @@ def test_a_grown_corpus_is_fingerprinted_and_embedded_only_where_it_grew(tmp_pat
     assert len(set(np.load(tmp_path / "fresh" / "part.npy")["hash"].tolist())) > 1000  # hashes that vary
     (tmp_path / "grown" / "part.npy").write_bytes(files[1][:-8])  # not what its stats describe
     assert run(grown, "grown")[0]["measured"] == 41
+
+
+def test_the_best_offset_counts_one_frame_either_side_and_nothing_else():
+    assert best_offset_count(np.array([], dtype=np.int32)) == 0
+    assert best_offset_count(np.array([4])) == 1
+    assert best_offset_count(np.array([5, 5, 5])) == 3  # no neighbours: nothing added
+    assert best_offset_count(np.array([5, 5, 6, 6, 6, 7])) == 6  # 6 with 5 and 7 either side
+    assert best_offset_count(np.array([5, 5, 6, 6, 6, 8])) == 5  # 8 is two from 6: not counted
+
+
+def test_a_clip_without_a_fingerprint_matches_nothing_and_disjoint_ones_score_zero():
+    rate = 16000
+    a, b = (
+        fingerprint(np.random.default_rng(seed).normal(0, 0.3, rate * 3).astype(np.float32), rate)
+        for seed in (0, 1)
+    )
+    silent = fingerprint(np.zeros(rate, dtype=np.float32), rate)
+    assert not silent.usable and len(silent) == 0
+    assert silent.hashes.dtype == np.uint32 and silent.times.dtype == np.int32
+    assert a.usable and b.usable and match(a, a) == 1.0
+    assert match(a, silent) == 0.0 and match(silent, a) == 0.0
+    shared = np.intersect1d(a.hashes, b.hashes)
+    only_b = ~np.isin(b.hashes, shared)
+    assert match(a, Fingerprint(b.hashes[only_b], b.times[only_b])) == 0.0  # no hash in common
+
+
+def test_a_pair_at_exactly_the_threshold_is_linked_and_a_denied_pair_says_so():
+    h = Speaker("a", "s1", "s1", np.ones(4), seconds=20.123456, splits={"dev_unseen": 3})
+    o = Speaker("b", "s2", "s2", np.ones(4), seconds=30.0, splits={"train": 5})
+    rules = VoiceRules(min_similarity=0.9)
+    row = voices_decide(h, o, 0.9, rules, {})
+    assert (row["linked"], row["how"], row["decided_similarity"]) == (True, "voice", 0.9)
+    assert row["held_out"]["seconds"] == 20.123 and row["speaker"]["seconds"] == 30.0
+    assert voices_decide(h, o, 0.8999, rules, {})["how"] == "not_linked"
+    denied = voices_decide(
+        h, o, 0.99, VoiceRules(min_similarity=0.9, deny=(frozenset(("a:s1", "b:s2")),)), {}
+    )
+    assert (denied["linked"], denied["how"]) == (False, "denied")
+    assert voices_rank(None) == -2.0 and voices_rank(-1.0) == -1.0 and voices_rank(0.5) == 0.5

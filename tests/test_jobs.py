@@ -207,13 +207,13 @@ def test_a_resumed_job_says_what_it_kept_and_what_it_threw_away(tmp_path, caplog
             assert job.restore(shard, files[shard]) and Path(files[shard][0]).read_text() == f"made {shard}"
         assert not job.restore("000002", files["000002"])
     assert caplog.messages == ["resume: 2 shard(s) a killed run finished were kept: 000000, 000001"]
-    files = files["000000"]
+    first = files["000000"]
     with pytest.raises(KeyboardInterrupt), ResumableJob(record, "k1") as job:
-        job.keep("000000", files)
+        job.keep("000000", first)
         raise KeyboardInterrupt
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="sharflow.core.resume"), ResumableJob(record, "k2") as job:
-        assert not job.restore("000000", files)
+        assert not job.restore("000000", first)
         shutil.rmtree(folder)  # removed under the job: its end does not fail on it
     assert caplog.messages == [
         f"resume: {folder} holds another run's shards (other inputs or settings): unused"

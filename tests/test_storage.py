@@ -575,18 +575,19 @@ def test_a_local_record_of_another_format_or_part_size_is_not_trusted(s3, tmp_pa
     url = s3.bucket(f"last-{other.replace('_', '-')}") + "/run"
     files = random_files(Path("set"), 2, 1000)
     settings = PublishSettings(url, part_mb=5, workers=1)
+
+    def tamper(**changes) -> None:
+        """Digests that are not the files' (shows whether they are taken), and the record's `changes`."""
+        local = json.loads(Path("published.json").read_text())
+        for digest in local["digests"].values():
+            digest[2:] = ["0" * 32, "f" * 64]
+        Path("published.json").write_text(json.dumps({**local, **changes}))
+
     publish(settings, files, "published.json")
-    local = json.loads(Path("published.json").read_text())
-    for digest in local["digests"].values():
-        digest[2:] = ["0" * 32, "f" * 64]  # not the file's: shows whether they are taken
-    Path("published.json").write_text(json.dumps(local))
+    tamper()
     assert publish(settings, files, "published.json")["uploaded"] == 2  # trusted: same format and size
     publish(settings, files, "published.json")
-    local = json.loads(Path("published.json").read_text())
-    for digest in local["digests"].values():
-        digest[2:] = ["0" * 32, "f" * 64]
-    local[other] += 1
-    Path("published.json").write_text(json.dumps(local))
+    tamper(**{other: json.loads(Path("published.json").read_text())[other] + 1})
     assert publish(settings, files, "published.json")["uploaded"] == 0  # read again: the same bytes
 
 

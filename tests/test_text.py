@@ -28,7 +28,7 @@ from sharflow.text.fields import (
     left_over,
 )
 from sharflow.text.ipa import Phonemizer
-from sharflow.text.job import TextTools, normalize_dataset
+from sharflow.text.job import TOP_SYMBOLS, TextTools, normalize_dataset
 from sharflow.text.normalizer import OPTIONS, Normalizers, normalizer_key, record_normalizer
 from sharflow.text.summary import text_lines
 from testkit import DEMO, read_back, read_jsonl, write_all, write_jsonl
@@ -478,6 +478,30 @@ def test_the_text_jobs_stats_and_log_name_every_finding_with_its_first_line(tmp_
         "tokenizer_dropped_chars: {max: 0} drops them",
     ]
     assert job[0].startswith("text demo: 8 records, {'require_text': True, 'normalized_text': ")
+
+
+def test_the_text_jobs_rejects_coverage_and_normalizer_keys_are_counted_as_they_come(tmp_path):
+    symbols = "".join(chr(0x2200 + i) for i in range(TOP_SYMBOLS + 5))  # more than the stats list
+    records = [
+        record("Bad.", normalized_text=7),
+        record(f"Hello {symbols[:3]}", tokenizer_names=["english_chars"]),
+        record(f"Hello {symbols}", tokenizer_names=["english_chars"]),
+    ]
+    stats, out = normalized_demo(tmp_path, records, settings=TextSettings(normalized_text="text"))
+    assert read_jsonl(out / "rejected" / "bad_text_field.jsonl") == [
+        {
+            "line": 1,
+            "reason": "bad_text_field",
+            "detail": "normalized_text = 7 is not a string",
+            "original": json.dumps(records[0]),
+        }
+    ]
+    assert stats["coverage"]["records_dropping"] == 2
+    assert stats["coverage"]["symbols_dropped"] == 3 + len(symbols)
+    assert len(stats["dropped_symbols"]) == TOP_SYMBOLS and stats["dropped_symbols"][symbols[0]] == 2
+    assert stats["normalizers"] == {}  # the text policy never asks a normalizer
+    stats, _ = normalized_demo(tmp_path, [record("Hello.")], name="norm")
+    assert stats["normalizers"] == {"en": normalizer_key("en")[0]}  # the grammars' cache key
 
 
 def test_the_text_job_writes_utf8_and_stops_when_the_stage_before_counted_other_records(tmp_path):
