@@ -289,6 +289,12 @@ def test_no_copy_of_held_out_audio_reaches_train_and_copies_of_train_audio_lose_
     )
     stats, records, rejects = out["leaks"]
     assert records == [] and stats["rejected"] == {SAME_CONTENT: 60}, stats["rejected"]
+    # the identity stats show the first links of each reason, and the rules they were found with
+    assert identity["rules"] == {"min_score": MatchRules().min_score, "min_matched": MatchRules().min_matched}
+    examples = identity["examples"][SAME_CONTENT]
+    assert len(examples) == 5 and all(
+        e["reason"] == SAME_CONTENT and e["dataset"] == "leaks" for e in examples
+    )
     assert all(" of dataset demo (score " in r["detail"] for r in rejects)
     matched = {json.loads(r["original"])["audio_filepath"]: r["detail"] for r in rejects}
     assert len(matched) == 60
