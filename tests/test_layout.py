@@ -24,6 +24,11 @@ DS = layout.dataset_files("{dataset}")
 
 # rule -> {output name: path}, everything from sharflow.core.layout
 EXPECTED = {
+    "recipe": {
+        "recordings": DS.recipe_recordings,
+        "supervisions": DS.recipe_supervisions,
+        "stats": DS.recipe_stats,
+    },
     "prepare": {"prepared": DS.prepared, "rejected": DS.prepare_rejected, "stats": DS.prepare_stats},
     "text_normalizer": {"normalizer": layout.text_normalizer("{language}")},
     "text": {"records": DS.text_records, "rejected": DS.text_rejected, "stats": DS.text_stats},
