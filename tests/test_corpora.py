@@ -25,7 +25,6 @@ from sharflow.core import containers, storage
 from sharflow.core.audio import probe_audio, read_span, resolve_audio_path
 from sharflow.core.config import validate_config
 from sharflow.core.errors import SharflowError
-from sharflow.prepare.job import prepare_dataset
 from sharflow.prepare.lhotse_io import LhotseManifest, supervision_record
 from sharflow.prepare.recipe import run_recipe
 from sharflow.shar.audio import EncodeSettings, copy_through
@@ -48,17 +47,9 @@ SCHEMA = REPO / "config" / "schema.yaml"
 
 
 def _prepare(tmp: Path, manifest, root=DEMO / "audio", **settings) -> tuple[list[str], dict, Path]:
-    out = tmp / "prepare"
-    stats = prepare_dataset(
-        str(manifest),
-        prepared=str(out / "prepared.jsonl"),
-        rejected_dir=str(out / "rejected"),
-        stats=str(out / "stats.json"),
-        dataset="demo",
-        audio_root=str(root),
-        workers=1,
-        **settings,
-    )
+    """(prepared lines, stats, rejects folder) of prepare_demo."""
+    out = prepare_demo(tmp, manifest, root, **settings)
+    stats = json.loads((out / "stats.json").read_text())
     return (out / "prepared.jsonl").read_text().splitlines(), stats, out / "rejected"
 
 

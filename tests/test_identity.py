@@ -653,13 +653,17 @@ def test_a_clip_without_a_fingerprint_matches_nothing_and_disjoint_ones_score_ze
         for seed in (0, 1)
     )
     silent = fingerprint(np.zeros(rate, dtype=np.float32), rate)
-    assert not silent.usable and len(silent) == 0
+    assert not silent.usable and len(silent) == 0 and silent.times.shape == (0,)
     assert silent.hashes.dtype == np.uint32 and silent.times.dtype == np.int32
     assert a.usable and b.usable and match(a, a) == 1.0
     assert match(a, silent) == 0.0 and match(silent, a) == 0.0
     shared = np.intersect1d(a.hashes, b.hashes)
     only_b = ~np.isin(b.hashes, shared)
     assert match(a, Fingerprint(b.hashes[only_b], b.times[only_b])) == 0.0  # no hash in common
+    one = Fingerprint(np.sort(np.append(b.hashes[only_b], a.hashes[0])), np.zeros(only_b.sum() + 1, np.int32))
+    assert match(a, one) > 0  # a single hash in common counts
+    few = Fingerprint(a.hashes[:10], a.times[:10])  # a's own hashes, too few to be a fingerprint
+    assert not few.usable and match(a, few) == 0.0 and match(few, a) == 0.0
 
 
 def test_a_pair_at_exactly_the_threshold_is_linked_and_a_denied_pair_says_so():

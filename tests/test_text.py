@@ -481,7 +481,7 @@ def test_the_text_jobs_stats_and_log_name_every_finding_with_its_first_line(tmp_
 
 
 def test_the_text_jobs_rejects_coverage_and_normalizer_keys_are_counted_as_they_come(tmp_path):
-    symbols = "".join(chr(0x2200 + i) for i in range(TOP_SYMBOLS + 5))  # more than the stats list
+    symbols = "".join(chr(0x2200 + i) for i in range(TOP_SYMBOLS + 30))  # more than the stats list
     records = [
         record("Bad.", normalized_text=7),
         record(f"Hello {symbols[:3]}", tokenizer_names=["english_chars"]),
@@ -498,6 +498,7 @@ def test_the_text_jobs_rejects_coverage_and_normalizer_keys_are_counted_as_they_
     ]
     assert stats["coverage"]["records_dropping"] == 2
     assert stats["coverage"]["symbols_dropped"] == 3 + len(symbols)
+    assert len(read_jsonl(out / "records.jsonl")[1]["tokenizer_dropped"]) > TOP_SYMBOLS
     assert len(stats["dropped_symbols"]) == TOP_SYMBOLS and stats["dropped_symbols"][symbols[0]] == 2
     assert stats["normalizers"] == {}  # the text policy never asks a normalizer
     stats, _ = normalized_demo(tmp_path, [record("Hello.")], name="norm")

@@ -192,7 +192,8 @@ def run_snakemake(
 # ---- running stages directly (package functions, no snakemake) ---------------------------------
 
 
-def prepare_demo(tmp, manifest=DEMO / "manifest.json", root=DEMO / "audio"):
+def prepare_demo(tmp, manifest=DEMO / "manifest.json", root=DEMO / "audio", **settings):
+    """The prepare stage (one worker) of `manifest` as dataset "demo" into tmp/prepare; that folder."""
     out = tmp / "prepare"
     prepare_dataset(
         str(manifest),
@@ -202,6 +203,7 @@ def prepare_demo(tmp, manifest=DEMO / "manifest.json", root=DEMO / "audio"):
         dataset="demo",
         audio_root=str(root),
         workers=1,
+        **settings,
     )
     return out
 

@@ -73,9 +73,8 @@ def _root_prefix(audio_root: str) -> str:
 
 def probe_audio(path: str) -> AudioInfo:
     """Read the header of an audio file, object or container member (no samples are decoded)."""
-    with containers.open_audio(path) as raw:
-        info = sf.info(raw)
-    return AudioInfo(int(info.samplerate), int(info.frames), int(info.channels))
+    with containers.audio_source(path) as source, sf.SoundFile(source) as f:  # not sf.info: it formats
+        return AudioInfo(int(f.samplerate), int(f.frames), int(f.channels))  # ten names we do not read
 
 
 def compute_num_samples(duration: float, sampling_rate: int) -> int:
@@ -94,7 +93,7 @@ def read_span(
     else (or with `floats`) float32 in [-1, 1]. With `sample_rate`, the span is resampled (soxr HQ)
     and trimmed/padded to lhotse's count. Raises ValueError for a span of no samples.
     """
-    with containers.open_audio(path) as raw, sf.SoundFile(raw) as f:
+    with containers.audio_source(path) as source, sf.SoundFile(source) as f:
         rate = f.samplerate
         exact = not floats and f.subtype in _EXACT_INT16 and (not sample_rate or sample_rate == rate)
         start, n = compute_num_samples(offset, rate), compute_num_samples(duration, rate)

@@ -24,6 +24,7 @@ import bisect
 import io
 import os
 import tarfile
+from contextlib import contextmanager
 from functools import lru_cache
 
 from sharflow.core import storage
@@ -131,6 +132,17 @@ def _member(path: str) -> tuple[str, int, int]:
     if found is None:
         raise MemberError(f"{container} holds no member {member!r}")
     return storage.local_file(container), *found
+
+
+@contextmanager
+def audio_source(path: str):
+    """What a decoder opens: a plain file's local path (libsndfile reads it in C), or a member's bytes
+    as a file object (closed after the block)."""
+    if split_member(path)[1] is None:
+        yield storage.local_file(path)
+        return
+    with open_audio(path) as f:
+        yield f
 
 
 def open_audio(path: str):

@@ -31,9 +31,9 @@ from sharflow.core.errors import SharflowError
 CHUNK_RECORDS = 2048
 # A supervision's language becomes the record's lang only when it is a language code (ISO 639,
 # maybe with a region): recipes that write names ("English") leave it to datasets.<name>.language.
-_LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}([-_][A-Za-z0-9]+)?$")
+LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}([-_][A-Za-z0-9]+)?$")
 # What the record sets itself from the supervision; a custom field of these names is not carried over.
-_RECORD_KEYS = ("audio_filepath", "offset", "duration", "text", "speaker", "lang", "source_audio")
+RECORD_KEYS = ("audio_filepath", "offset", "duration", "text", "speaker", "lang", "source_audio")
 _SOURCE_TYPES = ("file", "url")
 # A supervision whose span is its recording's whole length within this is a whole-file record.
 _WHOLE_FILE = 1e-6
@@ -148,11 +148,11 @@ def supervision_record(sup: dict, recording: dict, cut_start: object = 0.0) -> b
     if sup.get("speaker") is not None:
         record["speaker"] = sup["speaker"]
     language = sup.get("language")
-    if isinstance(language, str) and _LANGUAGE_CODE.match(language):
+    if isinstance(language, str) and LANGUAGE_CODE.match(language):
         record["lang"] = language
     custom = sup.get("custom") or {}
     if isinstance(custom, dict):
-        record.update({k: v for k, v in custom.items() if k not in _RECORD_KEYS})
+        record.update({k: v for k, v in custom.items() if k not in RECORD_KEYS})
     return json.dumps(record, ensure_ascii=False).encode("utf-8")
 
 

@@ -119,9 +119,9 @@ class ParquetAudio:
                     "missing_audio", f"{path}, row {row}: column {audio!r} holds no audio", original
                 )
             try:
-                info = sf.info(io.BytesIO(data))
+                with sf.SoundFile(io.BytesIO(data)) as f:
+                    record["duration"] = f.frames / f.samplerate
             except Exception as e:
                 detail = f"{path}, row {row}: column {audio!r} does not decode ({e})"
                 return Refused("unreadable_audio", detail, original)
-            record["duration"] = info.frames / info.samplerate
         return json.dumps(record, ensure_ascii=False, default=str).encode("utf-8")

@@ -13,7 +13,7 @@ over, their headers probed later by prepare's checks). A sample's members lie ne
 WebDataset writes them; what is wrong with a sample is refused with its reason and the tar and member
 named: a key with audio but no JSON (missing_metadata), JSON without audio (missing_audio), a JSON
 that does not parse (malformed_json), a key seen before (duplicate_key, in any tar of the dataset:
-one 8-byte hash per key is kept), a member name that would leave its folder (path_escapes_root), the
+one hash per key is kept), a member name that would leave its folder (path_escapes_root), the
 tar's end cut off (truncated_container: the sample it cut, and the rest of that tar, which is not
 there). Records are numbered by sample (1, 2, ... over the tars in order).
 """
@@ -31,14 +31,12 @@ from pathlib import Path
 
 from sharflow.core import containers, storage
 from sharflow.core.errors import SharflowError
-from sharflow.prepare.lhotse_io import Refused
+from sharflow.prepare.lhotse_io import LANGUAGE_CODE, RECORD_KEYS, Refused
 
 CHUNK_RECORDS = 2048
 AUDIO_EXTENSIONS = ("flac", "wav", "mp3", "ogg", "opus")
 # the record fields a mapping names, and the JSON names they have by default (Emilia's)
 MAPPED = {"text": "text", "speaker": "speaker", "duration": "duration", "language": "language"}
-_LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}([-_][A-Za-z0-9]+)?$")
-_RECORD_KEYS = ("audio_filepath", "offset", "duration", "text", "speaker", "lang", "source_audio")
 _BRACES = re.compile(r"\{(\d+)\.\.(\d+)\}")
 
 
@@ -83,7 +81,7 @@ class Mapping:
             if metadata.get(names[ours]) is not None:
                 record[ours] = metadata[names[ours]]
         language = metadata.get(names["language"])
-        if isinstance(language, str) and _LANGUAGE_CODE.match(language):
+        if isinstance(language, str) and LANGUAGE_CODE.match(language):
             record["lang"] = language
         taken = set(names.values()) | {self.fields.get("audio", "audio")}
         extra = (
@@ -91,7 +89,7 @@ class Mapping:
             if self.extra_fields is None
             else {k: metadata[k] for k in self.extra_fields if k in metadata}
         )
-        record.update({k: v for k, v in extra.items() if k not in taken and k not in _RECORD_KEYS})
+        record.update({k: v for k, v in extra.items() if k not in taken and k not in RECORD_KEYS})
         return record
 
 
