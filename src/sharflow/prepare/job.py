@@ -24,8 +24,8 @@ from sharflow.core.errors import SharflowError
 from sharflow.core.ledger import Ledger, RejectWriter, reject_row
 from sharflow.core.parallel import ordered_map, resolve_workers
 from sharflow.core.speakers import parse_speaker
-from sharflow.prepare.lhotse_io import LhotseManifest, Refused
-from sharflow.prepare.manifest import REASONS, Accepted, CheckSettings, Rejected, check_line
+from sharflow.prepare.lhotse_io import LhotseManifest
+from sharflow.prepare.manifest import REASONS, Accepted, CheckSettings, Refused, Rejected, check_line
 from sharflow.prepare.manifest_io import ManifestFile
 from sharflow.prepare.parquet_audio_io import ParquetAudio
 from sharflow.prepare.webdataset_io import Mapping, WebDatasetShards, expand_shards

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sharflow.core.errors import SharflowError
+from sharflow.prepare.manifest import Refused
 
 CHUNK_RECORDS = 2048
 # A supervision's language becomes the record's lang only when it is a language code (ISO 639,
@@ -37,17 +38,6 @@ RECORD_KEYS = ("audio_filepath", "offset", "duration", "text", "speaker", "lang"
 _SOURCE_TYPES = ("file", "url")
 # A supervision whose span is its recording's whole length within this is a whole-file record.
 _WHOLE_FILE = 1e-6
-
-
-@dataclass(frozen=True)
-class Refused:
-    """A record refused before prepare's checks: the reason (a key of prepare's REASONS), a detail
-    naming what is wrong, and the original JSON (the supervision or cut as lhotse wrote it)."""
-
-    reason: str
-    detail: str
-    original: bytes
-    duration: float | None = None
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,17 @@ class Rejected:
     duration: float | None = None
 
 
+@dataclass(frozen=True)
+class Refused:
+    """A record its reader refused before the checks (lhotse, WebDataset, Parquet with audio): the
+    reason (a key of REASONS), a detail naming what is wrong, and the original as the reader found it."""
+
+    reason: str
+    detail: str
+    original: bytes
+    duration: float | None = None
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 

@@ -23,7 +23,7 @@ import soundfile as sf
 
 from sharflow.core import containers, storage
 from sharflow.core.errors import SharflowError
-from sharflow.prepare.lhotse_io import Refused
+from sharflow.prepare.manifest import Refused
 from sharflow.prepare.manifest_io import row_line
 from sharflow.prepare.webdataset_io import MAPPED, Mapping
 

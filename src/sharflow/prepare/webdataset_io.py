@@ -31,7 +31,8 @@ from pathlib import Path
 
 from sharflow.core import containers, storage
 from sharflow.core.errors import SharflowError
-from sharflow.prepare.lhotse_io import LANGUAGE_CODE, RECORD_KEYS, Refused
+from sharflow.prepare.lhotse_io import LANGUAGE_CODE, RECORD_KEYS
+from sharflow.prepare.manifest import Refused
 
 CHUNK_RECORDS = 2048
 AUDIO_EXTENSIONS = ("flac", "wav", "mp3", "ogg", "opus")
@@ -114,17 +115,15 @@ class WebDatasetShards:
         seen: dict[int, str] = {}
         chunk: list[bytes | Refused] = []
         for tar in self.tars:
-            for item in self._samples(tar, seen):
+            for item in self._samples(tar, seen, progress):
                 chunk.append(item)
                 if len(chunk) == CHUNK_RECORDS:
                     yield chunk
                     chunk = []
-            if progress is not None:
-                progress.update(storage.size(tar))
         if chunk:
             yield chunk
 
-    def _samples(self, tar: str, seen: dict[int, str]) -> Iterator[bytes | Refused]:
+    def _samples(self, tar: str, seen: dict[int, str], progress=None) -> Iterator[bytes | Refused]:
         if not storage.exists(tar):
             raise SharflowError(f"WebDataset shard {tar} is not there; fix datasets.<name>.manifest")
         local = storage.local_file(tar)  # an object: fetched whole into the object cache, once
@@ -153,6 +152,8 @@ class WebDatasetShards:
             group.truncated = group.truncated or f"after {group.key or 'the start'} ({e})"
         if group is not None:
             yield self._record(tar, group, seen)
+        if progress is not None:
+            progress.update(size)
 
     def _record(self, tar: str, sample: "_Sample", seen: dict[int, str]) -> bytes | Refused:
         named = f"{tar}, sample {sample.key!r}"
