@@ -25,6 +25,7 @@ include: "rules/catalog.smk"
 include: "rules/training.smk"
 include: "rules/verify.smk"
 include: "rules/publish.smk"
+include: "rules/plan.smk"
 include: "rules/report.smk"
 
 

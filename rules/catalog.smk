@@ -15,7 +15,8 @@ rule catalog:
         tokenizer=config["training"]["tokenizer"],
         held_out=get_held_out_plans,
     resources:
-        mem_mb=4000,
+        mem_mb=RESOURCES.mem_mb("catalog"),
+        runtime=RESOURCES.runtime("catalog"),
     script:
         "../workflow_scripts/catalog.py"
 
@@ -28,6 +29,7 @@ rule dataset_card:
     log:
         layout.log("dataset_card", "{dataset}"),
     resources:
-        mem_mb=2000,
+        mem_mb=RESOURCES.mem_mb("dataset_card"),
+        runtime=RESOURCES.runtime("dataset_card"),
     script:
         "../workflow_scripts/dataset_card.py"

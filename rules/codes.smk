@@ -6,7 +6,8 @@ rule build_random_codec:
     log:
         layout.log("build_random_codec", "{codec}"),
     resources:
-        mem_mb=4000,
+        mem_mb=RESOURCES.mem_mb("build_random_codec"),
+        runtime=RESOURCES.runtime("build_random_codec"),
     script:
         "../workflow_scripts/build_random_codec.py"
 
@@ -21,7 +22,8 @@ rule codec_model:
     params:
         codec=get_codec_spec,
     resources:
-        mem_mb=500,
+        mem_mb=RESOURCES.mem_mb("codec_model"),
+        runtime=RESOURCES.runtime("codec_model"),
     script:
         "../workflow_scripts/codec_model.py"
 
@@ -51,7 +53,8 @@ for kind in job_kinds("codes"):
         threads: CODES_THREADS
         resources:
             gpu=CODES_GPUS,
-            mem_mb=16000,
+            mem_mb=RESOURCES.mem_mb(kind.name),
+            runtime=RESOURCES.runtime(kind.name),
         wildcard_constraints:
             block=rf"\d{{{6 - layout.block_digits(kind.size)}}}",
         script:
@@ -70,6 +73,7 @@ rule codes_merge:
     log:
         layout.log("codes_merge", "{dataset}", "{codec}"),
     resources:
-        mem_mb=1000,
+        mem_mb=RESOURCES.mem_mb("codes_merge"),
+        runtime=RESOURCES.runtime("codes_merge"),
     script:
         "../workflow_scripts/codes_merge.py"

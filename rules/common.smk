@@ -1,6 +1,7 @@
 import functools
 import os
 import re
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,6 +15,8 @@ from sharflow.core.errors import SharflowError
 from sharflow.core.parallel import resolve_workers
 from sharflow.core.ranks import host_shows_gpu
 from sharflow.core.splits import HELD_OUT, SplitRules
+from sharflow.plan.calibrate import passed_options
+from sharflow.plan.resources import PlannedResources
 from sharflow.prepare.webdataset_io import expand_shards
 from sharflow.text.normalizer import normalizer_key
 
@@ -36,6 +39,11 @@ PUBLISH = config["publish"]["url"]
 PATH_PREFIX = config["training"]["path_prefix"] or PUBLISH
 # The cache of the normalizer's grammars, resolved once here so that every job uses the same one.
 TEXT_CACHE = str(cache_root(config["text"]["cache_dir"]))
+# Every rule's mem_mb and runtime: the cost plan's where one was made (snakemake plan), else defaults
+RESOURCES = PlannedResources(layout.PLAN_RESOURCES)
+# What the calibration run (rules/plan.smk) takes over from this snakemake's command line: profiles,
+# executor, jobs and cores (read here, in the process that plans the jobs)
+CALIBRATION_OPTIONS = passed_options(sys.argv, os.getcwd())
 
 
 def split_block(dataset):
@@ -161,7 +169,9 @@ CONTAINER_SUFFIX = {"webdataset": ".tar", "parquet_audio": ".parquet"}
 
 
 def get_manifest(wildcards):
-    """The prepare job's inputs: local manifests or tars (Snakemake watches their times); none for a URL."""
+    """The prepare job's inputs: local manifests or tars (Snakemake watches their times); none for a URL.
+    (In a dry run, the first call also logs the stages the shard plan hides: summarize_dry_run.)"""
+    summarize_dry_run()
     ds = config["datasets"][wildcards.dataset]
     if ds["format"] in CONTAINER_SUFFIX:  # a new tar or Parquet file is a grown corpus: prepare runs again
         files = expand_shards(ds["manifest"], ds["audio_root"], CONTAINER_SUFFIX[ds["format"]])
@@ -711,7 +721,34 @@ def get_publish_inputs(wildcards):
     }
 
 
+# ---- a dry run's summary ------------------------------------------------------------------------
+_SUMMARIZED = []  # the dry run's summary is logged once (the input function runs per DAG pass)
+
+
+def summarize_dry_run():
+    """In a dry run, log once what Snakemake's job counts cannot show: the cost plan's stages (every
+    job, the shard jobs after the checkpoint included), else the shard jobs the prepared records
+    make. Called from prepare's input function, which every DAG evaluates first: the Snakefile is
+    read before Snakemake knows it is a dry run, the DAG is built after (and an input function on
+    `all` would make Snakemake build the DAG below it again after the checkpoint)."""
+    from sharflow.plan.page import plan_summary, shard_jobs_summary
+
+    if not workflow.dryrun or _SUMMARIZED:
+        return
+    _SUMMARIZED.append(True)
+    if os.path.exists(layout.PLAN):
+        logger.info(plan_summary(read_json(layout.PLAN)))
+        return
+    stats = {ds: layout.dataset_files(ds).prepare_stats for ds in DATASETS}
+    records = {ds: read_json(p)["records_out"] for ds, p in stats.items() if os.path.exists(p)}
+    if records:
+        per_job = {stage: config[stage]["shards_per_job"] for stage in ("shar", "codes")}
+        logger.info(shard_jobs_summary(records, config["shar"]["shard_size"], per_job, len(CODECS)))
+
+
 # ---- at the end of a run ------------------------------------------------------------------------
+
+
 def warn_of_dropped_text():
     """One warning line at the end of a run whose train cuts hand the model text its tokenizers skip
     in part (sharflow.dataset.tables.dropped_text_warning); silent otherwise."""

@@ -12,7 +12,8 @@ rule context_plan:
         parts=config["context"]["parts"],
         cost_per_audio_second=config["context"]["cost_per_audio_second"],
     resources:
-        mem_mb=2000,
+        mem_mb=RESOURCES.mem_mb("context_plan"),
+        runtime=RESOURCES.runtime("context_plan"),
     script:
         "../workflow_scripts/context_plan.py"
 
@@ -34,7 +35,8 @@ rule context_part:
     threads: threads_of("context")
     resources:
         gpu=CONTEXT_GPUS,
-        mem_mb=8000,
+        mem_mb=RESOURCES.mem_mb("context_part"),
+        runtime=RESOURCES.runtime("context_part"),
     script:
         "../workflow_scripts/context_part.py"
 
@@ -54,6 +56,7 @@ rule context_merge:
     benchmark:
         layout.benchmark("context_merge", "{dataset}")
     resources:
-        mem_mb=2000,
+        mem_mb=RESOURCES.mem_mb("context_merge"),
+        runtime=RESOURCES.runtime("context_merge"),
     script:
         "../workflow_scripts/context_merge.py"

@@ -15,7 +15,8 @@ rule identity_part:
         voices=get_voice_embedding,
     threads: threads_of("identity")
     resources:
-        mem_mb=2000,
+        mem_mb=RESOURCES.mem_mb("identity_part"),
+        runtime=RESOURCES.runtime("identity_part"),
     script:
         "../workflow_scripts/identity_part.py"
 
@@ -40,6 +41,7 @@ rule identity:
         train_duplicates=config["identity"]["train_duplicates"],
         voices=config["identity"]["voices"],
     resources:
-        mem_mb=8000,
+        mem_mb=RESOURCES.mem_mb("identity"),
+        runtime=RESOURCES.runtime("identity"),
     script:
         "../workflow_scripts/identity.py"

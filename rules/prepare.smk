@@ -11,7 +11,8 @@ rule recipe:
         settings=get_recipe_settings,
     threads: threads_of("prepare")
     resources:
-        mem_mb=4000,
+        mem_mb=RESOURCES.mem_mb("recipe"),
+        runtime=RESOURCES.runtime("recipe"),
     script:
         "../workflow_scripts/recipe.py"
 
@@ -32,6 +33,7 @@ rule prepare:
         manifest_version=get_manifest_version,
     threads: threads_of("prepare")
     resources:
-        mem_mb=2000,
+        mem_mb=RESOURCES.mem_mb("prepare"),
+        runtime=RESOURCES.runtime("prepare"),
     script:
         "../workflow_scripts/prepare.py"

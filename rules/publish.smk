@@ -11,6 +11,7 @@ rule publish:
         codecs=CODECS,
         settings=config["publish"],
     resources:
-        mem_mb=2000,
+        mem_mb=RESOURCES.mem_mb("publish"),
+        runtime=RESOURCES.runtime("publish"),
     script:
         "../workflow_scripts/publish.py"

@@ -6,7 +6,8 @@ rule build_random_asr:
     log:
         layout.log("build_random_asr"),
     resources:
-        mem_mb=4000,
+        mem_mb=RESOURCES.mem_mb("build_random_asr"),
+        runtime=RESOURCES.runtime("build_random_asr"),
     script:
         "../workflow_scripts/build_random_asr.py"
 
@@ -37,7 +38,8 @@ rule quality_part:
     threads: threads_of("quality")
     resources:
         gpu=QUALITY_GPUS,
-        mem_mb=4000,
+        mem_mb=RESOURCES.mem_mb(QUALITY_PART_RULE),
+        runtime=RESOURCES.runtime(QUALITY_PART_RULE),
     script:
         "../workflow_scripts/quality_part.py"
 
@@ -55,7 +57,8 @@ rule quality_merge:
     benchmark:
         layout.benchmark("quality_merge", "{dataset}")
     resources:
-        mem_mb=1000,
+        mem_mb=RESOURCES.mem_mb("quality_merge"),
+        runtime=RESOURCES.runtime("quality_merge"),
     script:
         "../workflow_scripts/quality_merge.py"
 
@@ -77,6 +80,7 @@ rule quality_filter:
         filters=config["quality"]["filters"],
         action=config["quality"]["action"],
     resources:
-        mem_mb=1000,
+        mem_mb=RESOURCES.mem_mb("quality_filter"),
+        runtime=RESOURCES.runtime("quality_filter"),
     script:
         "../workflow_scripts/quality_filter.py"

@@ -31,6 +31,7 @@ rule report:
         datasets=get_report_datasets,
         min_similarity=config["context"]["min_similarity"],
     resources:
-        mem_mb=2000,
+        mem_mb=RESOURCES.mem_mb("report"),
+        runtime=RESOURCES.runtime("report"),
     script:
         "../workflow_scripts/report.py"

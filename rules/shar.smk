@@ -15,7 +15,8 @@ checkpoint shar_plan:
         leaks=config["shar"]["leaks"],
         split=lambda wildcards: split_of(wildcards.dataset),
     resources:
-        mem_mb=4000,
+        mem_mb=RESOURCES.mem_mb("shar_plan"),
+        runtime=RESOURCES.runtime("shar_plan"),
     script:
         "../workflow_scripts/shar_plan.py"
 
@@ -41,7 +42,8 @@ for kind in job_kinds("shar"):
             settings=get_encode_settings,
         threads: SHAR_THREADS
         resources:
-            mem_mb=4000,
+            mem_mb=RESOURCES.mem_mb(kind.name),
+            runtime=RESOURCES.runtime(kind.name),
         wildcard_constraints:
             block=rf"\d{{{6 - layout.block_digits(kind.size)}}}",
         script:
@@ -64,6 +66,7 @@ rule shar_merge:
     benchmark:
         layout.benchmark("shar_merge", "{dataset}")
     resources:
-        mem_mb=2000,
+        mem_mb=RESOURCES.mem_mb("shar_merge"),
+        runtime=RESOURCES.runtime("shar_merge"),
     script:
         "../workflow_scripts/shar_merge.py"

@@ -13,6 +13,7 @@ rule splits:
         dataset=get_split_dataset,
         empty=get_empty_split_action,
     resources:
-        mem_mb=4000,
+        mem_mb=RESOURCES.mem_mb("splits"),
+        runtime=RESOURCES.runtime("splits"),
     script:
         "../workflow_scripts/splits.py"

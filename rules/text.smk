@@ -11,7 +11,8 @@ rule text_normalizer:
         key=lambda wildcards: normalizer_key(wildcards.language)[0],
         cache_dir=TEXT_CACHE,
     resources:
-        mem_mb=4000,
+        mem_mb=RESOURCES.mem_mb("text_normalizer"),
+        runtime=RESOURCES.runtime("text_normalizer"),
     script:
         "../workflow_scripts/text_normalizer.py"
 
@@ -35,6 +36,7 @@ rule text:
         cache_dir=TEXT_CACHE,
     threads: threads_of("text")
     resources:
-        mem_mb=4000,
+        mem_mb=RESOURCES.mem_mb("text"),
+        runtime=RESOURCES.runtime("text"),
     script:
         "../workflow_scripts/text.py"

@@ -10,7 +10,8 @@ rule buckets:
         sub_buckets=config["buckets"]["sub_buckets"],
         z_threshold=config["buckets"]["z_threshold"],
     resources:
-        mem_mb=2000,
+        mem_mb=RESOURCES.mem_mb("buckets"),
+        runtime=RESOURCES.runtime("buckets"),
     script:
         "../workflow_scripts/buckets.py"
 
@@ -32,7 +33,8 @@ rule input_cfg:
         path_prefix=PATH_PREFIX,
         settings={"shuffle": config["training"]["shuffle"], "shard_seed": config["training"]["shard_seed"]},
     resources:
-        mem_mb=2000,
+        mem_mb=RESOURCES.mem_mb("input_cfg"),
+        runtime=RESOURCES.runtime("input_cfg"),
     script:
         "../workflow_scripts/input_cfg.py"
 
@@ -55,7 +57,8 @@ rule validation_ds:
         path_prefix=PATH_PREFIX,
         settings={"shuffle": False},
     resources:
-        mem_mb=2000,
+        mem_mb=RESOURCES.mem_mb("validation_ds"),
+        runtime=RESOURCES.runtime("validation_ds"),
     script:
         "../workflow_scripts/validation_ds.py"
 
@@ -72,7 +75,8 @@ rule evaluation_set:
         name=lambda wildcards: layout.evaluation_name(wildcards.dataset),
         path_prefix=PATH_PREFIX,
     resources:
-        mem_mb=2000,
+        mem_mb=RESOURCES.mem_mb("evaluation_set"),
+        runtime=RESOURCES.runtime("evaluation_set"),
     wildcard_constraints:
         dataset="|".join(re.escape(name) for name in TEST_SETS) or "(?!)",
     script:

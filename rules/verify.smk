@@ -13,6 +13,7 @@ rule verify:
         split=lambda wildcards: layout.set_of(wildcards.dataset)[1],
     threads: threads_of("verify")
     resources:
-        mem_mb=2000,
+        mem_mb=RESOURCES.mem_mb("verify"),
+        runtime=RESOURCES.runtime("verify"),
     script:
         "../workflow_scripts/verify.py"

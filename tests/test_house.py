@@ -29,6 +29,7 @@ PACKAGES = (
     "verify",
     "publish",
     "report",
+    "plan",
 )
 HEAVY = ("torch", "lhotse", "nemo", "pandas", "pyarrow", "matplotlib", "onnxruntime")
 MAX_FUNCTION_LINES = 60

@@ -4,6 +4,7 @@ import subprocess
 
 import yaml
 
+from sharflow.plan.resources import DEFAULTS
 from testkit import GPU_RULES, REPO, demo_config, run_snakemake, snakemake_cmd
 
 
@@ -27,6 +28,11 @@ def load_profile(name):
 def test_every_rule_named_in_a_profile_exists(tmp_path):
     rules = rules_in_workflow(tmp_path)
     assert "prepare" in rules and "all" in rules
+    # and every rule that runs a job has its memory and time without a plan (the plan's are tested
+    # in test_plan); rules of the main process (localrules) need none
+    local = {"all", "plan", "calibration", "cost_plan"}
+    assert set(DEFAULTS) <= rules and not (set(DEFAULTS) & local)
+    assert rules - local - set(DEFAULTS) == set()
     for name in ("slurm", "local"):
         profile = load_profile(name)
         for section in ("set-resources", "set-threads", "groups"):
@@ -38,7 +44,9 @@ def test_slurm_profile_shape():
     profile = load_profile("slurm")
     assert profile["executor"] == "slurm"
     assert profile["default-resources"]["slurm_partition"] == "cpu"
-    assert "attempt" in str(profile["default-resources"]["mem_mb"])
+    # memory and time are the rules' own (the cost plan's, else sharflow.plan.resources.DEFAULTS)
+    for res in (profile["default-resources"], *profile["set-resources"].values()):
+        assert not {"mem_mb", "runtime"} & set(res or {}), res
     assert not any("slurm_extra" in (r or {}) for r in profile["set-resources"].values())
     gpu_rules = GPU_RULES
     assert gpu_rules <= set(profile["set-resources"])
@@ -105,6 +113,8 @@ def test_slurm_profile_dry_run_parses_and_routes_quality_by_where_its_models_run
     assert len(gpu["quality_part"]) == 4  # 2 parts x 2 datasets
     for job in gpu["quality_part"]:
         assert (job["slurm_partition"], job["gpu"], job["cpus_per_task"]) == ("gpu", "1", "8")
+        # without a plan, the defaults (with a plan: test_plan.py)
+        assert (job["mem_mb"], job["runtime"]) == ("16000", "480")
     cpu = slurm_dry_run(tmp_path / "cpu", demo_config(quality={"device": "cpu"}))
     assert "quality_part" not in cpu and len(cpu["quality_part_cpu"]) == 2
     for job in cpu["quality_part_cpu"]:

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sharflow.core import storage
+from sharflow.core import layout, storage
+from sharflow.plan.resources import DEFAULTS
 from testkit import (
     GPU_RULES,
     REPO,
@@ -68,6 +69,7 @@ def run_on_slurm(tmp: Path, s3):
     state = Path(done.stdout.strip().splitlines()[-1])
     real = write_test_profile(tmp / "wp")
     work = tmp / "work"
+    write_small_plan(work)
     config = demo_config(shar=SMALL_SHARDS, publish={"url": PUBLISHED})
     config["datasets"]["demo"].update(upload_demo(s3, "slurm-corpus"))
     s3.bucket(storage.split_url(PUBLISHED)[0], versioned=True)
@@ -86,10 +88,23 @@ def run_on_slurm(tmp: Path, s3):
     return work, output, state, real
 
 
+# What the run's cost plan asks for, for every rule: small enough for this machine's one node, and a
+# time limit no default has, so that the jobs' own limits show they came from the plan
+PLANNED = {"mem_mb": 1500, "runtime": 37}
+
+
+def write_small_plan(work: Path) -> None:
+    """The plan's resources file (sharflow.plan.resources) in the run's folder, every rule at PLANNED:
+    the Slurm run asks for its memory and time from a plan, as a run after `snakemake plan` does."""
+    path = work / layout.PLAN_RESOURCES
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(dict.fromkeys(DEFAULTS, PLANNED)))
+
+
 def write_test_profile(profile_dir: Path) -> dict:
-    """Test-only workflow profile over profiles/slurm."""
+    """Test-only workflow profile over profiles/slurm (memory and time: the plan's, write_small_plan)."""
     real = yaml.safe_load((REPO / "profiles" / "slurm" / "config.v8+.yaml").read_text())
-    small = {"cpus_per_task": 1, "mem_mb": 1500, "runtime": 30}
+    small = {"cpus_per_task": 1}
     override = {
         "slurm-status-command": "squeue",
         "slurm-init-seconds-before-status-checks": 2,
@@ -97,7 +112,7 @@ def write_test_profile(profile_dir: Path) -> dict:
         "latency-wait": 10,
         "retries": 0,
         "cores": 2,  # groups: at most 2 one-core jobs side by side
-        "default-resources": {**real["default-resources"], "slurm_account": "sharflow-test", **small},
+        "default-resources": {**real["default-resources"], "slurm_account": "sharflow-test", "mem_mb": 1000},
         # the real routing, one core each, and `gpu: 0`: the gpu partition has no GPUs to grant
         "set-resources": {
             rule: {**{k: v for k, v in res.items() if k == "slurm_partition"}, **small, "gpu": 0}
@@ -119,13 +134,18 @@ def submissions(output: str) -> list[tuple[str, str]]:
     return out
 
 
-def partitions(state: Path) -> dict[str, str]:
-    """Slurm job id -> partition, from the job completion log."""
+def completed_jobs(state: Path) -> dict[str, dict[str, str]]:
+    """Slurm job id -> the fields of its line in the job completion log."""
     out = {}
     for line in (state / "log" / "jobcomp.txt").read_text().splitlines():
         fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
-        out[fields["JobId"]] = fields["Partition"]
+        out[fields["JobId"]] = fields
     return out
+
+
+def partitions(state: Path) -> dict[str, str]:
+    """Slurm job id -> partition, from the job completion log."""
+    return {jobid: fields["Partition"] for jobid, fields in completed_jobs(state).items()}
 
 
 def test_slurm_profile_runs_the_demo_like_a_local_run(slurm_run, two_datasets):
@@ -154,6 +174,12 @@ def test_slurm_profile_runs_the_demo_like_a_local_run(slurm_run, two_datasets):
             [f"{stage}_block", f"{stage}_tail2"]
         ]
         assert ran[f"{stage}_block"] == ran[f"{stage}_tail2"] == 1
+
+    # each job asked for the plan's time (a group: its jobs' times, one after another on its cores)
+    limits = {jobid: fields["TimeLimit"] for jobid, fields in completed_jobs(state).items()}
+    for jobid, rules in subs:
+        if len(rules) == 1:
+            assert limits[jobid] in ("37", "00:37:00"), (rules, limits[jobid])
 
     where = partitions(state)
     gpu_rules = {rule for rule, res in real["set-resources"].items() if res.get("slurm_partition") == "gpu"}

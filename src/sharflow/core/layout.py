@@ -24,6 +24,10 @@ results/<dataset>/
 results/models/<codec>.{nemo, json}   results/input_cfg.yaml   results/report/
 results/published.json   with publish.url: what was published where (sharflow.publish)
 results/text_normalizers/<language>.json   the normalizer's grammars for a language (in the cache)
+results/plan/{plan.json, plan.md, plan.dot, resources.yaml}   `snakemake plan` (sharflow.plan), made
+    by a calibration run in results/plan/calibration/; actual.{json,md}: the plan against the run
+logs/<rule>/.../<key>.{log, benchmark.tsv, cost.json}   each job's log, Snakemake's benchmark and its
+    cost record (sharflow.core.logs.job_cost)
 
 `DatasetFiles("results/{dataset}")` gives the rules their patterns ("{shard}" stays a wildcard);
 `DatasetFiles("results/demo")` and an int shard give one job's files. Jobs after the shard jobs
@@ -515,6 +519,37 @@ INPUT_CFG = f"{RESULTS}/input_cfg.yaml"
 VALIDATION_DS = f"{RESULTS}/validation_ds.yaml"
 PUBLISHED = f"{RESULTS}/published.json"  # the publish job's record (sharflow.publish.job)
 REPORT_DIR = f"{RESULTS}/report"
+# The cost plan (sharflow.plan): a calibration run on a sample in a working folder of its own, and
+# what it predicts for the whole corpus; the rules' mem_mb and runtime read PLAN_RESOURCES
+PLAN_DIR = f"{RESULTS}/plan"
+PLAN_RESOURCES = f"{PLAN_DIR}/resources.yaml"
+PLAN = f"{PLAN_DIR}/plan.json"
+PLAN_PAGE = f"{PLAN_DIR}/plan.md"
+PLAN_DOT = f"{PLAN_DIR}/plan.dot"  # the plan's stages as a picture (python -m sharflow.report.dag)
+PLAN_ACTUAL = f"{PLAN_DIR}/actual.json"  # after the real run: the plan beside what its jobs measured
+PLAN_ACTUAL_PAGE = f"{PLAN_DIR}/actual.md"
+CALIBRATION = f"{PLAN_DIR}/calibration"  # the calibration run's working folder (its own results/, logs/)
+CALIBRATION_CONFIG = f"{CALIBRATION}/config.yaml"
+# the calibration run's record (its command and time), in its working folder
+CALIBRATION_DONE = f"{CALIBRATION}/done.json"
+
+
+def calibration_sample(dataset: str) -> str:
+    """The records drawn from a dataset's prepared records for the calibration run (a NeMo manifest)."""
+    return f"{CALIBRATION}/samples/{dataset}.jsonl"
+
+
+def calibration_small(dataset: str) -> str:
+    """A quarter of the sample, drawn from it the same way: the calibration's second run, whose
+    costs beside the sample's tell each job's fixed cost from its cost per record or second."""
+    return f"{CALIBRATION}/samples/{dataset}.small.jsonl"
+
+
+def calibration_summary(dataset: str) -> str:
+    """What the draw took from a dataset (sharflow.plan.sample.Sample): records and seconds, per stratum."""
+    return f"{CALIBRATION}/samples/{dataset}.json"
+
+
 LOGS = "logs"
 
 

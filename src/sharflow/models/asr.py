@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from sharflow.core.errors import SharflowError
+from sharflow.core.logs import model_load
 
 log = logging.getLogger(__name__)
 
@@ -23,13 +24,16 @@ class Transcriber:
 
     def __init__(self, model: str, device: str = "cpu", random: bool = False):
         import torch
-        from nemo.collections.asr.models import ASRModel
+
+        with model_load("import:nemo"):  # a fixed cost of the job, as the load itself
+            from nemo.collections.asr.models import ASRModel
 
         try:
-            if Path(model).suffix == ".nemo" or Path(model).exists():
-                self.model = ASRModel.restore_from(model, map_location=torch.device(device))
-            else:
-                self.model = ASRModel.from_pretrained(model, map_location=torch.device(device))
+            with model_load("asr"):
+                if Path(model).suffix == ".nemo" or Path(model).exists():
+                    self.model = ASRModel.restore_from(model, map_location=torch.device(device))
+                else:
+                    self.model = ASRModel.from_pretrained(model, map_location=torch.device(device))
         except Exception as e:
             raise SharflowError(
                 f"could not load the NeMo ASR model {model!r}: {e}. Without internet, set "

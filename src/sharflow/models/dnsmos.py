@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from sharflow.core.errors import SharflowError
+from sharflow.core.logs import model_load
 
 WINDOW = 144_160  # 9.01 s at 16 kHz: the model's fixed input length
 HOP = 16_000
@@ -112,7 +113,8 @@ def _onnx_runner():
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
-    session = ort.InferenceSession(weights_path(), opts, providers=["CPUExecutionProvider"])
+    with model_load("dnsmos"):
+        session = ort.InferenceSession(weights_path(), opts, providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
 
     def run(tiled: list[Tiled]) -> np.ndarray:
@@ -128,7 +130,8 @@ def _torch_runner(device: str, batch: int):
 
     Each clip goes to the device once; its windows are views of it there, gathered into full
     batches (the last padded with zero windows)."""
-    net = DnsmosNet.from_onnx(weights_path()).to(device).eval()
+    with model_load("dnsmos"):
+        net = DnsmosNet.from_onnx(weights_path()).to(device).eval()
 
     def run(tiled: list[Tiled]) -> np.ndarray:
         windows = []

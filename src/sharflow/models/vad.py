@@ -14,6 +14,8 @@ are within 1e-5 of `audio_forward`'s (tested). The speech spans come from the pa
 import numpy as np
 import torch
 
+from sharflow.core.logs import model_load
+
 RATE = 16000
 FRAME = 512  # samples per VAD decision at 16 kHz
 CONTEXT = 64  # samples of the previous frame each frame sees
@@ -41,7 +43,8 @@ class SileroVad:
         from silero_vad import load_silero_vad  # importing it sets torch to one thread: put it back
 
         torch.set_num_threads(threads)
-        model = load_silero_vad().to(device).eval()
+        with model_load("vad"):
+            model = load_silero_vad().to(device).eval()
         self.device, self.model = device, model._model
 
     def probabilities(self, clips: list[np.ndarray]) -> list[np.ndarray]:

@@ -12,6 +12,8 @@ from typing import Protocol
 
 import torch
 
+from sharflow.core.logs import model_load
+
 BACKENDS = {
     "nemo": "sharflow.models.codecs.nemo:NemoCodec",
     "hf": "sharflow.models.codecs.hf:HFCodec",
@@ -35,13 +37,15 @@ def load_codec(backend: str, model: str, device: str = "cpu", precision: str = "
     if backend not in BACKENDS:
         raise ValueError(f"unknown codec backend {backend!r}; choose one of {sorted(BACKENDS)}")
     module, cls = BACKENDS[backend].split(":")
-    return getattr(importlib.import_module(module), cls)(model=model, device=device, precision=precision)
+    with model_load(f"codec:{backend}"):
+        return getattr(importlib.import_module(module), cls)(model=model, device=device, precision=precision)
 
 
 def import_framework(backend: str) -> None:
     """Import the backend's framework (what building it would import first), to time it apart."""
     if backend in FRAMEWORKS:
-        importlib.import_module(FRAMEWORKS[backend])
+        with model_load(f"import:{backend}"):  # a fixed cost of the job, as the load itself
+            importlib.import_module(FRAMEWORKS[backend])
 
 
 def frames(num_samples: int, samples_per_frame: int) -> int:

@@ -11,6 +11,8 @@ from typing import Protocol
 
 import numpy as np
 
+from sharflow.core.logs import model_load
+
 BACKENDS = {
     "ge2e": "sharflow.models.speaker_embedders.ge2e:GE2EEmbedder",
     "nemo": "sharflow.models.speaker_embedders.nemo:NemoSpeakerEmbedder",
@@ -29,4 +31,5 @@ def load_embedder(name: str, device: str = "cpu", **options) -> SpeakerEmbedder:
     if name not in BACKENDS:
         raise ValueError(f"unknown speaker embedder {name!r}; choose one of {sorted(BACKENDS)}")
     module, cls = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module), cls)(device=device, **options)
+    with model_load(f"speaker_embedder:{name}"):
+        return getattr(importlib.import_module(module), cls)(device=device, **options)

@@ -1,0 +1,130 @@
+"""The cost plan against the run it predicts (issue 48): per stage, planned and measured CPU seconds.
+
+Builds a corpus of `--copies` x the demo (each copy a speaker set of its own: the demo's 56 records
+under new names and speakers, the audio the demo's own files through a symlinked folder per copy),
+then in one working folder:
+
+1. `snakemake plan`: prepares the corpus in full, runs the calibration on a `--sample` record
+   sample and writes the plan;
+2. `snakemake`: the real run, every job writing its cost record as the calibration's did.
+
+It prints, per stage, the plan's CPU seconds, the run's and their ratio (the issue's bar: within
++-25 %), the disk the plan predicted against what the run wrote under results/ (+-10 %), and the
+calibration's CPU against the run's (the bar: <= 5 %), its fixed part (start-up and model loads)
+apart. Local profile, this machine's cores; quality, context and codes run on CPU ranks here.
+
+    .venv/bin/python benchmarks/bench_plan.py [--copies 20] [--sample 300] [--shard-size 64]
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "demo"
+sys.path.insert(0, str(REPO / "src"))
+
+from sharflow.plan.actual import compare, compare_markdown  # noqa: E402
+
+
+def build(work: Path, copies: int) -> tuple[str, str]:
+    """(manifest, audio root) of the corpus."""
+    root = work / "audio"
+    root.mkdir(parents=True)
+    lines = []
+    demo = [json.loads(x) for x in (DEMO / "manifest.json").read_text().splitlines()]
+    for k in range(copies):
+        os.symlink(DEMO / "audio", root / f"copy{k:03d}")
+        for r in demo:
+            lines.append(
+                json.dumps(
+                    {
+                        **r,
+                        "audio_filepath": f"copy{k:03d}/{r['audio_filepath']}",
+                        "speaker": f"{r['speaker']}_{k}",
+                    }
+                )
+            )
+    manifest = work / "manifest.json"
+    manifest.write_text("\n".join(lines) + "\n")
+    return str(manifest), str(root)
+
+
+def config(manifest: str, root: str, sample: int, shard_size: int) -> dict:
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["datasets"] = {"bench": {"manifest": manifest, "audio_root": root, "language": "en"}}
+    for codec in cfg["codecs"].values():
+        codec["random_from_config"] = str(REPO / codec["random_from_config"])
+    cfg["shar"]["shard_size"] = shard_size
+    cfg["plan"] = {"sample_records": sample}
+    return cfg
+
+
+def snakemake(work: Path, configfile: Path, *targets: str) -> float:
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(work)]
+    cmd += ["--configfile", str(configfile), "--profile", str(REPO / "profiles" / "local"), *targets]
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def du(folder: Path, skip: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(folder):
+        if Path(dirpath).is_relative_to(skip):
+            continue
+        total += sum(os.path.getsize(os.path.join(dirpath, f)) for f in files)
+    return total
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--copies", type=int, default=20)
+    ap.add_argument("--sample", type=int, default=300)
+    ap.add_argument("--shard-size", type=int, default=64)
+    ap.add_argument("--work", default=None, help="working folder (default: a new temporary one)")
+    ap.add_argument("--report-only", action="store_true", help="report on a finished --work folder")
+    args = ap.parse_args()
+    work = Path(args.work or tempfile.mkdtemp(prefix="bench_plan_"))
+    configfile = work / "config.yaml"
+    if not args.report_only:
+        manifest, root = build(work / "corpus", args.copies)
+        cfg = config(manifest, root, args.sample, args.shard_size)
+        configfile.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    if not args.report_only:
+        plan_wall = snakemake(work, configfile, "plan")
+        run_wall = snakemake(work, configfile)
+        print(f"wall: plan (prepare + calibration) {plan_wall:.0f} s, the run {run_wall:.0f} s\n")
+    plan = json.loads((work / "results" / "plan" / "plan.json").read_text())
+    resources = yaml.safe_load((work / "results" / "plan" / "resources.yaml").read_text())
+    result = compare(plan, resources, work / "logs")
+    d = plan["datasets"]["bench"]
+    print(f"corpus: {d['records']} records, {d['seconds'] / 3600:.2f} h; sample {d['sample_records']}\n")
+    print(compare_markdown(result))
+    run_total = result["total"]["measured_cpu_s"]
+    disk_plan = sum(v["bytes"] for k, v in plan["disk"].items() if not k.startswith("models"))
+    results = work / "results"
+    disk_run = du(results, results / "plan") - du(results / "models", work / "none")
+    print(
+        f"\ndisk: plan {disk_plan / 1e6:.1f} MB, run {disk_run / 1e6:.1f} MB, "
+        f"plan/run {disk_plan / disk_run:.3f}"
+    )
+    c = plan["calibration"]
+    print(
+        f"calibration: {c['cpu_s']:.1f} CPU-s = {100 * c['cpu_s'] / run_total:.1f} % of the run's "
+        f"({c['fixed_s']:.1f} s of it start-up and model loads: the rest "
+        f"{100 * (c['cpu_s'] - c['fixed_s']) / run_total:.1f} %); "
+        f"{c['jobs']} jobs, nested run {c['wall_s']} s wall"
+    )
+    print(f"work folder: {work}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,385 @@
+"""The cost plan: what the calibration run measured, extrapolated to the whole corpus.
+
+Every job writes its cost record beside its log (sharflow.core.logs.job_cost: start-up seconds,
+wall and CPU seconds, peak RSS and GPU memory, model load seconds). A job's cost is split in two:
+
+- **fixed**: paid once per job whatever its size: the process's start-up, imports, model loads,
+  a report's figures;
+- **per unit**: proportional to what drives the rule (driver_of): a dataset's audio seconds (the
+  model and audio stages) or its records (the stages over record files). `one_off` rules (a model
+  built, a grammar cached) and `actual` ones (prepare, which ran on every record already) are not
+  scaled.
+
+The calibration runs every job twice, on the sample and on a quarter of it (the small sample):
+the line through the two (fit_line) gives both parts, per rule and dataset. A rule's predicted
+cost is its full-run job count times the fixed part plus the per-unit part times the full
+corpus's units, per dataset (the sample keeps the corpus's mix of durations, sharflow.plan.sample).
+Memory is the calibration's peak, not scaled: every stage's memory is bounded by design (a shard,
+a batch, a part's buffers), whatever the corpus's size.
+"""
+
+import math
+import os
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+from sharflow.core.atomic import read_json
+from sharflow.core.jobs import job_kinds
+from sharflow.core.logs import COST_SUFFIX
+from sharflow.plan.resources import planned_figures
+
+SHARD_RULE = re.compile(r"^(shar|codes)_(block\d*|tail\d|shard)$")
+ACTUAL = {"prepare", "recipe"}  # run in full before the calibration: measured, not extrapolated
+ONE_OFF = {"text_normalizer", "build_random_asr", "build_random_codec", "codec_model"}
+AUDIO = {"quality_part", "quality_part_cpu", "identity_part", "context_part", "verify"}
+PART_RULES = {
+    "quality_part": "quality",
+    "quality_part_cpu": "quality",
+    "context_part": "context",
+    "identity_part": "identity",
+}
+GPU_RULES = {"quality_part", "context_part"}  # and the codes jobs (SHARD_RULE, codes_)
+STAGES = (
+    "prepare",
+    "text",
+    "quality",
+    "identity",
+    "splits",
+    "context",
+    "shar",
+    "codes",
+    "dataset",
+    "verify",
+    "report",
+)
+_STAGE_OF = {
+    "recipe": "prepare",
+    "build_random_asr": "quality",
+    "build_random_codec": "codes",
+    "codec_model": "codes",
+    "catalog": "dataset",
+    "dataset_card": "dataset",
+    "buckets": "dataset",
+    "input_cfg": "dataset",
+    "validation_ds": "dataset",
+    "evaluation_set": "dataset",
+    "publish": "report",
+}
+
+
+def stage_of(rule: str) -> str:
+    if rule in _STAGE_OF:
+        return _STAGE_OF[rule]
+    head = rule.split("_")[0]
+    return head if head in STAGES else "report"
+
+
+def driver_of(rule: str) -> str:
+    """What a rule's variable cost follows: audio (seconds), records, one_off or actual."""
+    if rule in ACTUAL:
+        return "actual"
+    if rule in ONE_OFF:
+        return "one_off"
+    return "audio" if rule in AUDIO or SHARD_RULE.match(rule) else "records"
+
+
+def is_gpu_rule(rule: str) -> bool:
+    """Whether a rule's jobs hold a GPU on a cluster (the codes jobs: each kind, and all as one)."""
+    if rule == "codes_jobs":
+        return True
+    return rule in GPU_RULES or (bool(SHARD_RULE.match(rule)) and rule.startswith("codes_"))
+
+
+@dataclass(frozen=True)
+class JobCost:
+    """One finished job's cost record, with its rule and the dataset its log names (None: all)."""
+
+    rule: str
+    dataset: str | None
+    startup_s: float
+    wall_s: float
+    cpu_s: float
+    peak_rss_mb: float
+    gpu_peak_mb: float
+    load_s: float
+    startup_cpu_s: float = 0.0
+
+    @property
+    def fixed_s(self) -> float:
+        return self.startup_s + self.load_s
+
+    @property
+    def job_wall_s(self) -> float:
+        return self.startup_s + self.wall_s
+
+
+def read_job_costs(logs: str | Path, datasets, rules=None) -> list[JobCost]:
+    """Every cost record under a logs folder (logs/<rule>[/<key>...].cost.json), in path order; only
+    those of `rules` where given."""
+    out = []
+    logs = Path(logs)
+    if rules is None:
+        paths = logs.rglob(f"*{COST_SUFFIX}")
+    else:
+        paths = [p for r in rules for p in [*(logs / r).rglob(f"*{COST_SUFFIX}"), logs / f"{r}{COST_SUFFIX}"]]
+    for path in sorted(p for p in paths if p.exists()):
+        parts = path.relative_to(logs).parts
+        rule = parts[0][: -len(COST_SUFFIX)] if len(parts) == 1 else parts[0]
+        key = parts[1][: -len(COST_SUFFIX)] if len(parts) > 1 else None
+        dataset = key if key in datasets else None
+        c = read_json(path)
+        out.append(
+            JobCost(
+                rule,
+                dataset,
+                c["startup_s"],
+                c["wall_s"],
+                c["cpu_s"],
+                c["peak_rss_mb"],
+                c["gpu_peak_mb"],
+                sum(c["model_load_s"].values()),
+                c.get("startup_cpu_s", 0.0),
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Scale:
+    """A dataset in full, in the sample and in the small sample: records and audio seconds."""
+
+    records: int
+    seconds: float
+    sample_records: int
+    sample_seconds: float
+    small_records: int = 0
+    small_seconds: float = 0.0
+
+    def units(self, driver: str, which: str) -> float:
+        """The driver's units (audio seconds or records) of the full corpus, the sample or the small
+        sample (`which`: full, sample, small); 1 for a rule driven by neither."""
+        if driver == "audio":
+            return {"full": self.seconds, "sample": self.sample_seconds, "small": self.small_seconds}[which]
+        if driver == "records":
+            counts = {"full": self.records, "sample": self.sample_records, "small": self.small_records}
+            return float(counts[which])
+        return 1.0
+
+    def ratio(self, driver: str) -> float:
+        sample = self.units(driver, "sample")
+        return self.units(driver, "full") / sample if sample else 0.0
+
+
+def total_scale(scales: dict[str, Scale]) -> Scale:
+    """Every dataset together (the rules that run once over all of them)."""
+    return Scale(*(sum(getattr(s, f) for s in scales.values()) for f in Scale.__dataclass_fields__))
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A job's cost as fixed (per job) + per_unit x its units."""
+
+    fixed: float
+    per_unit: float
+
+
+Point = tuple[int, float, float]  # a run's (jobs, units, cost) of one rule and dataset
+
+
+def fit_line(big: Point, small: Point | None, fallback_fixed: float) -> Fit:
+    """The fixed and per-unit cost from the calibration's two runs, each (jobs, units, cost): the
+    line through both where their units differ, kept non-negative; from one run alone, its start-up
+    and model loads (`fallback_fixed`, per job) as the fixed part and the rest per unit."""
+    jobs1, units1, cost1 = big
+    if small is not None and small[1] != units1 and small[0] == jobs1:
+        _, units2, cost2 = small
+        per_unit = (cost1 - cost2) / (units1 - units2)
+        fixed = (cost1 - per_unit * units1) / jobs1
+        if per_unit < 0:  # no growth measurable: all of it fixed
+            return Fit(cost1 / jobs1, 0.0)
+        if fixed < 0:  # no fixed part measurable: all of it per unit
+            return Fit(0.0, cost1 / units1 if units1 else 0.0)
+        return Fit(fixed, per_unit)
+    fixed = min(fallback_fixed, cost1 / jobs1)
+    return Fit(fixed, (cost1 - jobs1 * fixed) / units1 if units1 else 0.0)
+
+
+@dataclass
+class RulePlan:
+    """One rule's prediction for the full run."""
+
+    rule: str
+    driver: str
+    jobs: int
+    cpu_s: float = 0.0
+    fixed_cpu_s: float = 0.0
+    wall_s: float = 0.0  # summed over jobs
+    job_wall_s: float = 0.0  # the longest predicted job
+    peak_rss_mb: float = 0.0
+    gpu_peak_mb: float = 0.0
+    calibration_cpu_s: float = 0.0
+    calibration_fixed_s: float = 0.0
+    per_shard_wall_s: float = 0.0  # shard rules: one shard's variable wall time in the full run
+    fixed_wall_s: float = 0.0  # one job's fixed wall time (start-up and model loads)
+
+    @property
+    def gpu(self) -> bool:
+        return is_gpu_rule(self.rule)
+
+
+def full_jobs(rule: str, sample_jobs: int, dataset: str | None, config: dict, shards: dict[str, int]) -> int:
+    """How many jobs a rule has in the full run for one dataset (None: the rules over all of them):
+    a part rule's configured parts, the shard jobs' blocks of shards_per_job over the dataset's Shar
+    sets (their block, tail and single-shard jobs as one), the calibration's count for the others."""
+    if rule in PART_RULES:
+        return config[PART_RULES[rule]]["parts"]
+    match = SHARD_RULE.match(rule) or re.match(r"^(shar|codes)_jobs$", rule)
+    if match:
+        per_job = config[match.group(1)]["shards_per_job"]
+        sets = {k: n for k, n in shards.items() if dataset is None or k.split("/")[0] == dataset}
+        codecs = max(1, len(config.get("codecs", {}))) if match.group(1) == "codes" else 1
+        return codecs * sum(math.ceil(n / per_job) for n in sets.values())
+    return sample_jobs
+
+
+def _group(jobs: list[JobCost]) -> dict[str | None, list[JobCost]]:
+    out: dict[str | None, list[JobCost]] = defaultdict(list)
+    for j in jobs:
+        out[j.dataset].append(j)
+    return out
+
+
+def plan_rules(
+    sample: list[JobCost],
+    small: list[JobCost],
+    actual: list[JobCost],
+    scales: dict[str, Scale],
+    config: dict,
+    shards: dict[str, int],
+) -> dict[str, RulePlan]:
+    """Each rule's RulePlan from the calibration's two runs (on the sample and on the small sample),
+    prepare's own jobs as they ran. The shar and codes jobs of every kind are planned together, as
+    `shar_jobs` and `codes_jobs`. `shards`: the full run's predicted shard count per Shar set."""
+
+    def key(rule: str) -> str:
+        match = SHARD_RULE.match(rule)
+        return f"{match.group(1)}_jobs" if match else rule
+
+    by_rule: dict[str, list[JobCost]] = defaultdict(list)
+    small_by_rule: dict[str, list[JobCost]] = defaultdict(list)
+    for job in sample:
+        if driver_of(job.rule) != "actual":
+            by_rule[key(job.rule)].append(job)
+    for job in small:
+        small_by_rule[key(job.rule)].append(job)
+    for job in actual:
+        if driver_of(job.rule) == "actual":
+            by_rule[job.rule].append(job)
+    total = total_scale(scales)
+    return {
+        rule: _plan_one(rule, jobs, small_by_rule.get(rule, []), scales, total, config, shards)
+        for rule, jobs in sorted(by_rule.items())
+    }
+
+
+def fit_group(group: list[JobCost], twin: list[JobCost] | None, scale: Scale, driver: str) -> tuple[Fit, Fit]:
+    """(CPU, wall) fits of one rule's jobs of one dataset: the sample run's `group` and the small
+    run's `twin` (None where it had none: start-up and model loads are then the fixed part)."""
+    points = []
+    for attr, fixed in (("cpu_s", lambda j: j.startup_cpu_s + j.load_s), ("job_wall_s", lambda j: j.fixed_s)):
+        big = (len(group), scale.units(driver, "sample"), sum(getattr(j, attr) for j in group))
+        small = (
+            (len(twin), scale.units(driver, "small"), sum(getattr(j, attr) for j in twin)) if twin else None
+        )
+        points.append(fit_line(big, small, sum(fixed(j) for j in group) / len(group)))
+    return points[0], points[1]
+
+
+def _plan_one(rule, jobs, small_jobs, scales, total, config, shards) -> RulePlan:
+    driver = "audio" if rule.endswith("_jobs") else driver_of(rule)
+    plan = RulePlan(
+        rule,
+        driver,
+        0,
+        peak_rss_mb=max(j.peak_rss_mb for j in jobs),
+        gpu_peak_mb=max(j.gpu_peak_mb for j in jobs),
+        calibration_cpu_s=sum(j.cpu_s for j in jobs),
+        calibration_fixed_s=sum(j.fixed_s for j in jobs),
+    )
+    if driver in ("actual", "one_off"):
+        plan.jobs = len(jobs)
+        plan.cpu_s = plan.fixed_cpu_s = sum(j.cpu_s for j in jobs)
+        plan.wall_s = sum(j.job_wall_s for j in jobs)
+        plan.job_wall_s = plan.fixed_wall_s = max(j.job_wall_s for j in jobs)
+        return plan
+    small_groups = _group(small_jobs)
+    variable_wall = 0.0
+    for dataset, group in sorted(_group(jobs).items(), key=lambda kv: kv[0] or ""):
+        n = full_jobs(rule, len(group), dataset, config, shards)
+        cpu, wall = fit_group(group, small_groups.get(dataset), scales.get(dataset) or total, driver)
+        full_units = (scales.get(dataset) or total).units(driver, "full")
+        plan.jobs += n
+        plan.cpu_s += n * cpu.fixed + cpu.per_unit * full_units
+        plan.fixed_cpu_s += n * cpu.fixed
+        plan.wall_s += n * wall.fixed + wall.per_unit * full_units
+        variable_wall += wall.per_unit * full_units
+        plan.fixed_wall_s = max(plan.fixed_wall_s, wall.fixed)
+        plan.job_wall_s = max(plan.job_wall_s, wall.fixed + wall.per_unit * full_units / max(1, n))
+    if rule.endswith("_jobs"):  # one shard's wall time; a job of each kind: fixed + its shards
+        n_shards = sum(shards.values()) * (
+            max(1, len(config.get("codecs", {}))) if rule.startswith("codes") else 1
+        )
+        plan.per_shard_wall_s = variable_wall / max(1, n_shards)
+        per_job = config[rule.split("_")[0]]["shards_per_job"]
+        plan.job_wall_s = plan.fixed_wall_s + plan.per_shard_wall_s * per_job
+    return plan
+
+
+def resources_table(plans: dict[str, RulePlan], config: dict, safety: float) -> dict[str, dict[str, int]]:
+    """{rule: {mem_mb, runtime}} for every planned rule (the shard jobs: each kind of job the config
+    makes, sharflow.core.jobs.job_kinds, sized for the shards it makes)."""
+    out = {}
+    for name, p in sorted(plans.items()):
+        if name.endswith("_jobs"):
+            stage = name[: -len("_jobs")]
+            for kind in job_kinds(stage, config[stage]["shards_per_job"]):
+                seconds = p.fixed_wall_s + p.per_shard_wall_s * kind.count
+                out[kind.name] = planned_figures(p.peak_rss_mb, seconds, safety)
+        else:
+            out[name] = planned_figures(p.peak_rss_mb, p.job_wall_s, safety)
+            if name == "quality_part":  # the same job without a GPU (quality.device: cpu)
+                out.setdefault("quality_part_cpu", out[name])
+    return out
+
+
+AUDIO_DIRS = ("target_audio", "context_audio")
+
+
+def disk_of(results: str | Path, scales: dict[str, Scale], datasets) -> dict[str, dict[str, float]]:
+    """Bytes the calibration wrote under results/, by kind (shar audio, shar cuts, codes, other
+    results), and scaled to the full corpus (audio and codes by audio seconds, the rest by records,
+    per dataset). Models and caches are one-offs: counted, not scaled."""
+    total = total_scale(scales)
+    out: dict[str, dict[str, float]] = {}
+    results = Path(results)
+    for root, _dirs, files in os.walk(results):
+        rel = Path(root).relative_to(results).parts
+        dataset = rel[0] if rel and rel[0] in datasets else None
+        if dataset is None and rel and rel[0] in ("models", "plan"):
+            kind, driver = "models (one-off)", "one_off"
+        elif any(p.startswith("codes_") for p in rel):
+            kind, driver = "codes", "audio"
+        elif any(p in AUDIO_DIRS for p in rel):
+            kind, driver = "shar audio", "audio"
+        elif "cuts" in rel:
+            kind, driver = "shar cuts", "records"
+        else:
+            kind, driver = "other results", "records"
+        size = sum(os.path.getsize(os.path.join(root, f)) for f in files)
+        ratio = (scales.get(dataset) or total).ratio(driver)
+        row = out.setdefault(kind, {"calibration_bytes": 0.0, "bytes": 0.0})
+        row["calibration_bytes"] += size
+        row["bytes"] += size * ratio
+    return out

@@ -1,0 +1,150 @@
+"""The plan as people read it: a Markdown page (results/plan/plan.md) and the same table in the terminal,
+the stages a dry run prints, and the plan as a picture."""
+
+import math
+
+
+def hours(seconds: float) -> str:
+    return f"{seconds / 3600:,.2f}"
+
+
+def size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n} TB"
+
+
+def plan_markdown(plan: dict) -> str:
+    lines = ["# Cost plan", ""]
+    lines.append("| dataset | records | audio hours | sample records | sample hours |")
+    lines.append("|---|---:|---:|---:|---:|")
+    for name, d in plan["datasets"].items():
+        lines.append(
+            f"| {name} | {d['records']:,} | {hours(d['seconds'])} | {d['sample_records']:,} | "
+            f"{hours(d['sample_seconds'])} |"
+        )
+    lines += stage_rows(plan)
+    lines += [
+        "",
+        f"Most of the bill: **{plan['dominant']}**.",
+        "",
+        "| disk | calibration | full run |",
+        "|---|---:|---:|",
+    ]
+    for kind, d in plan["disk"].items():
+        lines.append(f"| {kind} | {size(d['calibration_bytes'])} | {size(d['bytes'])} |")
+    return "\n".join(lines + notes(plan)) + "\n"
+
+
+def stage_rows(plan: dict) -> list[str]:
+    """The page's table of stages, with the total."""
+    slots = plan["total"]["slots"]
+    lines = [
+        "",
+        f"Per stage, extrapolated from the calibration run (wall clock with {slots} job(s) at once):",
+        "",
+        "| stage | jobs | CPU-hours | GPU-hours | wall hours | fixed CPU-h | peak RSS per job | "
+        "peak GPU memory | scaled by |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for stage, s in plan["stages"].items():
+        gpu = " (GPU)" if s["gpu_s"] else ""
+        cells = [
+            f"{stage}{gpu}",
+            f"{s['jobs']:,}",
+            *(hours(s[k]) for k in ("cpu_s", "gpu_s", "wall_s", "fixed_cpu_s")),
+            f"{s['peak_rss_mb']:,.0f} MB",
+            f"{s['gpu_peak_mb']:,.0f} MB",
+            ", ".join(s["drivers"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    t = plan["total"]
+    totals = " | ".join(f"**{hours(t[k])}**" for k in ("cpu_s", "gpu_s", "wall_s"))
+    lines.append(f"| **total** | | {totals} | | | | |")
+    return lines
+
+
+def notes(plan: dict) -> list[str]:
+    """What the calibration cost, and what the plan did not scale or could not measure."""
+    c = plan["calibration"]
+    share = f"{100 * c['share_of_plan']:.1f} %" if c["share_of_plan"] is not None else "n/a"
+    lines = [
+        "",
+        f"The calibration ran {c['jobs']} jobs: {c['cpu_s']:,.1f} CPU-s ({share} of the plan's CPU), "
+        f"of which {c['fixed_s']:,.1f} s were start-up and model loads.",
+    ]
+    if plan["not_scaled"]:
+        lines += [
+            "",
+            "Not scaled (measured once, paid once): "
+            + ", ".join(plan["not_scaled"])
+            + ". Prepare ran on every "
+            "record already; a model built or a grammar cached is paid once per run or cache.",
+        ]
+    if plan["gpu_rules_on_cpu"]:
+        lines += [
+            "",
+            f"Ran without a GPU in the calibration: {', '.join(plan['gpu_rules_on_cpu'])}. Their "
+            "GPU-hours are the hours their jobs would hold a GPU at the speed measured here, on CPUs: "
+            "calibrate through the profile that gives them GPUs for GPU figures.",
+        ]
+    lines += [
+        "",
+        "Memory is each rule's measured peak, not scaled: every stage's memory is bounded by design.",
+    ]
+    if plan["knobs"]:
+        lines += ["", "What a setting would change:", ""] + [f"- {k}" for k in plan["knobs"]]
+    return lines
+
+
+def plan_summary(plan: dict) -> str:
+    """The plan's stages as a dry run prints them: jobs, CPU- and GPU-hours, GPU stages marked."""
+    lines = ["sharflow: the cost plan (results/plan/plan.md): every stage of the run, its jobs and cost"]
+    lines.append(f"  {'stage':<16}{'jobs':>8}{'CPU-h':>10}{'GPU-h':>10}{'wall h':>10}")
+    for stage, s in plan["stages"].items():
+        name = f"{stage} (GPU)" if s["gpu_s"] else stage
+        figures = "".join(f"{hours(s[k]):>10}" for k in ("cpu_s", "gpu_s", "wall_s"))
+        lines.append(f"  {name:<16}{s['jobs']:>8,}{figures}")
+    t = plan["total"]
+    lines.append(
+        f"  {'total':<16}{'':>8}{hours(t['cpu_s']):>10}{hours(t['gpu_s']):>10}{hours(t['wall_s']):>10}"
+    )
+    return "\n".join(lines)
+
+
+def shard_jobs_summary(records: dict[str, int], shard_size: int, per_job: dict[str, int], codecs: int) -> str:
+    """Before a plan: the shar and codes jobs the prepared records make at most (the quality filter
+    and the held-out splits take some records away), which a dry run cannot count before the shard
+    plan (a checkpoint) exists."""
+    per_set = [math.ceil(n / shard_size) for n in records.values()]
+    shards = sum(per_set)
+    shar = sum(math.ceil(n / per_job["shar"]) for n in per_set)
+    codes = codecs * sum(math.ceil(n / per_job["codes"]) for n in per_set)
+    return (
+        f"sharflow: after the shard plan, at most {shards:,} shards of {shard_size:,} cuts from "
+        f"{sum(records.values()):,} prepared records: {shar:,} shar jobs and {codes:,} codes jobs "
+        "(GPU), not in the counts below until the plan exists; `snakemake plan` gives every stage's cost"
+    )
+
+
+def plan_dot(plan: dict) -> str:
+    """The plan as a picture, top to bottom: one node per stage with its jobs and hours (GPU stages
+    filled), an edge from each stage to the next. For sharflow.report.dag or Graphviz's dot."""
+    lines = [
+        "digraph plan {",
+        "    rankdir=TB;",
+        '    node [shape=box, style="rounded,filled", fillcolor=white];',
+    ]
+    names = list(plan["stages"])
+    for i, stage in enumerate(names):
+        s = plan["stages"][stage]
+        gpu = s["gpu_s"] > 0
+        label = f"{stage}{' (GPU)' if gpu else ''}\\n{s['jobs']:,} jobs\\n{hours(s['cpu_s'])} CPU-h"
+        if gpu:
+            label += f", {hours(s['gpu_s'])} GPU-h"
+        fill = ', fillcolor="#cfe2f3"' if gpu else ""
+        lines.append(f'    n{i} [label="{label}"{fill}];')
+    lines += [f"    n{i} -> n{i + 1};" for i in range(len(names) - 1)]
+    return "\n".join([*lines, "}"]) + "\n"

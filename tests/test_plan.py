@@ -1,0 +1,354 @@
+"""The cost plan (issue 48): the sample, the calibration run's config and command, the extrapolation,
+the resources the rules ask for, and `snakemake plan` on the demo."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sharflow.core.errors import SharflowError
+from sharflow.core.logs import cost_path, job_log
+from sharflow.plan.calibrate import calibration_config, passed_options
+from sharflow.plan.model import Fit, JobCost, Scale, fit_line, plan_rules, read_job_costs, resources_table
+from sharflow.plan.resources import DEFAULTS, FALLBACK, PlannedResources, planned_figures
+from sharflow.plan.sample import STRATA, draw_sample, stratum
+from testkit import DEMO, demo_config, prepare_demo, read_jsonl, run_snakemake, write_jsonl
+
+
+def speakers_file(path: Path) -> Path:
+    """1,000 records: 90 speakers of 10 (durations 1.5 s, 5 s and 20 s by turns) and one of 100."""
+    records = [
+        {"audio_filepath": f"s{s}/{i}.wav", "duration": (1.5, 5.0, 20.0)[i % 3], "speaker": f"s{s}"}
+        for i in range(10)
+        for s in range(90)
+    ]
+    records += [{"audio_filepath": f"big/{i}.wav", "duration": 3.0, "speaker": "big"} for i in range(100)]
+    return write_jsonl(path, records)
+
+
+def test_the_sample_takes_whole_speakers_seeded_and_in_file_order(tmp_path):
+    src = speakers_file(tmp_path / "prepared.jsonl")
+    summary = draw_sample(str(src), str(tmp_path / "a.jsonl"), 100, seed=0)
+    taken = read_jsonl(tmp_path / "a.jsonl")
+    per_speaker = {}
+    for r in taken:
+        per_speaker[r["speaker"]] = per_speaker.get(r["speaker"], 0) + 1
+    # every speaker drawn gives all its records (the context stage sees its groups as they are), the
+    # one of 100 a quarter of the sample's size; the last speaker drawn may take the sample past 100
+    assert all(n == 10 for s, n in per_speaker.items() if s != "big") and per_speaker.get("big", 25) == 25
+    assert 100 <= len(taken) < 100 + 25 and summary.sample_records == len(taken)
+    assert summary.records == 1000 and summary.speakers == 91 and summary.sample_speakers == len(per_speaker)
+    assert summary.seconds == pytest.approx(90 * (4 * 1.5 + 3 * 5.0 + 3 * 20.0) + 100 * 3.0)
+    assert summary.sample_seconds == pytest.approx(sum(r["duration"] for r in taken))
+    assert sum(v[1] for v in summary.strata.values()) == len(taken)
+    assert summary.strata[stratum(20.0)][0] == 270 and stratum(40.0) == len(STRATA)
+    # a subset of the file's lines, in file order
+    lines = src.read_text().splitlines()
+    positions = [lines.index(json.dumps(r)) for r in taken]
+    assert positions == sorted(positions) and len(set(positions)) == len(taken)
+    # the same seed gives the same bytes; another seed other speakers
+    draw_sample(str(src), str(tmp_path / "b.jsonl"), 100, seed=0)
+    assert (tmp_path / "b.jsonl").read_bytes() == (tmp_path / "a.jsonl").read_bytes()
+    draw_sample(str(src), str(tmp_path / "c.jsonl"), 100, seed=1)
+    assert {r["speaker"] for r in read_jsonl(tmp_path / "c.jsonl")} != set(per_speaker)
+    # the small sample: from the sample, with the sample's cap: fewer speakers, as full
+    draw_sample(str(tmp_path / "a.jsonl"), str(tmp_path / "small.jsonl"), 25, seed=0, cap=25)
+    small = read_jsonl(tmp_path / "small.jsonl")
+    assert 25 <= len(small) < 50 and all(r in taken for r in small)
+    assert all(
+        sum(1 for x in small if x["speaker"] == r["speaker"]) == per_speaker[r["speaker"]] for r in small
+    )
+    # a sample as large as the file is the file
+    draw_sample(str(src), str(tmp_path / "all.jsonl"), 5000, seed=0)
+    assert (tmp_path / "all.jsonl").read_bytes() == src.read_bytes()
+
+
+def test_a_sample_of_prepared_records_prepares_to_the_same_records(tmp_path):
+    prepared = prepare_demo(tmp_path / "full") / "prepared.jsonl"
+    sample = tmp_path / "sample.jsonl"
+    draw_sample(str(prepared), str(sample), 20, seed=3)
+    again = prepare_demo(tmp_path / "again", manifest=sample) / "prepared.jsonl"
+    assert again.read_bytes() == sample.read_bytes() and len(read_jsonl(sample)) == 20  # 4 speakers x 5
+
+
+def test_the_calibration_takes_over_where_jobs_go_and_nothing_else():
+    argv = ["snakemake", "--profile", "profiles/slurm", "plan", "-n", "--jobs=40", "--configfile", "c.yaml"]
+    assert passed_options(argv, DEMO.parent) == [
+        "--profile",
+        str((DEMO.parent / "profiles" / "slurm").resolve()),
+        "--jobs",
+        "40",
+    ]
+    assert passed_options(["snakemake", "--cores", "8", "--workflow-profile", "/abs/wp"], "/") == [
+        "--cores",
+        "8",
+        "--workflow-profile",
+        "/abs/wp",
+    ]
+
+
+def test_the_calibration_config_reads_each_sample_with_absolute_paths(tmp_path):
+    config = yaml.safe_load((DEMO.parent / "config" / "config.yaml").read_text())
+    config.update(publish={"url": "s3://bucket/x"}, training={"path_prefix": "s3://bucket/x"})
+    cal = calibration_config(config, {"demo": "s/demo.jsonl", "degraded": "s/degraded.jsonl"}, DEMO.parent)
+    assert cal["datasets"]["demo"]["manifest"] == str((Path("s/demo.jsonl")).resolve())
+    assert cal["datasets"]["demo"]["audio_root"] == str(DEMO / "audio")
+    assert cal["datasets"]["degraded"]["format"] == "nemo" and cal["datasets"]["degraded"]["recipe"] is None
+    assert cal["codecs"]["tiny_nemo"]["random_from_config"] == str(
+        DEMO.parent / "config/models/tiny_codec.yaml"
+    )
+    assert cal["quality"]["parts"] == cal["context"]["parts"] == 1
+    assert cal["publish"]["url"] is None and cal["training"]["path_prefix"] is None
+    assert config["quality"]["parts"] == 2 and config["datasets"]["demo"]["manifest"] == "demo/manifest.json"
+
+
+def cost(rule, dataset, startup=1.0, wall=9.0, cpu=10.0, rss=500.0, load=0.0, startup_cpu=0.5) -> JobCost:
+    return JobCost(rule, dataset, startup, wall, cpu, rss, 0.0, load, startup_cpu)
+
+
+CONFIG = {
+    "quality": {"parts": 4},
+    "context": {"parts": 2},
+    "identity": {"parts": 1},
+    "shar": {"shards_per_job": 10, "shard_size": 100},
+    "codes": {"shards_per_job": 10},
+    "codecs": {"a": {}, "b": {}},
+}
+
+
+def test_a_jobs_fixed_and_per_unit_costs_come_from_its_two_runs():
+    # 10 s + 0.5 s a unit, measured at 100 and 25 units: the line through both
+    assert fit_line((1, 100.0, 60.0), (1, 25.0, 22.5), fallback_fixed=3.0) == Fit(10.0, 0.5)
+    # no growth measurable (noise): all fixed; no fixed part measurable: all per unit
+    assert fit_line((1, 100.0, 8.0), (1, 25.0, 8.3), fallback_fixed=3.0) == Fit(8.0, 0.0)
+    assert fit_line((1, 100.0, 50.0), (1, 25.0, 5.0), fallback_fixed=3.0) == Fit(0.0, 0.5)
+    # one run alone: its start-up and model loads are the fixed part, the rest per unit
+    assert fit_line((2, 100.0, 60.0), None, fallback_fixed=5.0) == Fit(5.0, 0.5)
+    assert fit_line((1, 100.0, 2.0), None, fallback_fixed=5.0) == Fit(2.0, 0.0)
+
+
+def test_each_rule_scales_by_what_drives_it_per_dataset():
+    """Two datasets sampled at different ratios: an audio rule scales each dataset's per-unit cost by
+    its seconds, a records rule by its records; the fixed cost is paid once per job of the full run
+    (a part rule: its parts); one-off and prepare's own jobs are not scaled."""
+    scales = {"a": Scale(1000, 4000.0, 100, 800.0, 25, 200.0), "b": Scale(300, 900.0, 100, 100.0, 25, 25.0)}
+    assert scales["a"].units("audio", "small") == 200.0 and scales["a"].ratio("records") == 10.0
+    sample = [
+        cost("quality_part", "a", cpu=5.0 + 0.02 * 800),  # 5 s fixed + 0.02 s an audio second
+        cost("quality_part", "b", cpu=7.0 + 0.04 * 100),
+        cost("text", "a", cpu=1.0 + 0.1 * 100),  # 1 s + 0.1 s a record
+        cost("text", "b", cpu=1.0 + 0.1 * 100),
+        cost("text_normalizer", None, cpu=40.0),
+        cost("prepare", "a", cpu=99.0),  # the calibration's own prepare: not the corpus's
+    ]
+    small = [
+        cost("quality_part", "a", cpu=5.0 + 0.02 * 200),
+        cost("quality_part", "b", cpu=7.0 + 0.04 * 25),
+        cost("text", "a", cpu=1.0 + 0.1 * 25),
+        # no small text job for b: its fixed part is its start-up CPU (0.5 s) and model loads (none)
+    ]
+    actual = [cost("prepare", "a", cpu=700.0), cost("prepare", "b", cpu=200.0)]
+    rules = plan_rules(sample, small, actual, scales, CONFIG, shards={})
+    q = rules["quality_part"]
+    assert q.jobs == 4 * 2 and q.fixed_cpu_s == pytest.approx(4 * 5.0 + 4 * 7.0)
+    assert q.cpu_s == pytest.approx(4 * 5.0 + 0.02 * 4000 + 4 * 7.0 + 0.04 * 900)
+    t = rules["text"]
+    assert t.jobs == 2 and t.cpu_s == pytest.approx(1.0 + 0.1 * 1000 + 0.5 + (11.0 - 0.5) / 100 * 300)
+    assert rules["text_normalizer"].cpu_s == 40.0 and rules["text_normalizer"].driver == "one_off"
+    assert rules["prepare"].cpu_s == 900.0 and rules["prepare"].driver == "actual"
+    # a job's predicted length: its fixed part and its share of the per-unit time (wall: 1 s of
+    # start-up + wall 9 s in both runs: all fixed, 10 s)
+    assert q.job_wall_s == pytest.approx(10.0)
+
+
+def test_shard_jobs_are_planned_per_shard_and_sized_per_kind():
+    """The calibration's shard jobs of a stage give a per-shard cost; the full run's jobs are its
+    blocks of shards_per_job, per codec; each kind of shard job asks for its own number of shards."""
+    scales = {"a": Scale(2000, 20000.0, 200, 2000.0, 50, 500.0)}
+    # 4 s fixed + 0.01 s an audio second, in the calibration's jobs of two kinds
+    sample = [cost("shar_tail2", "a", startup=2.0, wall=2.0 + 0.01 * 2000, cpu=4.0 + 0.01 * 2000, rss=700.0)]
+    small = [cost("shar_shard", "a", startup=2.0, wall=2.0 + 0.01 * 500, cpu=4.0 + 0.01 * 500, rss=600.0)]
+    codes = [cost("codes_tail2", "a", startup=1.0, wall=9.0, cpu=9.0)]
+    rules = plan_rules(sample + codes, small, [], scales, CONFIG, shards={"a": 20})
+    s = rules["shar_jobs"]
+    assert s.jobs == 2 and s.cpu_s == pytest.approx(2 * 4.0 + 0.01 * 20000)
+    assert s.per_shard_wall_s == pytest.approx(0.01 * 20000 / 20) and s.fixed_wall_s == pytest.approx(4.0)
+    assert rules["codes_jobs"].jobs == 2 * 2  # two codecs
+    one = s.per_shard_wall_s
+    table = resources_table(rules, CONFIG, safety=1.5)
+    assert table["shar_block"] == planned_figures(700.0, 4.0 + 10 * one, 1.5)
+    assert table["shar_tail3"]["runtime"] == max(10, math.ceil((4.0 + 3 * one) * 1.5 / 60))
+    assert table["shar_shard"]["mem_mb"] == 1100  # 700 MB x 1.5, rounded up to 100 MB
+    # the kinds of job the config makes (sharflow.core.jobs.job_kinds): with 100 shards a job,
+    # shar_block is a block of 100 and shar_block10 one of 10
+    assert "shar_block10" not in table and "shar_block100" not in table
+    per_100 = resources_table(rules, {**CONFIG, "shar": {"shards_per_job": 100, "shard_size": 100}}, 1.5)
+    assert per_100["shar_block"]["runtime"] == math.ceil((4.0 + 100 * one) * 1.5 / 60)
+    assert per_100["shar_block10"] == table["shar_block"] and "shar_block100" not in per_100
+
+
+def test_a_rule_asks_for_the_plans_figures_else_the_defaults(tmp_path):
+    missing = PlannedResources(tmp_path / "none.yaml")
+    assert missing.figures("quality_part") == DEFAULTS["quality_part"] == (16000, 480)
+    assert missing.figures("no_such_rule") == FALLBACK
+    assert (
+        missing.mem_mb("quality_part")(None, 2) == 32000 and missing.runtime("quality_part")(None, 3) == 1440
+    )
+    path = tmp_path / "resources.yaml"
+    path.write_text(yaml.safe_dump({"quality_part": {"mem_mb": 1200, "runtime": 25}}))
+    planned = PlannedResources(path)
+    assert planned.figures("quality_part") == (1200, 25) and planned.source("quality_part") == "plan"
+    assert planned.mem_mb("quality_part")(None, 2) == 2400 and planned.runtime("quality_part")(None, 2) == 50
+    assert (
+        planned.figures("codes_block") == DEFAULTS["codes_block"]
+        and planned.source("codes_block") == "default"
+    )
+    path.write_text(yaml.safe_dump({"quality_part": {"mem_mb": "lots"}}))
+    with pytest.raises(SharflowError, match=r"resources\.yaml: not a plan's resources"):
+        PlannedResources(path)
+    assert planned_figures(100.0, 30.0) == {"mem_mb": 1000, "runtime": 10}  # the minimums
+    assert planned_figures(3000.0, 3600.0, 1.5) == {"mem_mb": 4500, "runtime": 90}
+
+
+def test_a_job_writes_its_cost_beside_its_log(tmp_path):
+    from sharflow.core.logs import model_load
+
+    log = tmp_path / "logs" / "text" / "demo.log"
+    log.parent.mkdir(parents=True)
+    with job_log(str(log)):
+        with model_load("codec:x"):
+            sum(i * i for i in range(200_000))
+        sum(i * i for i in range(500_000))
+    record = json.loads(Path(cost_path(str(log))).read_text())
+    assert record["cpu_s"] > 0 and record["wall_s"] >= record["model_load_s"]["codec:x"] > 0
+    assert record["peak_rss_mb"] > 10 and record["gpu_peak_mb"] == 0
+    (job,) = read_job_costs(tmp_path / "logs", {"demo"})
+    assert (job.rule, job.dataset, job.load_s) == ("text", "demo", record["model_load_s"]["codec:x"])
+
+
+@pytest.fixture(scope="module")
+def planned_demo(tmp_path_factory):
+    """`snakemake plan` on the demo, its sample 24 records."""
+    work = tmp_path_factory.mktemp("plan")
+    proc = run_snakemake(work, demo_config(plan={"sample_records": 24}), "plan")
+    return work, proc
+
+
+def test_snakemake_plan_calibrates_on_a_sample_and_plans_every_stage(planned_demo):
+    work, proc = planned_demo
+    plan = json.loads((work / "results/plan/plan.json").read_text())
+    assert plan["datasets"]["demo"]["records"] == 56 and plan["datasets"]["demo"]["sample_records"] == 24
+    assert len(read_jsonl(work / "results/plan/calibration/samples/demo.jsonl")) == 24
+    assert list(plan["stages"]) == [
+        "prepare", "text", "quality", "context", "shar", "codes", "dataset", "verify", "report"
+    ]  # fmt: skip
+    for stage, s in plan["stages"].items():
+        assert s["cpu_s"] > 0 and s["jobs"] >= 1 and s["peak_rss_mb"] > 0, stage
+    # the calibration ran every stage's real jobs on the sample and on a quarter of it, each in a
+    # folder of its own
+    assert len(read_jsonl(work / "results/plan/calibration/samples/demo.small.jsonl")) == 6
+    for run, most in (("sample", 24), ("small", 6)):
+        stats = (work / "results/plan/calibration" / run / "results").rglob("shar_stats.json")
+        assert 0 < sum(json.loads(p.read_text())["cuts"] for p in stats) <= most, run
+        assert (work / "results/plan/calibration" / run / "logs/codes_merge").is_dir()
+    assert plan["stages"]["quality"]["rules"]["quality_part"]["jobs"] == 2  # the real run's parts
+    # a 56-record corpus from a 24-record sample: the audio stages scale by more than 1
+    q = plan["stages"]["quality"]["rules"]["quality_part"]
+    assert q["cpu_s"] > q["calibration_cpu_s"] - 1e-6
+    assert "text_normalizer" in plan["not_scaled"] and "prepare" in plan["not_scaled"]
+    assert plan["disk"]["shar audio"]["bytes"] > plan["disk"]["shar audio"]["calibration_bytes"]
+    page = (work / "results/plan/plan.md").read_text()
+    assert "| quality (GPU) |" in page and "Most of the bill" in page
+    assert "| quality (GPU) |" in proc.stdout  # printed in the terminal
+    table = yaml.safe_load((work / "results/plan/resources.yaml").read_text())
+    assert {"quality_part", "context_part", "codes_block", "shar_block", "text", "verify"} <= set(table)
+
+
+def test_a_run_after_the_plan_asks_for_the_plans_resources(planned_demo):
+    from test_profiles import slurm_dry_run
+
+    work, _ = planned_demo
+    table = yaml.safe_load((work / "results/plan/resources.yaml").read_text())
+    jobs = slurm_dry_run(work, demo_config(plan={"sample_records": 24}))
+    # a dry run shows every stage of the plan, the shard jobs behind the checkpoint included
+    dry = run_snakemake(work, demo_config(plan={"sample_records": 24}), "-n")
+    assert "sharflow: the cost plan" in dry.stderr + dry.stdout
+    assert "codes (GPU)" in dry.stderr + dry.stdout
+    for rule in ("prepare", "quality_part", "context_part", "text"):
+        if rule not in jobs:
+            continue  # done already (prepare): not in the dry run
+        for job in jobs[rule]:
+            assert int(job["mem_mb"]) == table[rule]["mem_mb"], rule
+            assert int(job["runtime"]) == table[rule]["runtime"], rule
+    assert "quality_part" in jobs and "context_part" in jobs
+
+
+def write_cost(logs: Path, rel: str, cpu: float, wall: float, rss: float) -> None:
+    path = logs / f"{rel}.cost.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"startup_s": 1.0, "wall_s": wall, "cpu_s": cpu, "peak_rss_mb": rss, "gpu_peak_mb": 0.0}
+    path.write_text(json.dumps({**record, "model_load_s": {}}))
+
+
+def test_plan_against_actual_sets_each_stage_beside_the_runs_jobs(tmp_path):
+    from sharflow.plan.actual import compare, compare_markdown
+
+    logs = tmp_path / "logs"
+    write_cost(logs, "quality_part/demo/part-0000", cpu=50.0, wall=40.0, rss=600.0)
+    write_cost(logs, "quality_part/demo/part-0001", cpu=70.0, wall=700.0, rss=900.0)
+    write_cost(logs, "text/demo", cpu=8.0, wall=5.0, rss=200.0)
+    write_cost(logs, "text_normalizer/en", cpu=300.0, wall=300.0, rss=200.0)  # a one-off: left out
+    write_cost(logs, "calibration", cpu=999.0, wall=999.0, rss=100.0)  # the plan's own: left out
+    plan = {
+        "datasets": {"demo": {}},
+        "stages": {
+            "quality": {"cpu_s": 150.0, "rules": {"quality_part": {"cpu_s": 150.0}}},
+            "text": {"cpu_s": 30.0, "rules": {"text": {"cpu_s": 10.0}, "text_normalizer": {"cpu_s": 20.0}}},
+        },
+    }
+    resources = {"quality_part": {"mem_mb": 1000, "runtime": 10}, "text": {"mem_mb": 1000, "runtime": 10}}
+    result = compare(plan, resources, logs)
+    assert result["stages"]["quality"] == {
+        "planned_cpu_s": 150.0,
+        "measured_cpu_s": 120.0,
+        "ratio": 1.25,
+        "measured_jobs": 2,
+    }
+    assert result["stages"]["text"]["planned_cpu_s"] == 10.0 and result["stages"]["text"]["ratio"] == 1.25
+    assert result["total"] == {"planned_cpu_s": 160.0, "measured_cpu_s": 128.0, "ratio": 1.25}
+    # part-0001 ran 701 s: over the 10 minutes asked for; text fitted
+    assert not result["resources"]["quality_part"]["fits"] and result["resources"]["text"]["fits"]
+    assert result["resources"]["quality_part"]["longest_s"] == 701.0
+    page = compare_markdown(result)
+    assert "| quality | 150.0 | 120.0 | 1.25 | 2 |" in page
+    assert "Over what the plan asked for: quality_part" in page
+
+
+def test_the_plans_stages_read_top_to_bottom_with_gpu_stages_marked():
+    from sharflow.plan.model import is_gpu_rule
+    from sharflow.plan.page import plan_dot, plan_summary, shard_jobs_summary
+    from sharflow.report.dag import parse_dot
+    from testkit import GPU_RULES
+
+    assert all(is_gpu_rule(rule) for rule in GPU_RULES) and is_gpu_rule("codes_jobs")
+    assert not any(is_gpu_rule(rule) for rule in ("shar_block", "shar_jobs", "text", "verify"))
+    plan = {
+        "stages": {
+            "text": {"jobs": 2, "cpu_s": 3600.0, "gpu_s": 0.0, "wall_s": 1800.0},
+            "quality": {"jobs": 40, "cpu_s": 72000.0, "gpu_s": 36000.0, "wall_s": 900.0},
+            "codes": {"jobs": 150, "cpu_s": 7200.0, "gpu_s": 7200.0, "wall_s": 600.0},
+        },
+        "total": {"cpu_s": 82800.0, "gpu_s": 43200.0, "wall_s": 3300.0},
+    }
+    summary = plan_summary(plan).splitlines()
+    assert summary[2].split() == ["text", "2", "1.00", "0.00", "0.50"]
+    assert summary[3].split() == ["quality", "(GPU)", "40", "20.00", "10.00", "0.25"]
+    assert summary[-1].split() == ["total", "23.00", "12.00", "0.92"]
+    nodes, edges = parse_dot(plan_dot(plan))
+    assert [label.splitlines()[0] for label in nodes.values()] == ["text", "quality (GPU)", "codes (GPU)"]
+    assert edges == [("n0", "n1"), ("n1", "n2")]  # a chain, top to bottom: no transitive edges
+    # before a plan: the shard jobs from the prepared records (4,097 records: 2 shards of 4,096)
+    line = shard_jobs_summary({"a": 4097, "b": 100}, 4096, {"shar": 10, "codes": 1}, codecs=2)
+    assert "at most 3 shards of 4,096 cuts from 4,197 prepared records: 2 shar jobs and 6 codes jobs" in line

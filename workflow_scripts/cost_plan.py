@@ -1,0 +1,20 @@
+"""Snakemake adapter: sharflow.plan.build.make_plan and write_plan."""
+
+import os
+
+from sharflow.core.atomic import read_json
+from sharflow.core.logs import job_log
+from sharflow.plan.build import make_plan, write_plan
+
+with job_log(snakemake.log[0]):
+    params = snakemake.params
+    plan, resources = make_plan(
+        calibration=os.path.dirname(snakemake.input.done),  # the calibration's working folder
+        logs=params.logs,
+        samples={ds: read_json(p) for ds, p in zip(params.datasets, snakemake.input.summaries, strict=True)},
+        config=params.config,
+        slots=params.slots,
+        calibration_run=read_json(snakemake.input.done),
+    )
+    page = write_plan(plan, resources, snakemake.output)
+    print(page, flush=True)  # the terminal: stdout is not the job's log
