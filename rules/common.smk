@@ -739,8 +739,12 @@ def summarize_dry_run():
     if os.path.exists(layout.PLAN):
         logger.info(plan_summary(read_json(layout.PLAN)))
         return
-    stats = {ds: layout.dataset_files(ds).prepare_stats for ds in DATASETS}
-    records = {ds: read_json(p)["records_out"] for ds, p in stats.items() if os.path.exists(p)}
+    # the datasets prepared whose shard plan is not made yet: their shard jobs are not counted
+    files = {ds: layout.dataset_files(ds) for ds in DATASETS}
+    waiting = [
+        ds for ds, f in files.items() if os.path.exists(f.prepare_stats) and not os.path.exists(f.shard_plan)
+    ]
+    records = {ds: read_json(files[ds].prepare_stats)["records_out"] for ds in waiting}
     if records:
         per_job = {stage: config[stage]["shards_per_job"] for stage in ("shar", "codes")}
         logger.info(shard_jobs_summary(records, config["shar"]["shard_size"], per_job, len(CODECS)))
