@@ -220,7 +220,6 @@ class RulePlan:
     peak_rss_mb: float = 0.0
     gpu_peak_mb: float = 0.0
     calibration_cpu_s: float = 0.0
-    calibration_fixed_s: float = 0.0
     per_shard_wall_s: float = 0.0  # shard rules: one shard's variable wall time in the full run
     fixed_wall_s: float = 0.0  # one job's fixed wall time (start-up and model loads)
 
@@ -306,7 +305,6 @@ def _plan_one(rule, jobs, small_jobs, scales, total, config, shards) -> RulePlan
         peak_rss_mb=max(j.peak_rss_mb for j in jobs),
         gpu_peak_mb=max(j.gpu_peak_mb for j in jobs),
         calibration_cpu_s=sum(j.cpu_s for j in jobs),
-        calibration_fixed_s=sum(j.fixed_s for j in jobs),
     )
     if driver in ("actual", "one_off"):
         plan.jobs = len(jobs)
