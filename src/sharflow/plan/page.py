@@ -9,11 +9,14 @@ def hours(seconds: float) -> str:
 
 
 def size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+    """Bytes in decimal units: 950 B, 41.2 KB, ..., TB at most."""
+    if n < 1000:
+        return f"{n:,.0f} B"
+    for unit in ("KB", "MB", "GB"):
         n /= 1000
-    return f"{n} TB"
+        if n < 1000:
+            return f"{n:,.1f} {unit}"
+    return f"{n / 1000:,.1f} TB"
 
 
 def plan_markdown(plan: dict) -> str:
