@@ -13,7 +13,12 @@ It prints, per stage, the plan's CPU seconds, the run's and their ratio (the iss
 calibration's CPU against the run's (the bar: <= 5 %), its fixed part (start-up and model loads)
 apart. Local profile, this machine's cores; quality, context and codes run on CPU ranks here.
 
-    .venv/bin/python benchmarks/bench_plan.py [--copies 20] [--sample 300] [--shard-size 64]
+With `--plan-only` it stops after the plan and prints what the plan predicts for the run and the
+calibration's share of it: the calibration costs the same whatever the corpus's size, so its share on
+corpora larger than a run here can afford (`--copies 200`: 11,200 records) is read from the plan, whose
+accuracy the full comparison measures.
+
+    .venv/bin/python benchmarks/bench_plan.py [--copies 20] [--sample 300] [--shard-size 64] [--plan-only]
 """
 
 import argparse
@@ -91,6 +96,7 @@ def main() -> None:
     ap.add_argument("--shard-size", type=int, default=64)
     ap.add_argument("--work", default=None, help="working folder (default: a new temporary one)")
     ap.add_argument("--report-only", action="store_true", help="report on a finished --work folder")
+    ap.add_argument("--plan-only", action="store_true", help="the plan alone: the calibration's share of it")
     args = ap.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="bench_plan_"))
     configfile = work / "config.yaml"
@@ -98,6 +104,20 @@ def main() -> None:
         manifest, root = build(work / "corpus", args.copies)
         cfg = config(manifest, root, args.sample, args.shard_size)
         configfile.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    if args.plan_only:
+        plan_wall = snakemake(work, configfile, "plan")
+        plan = json.loads((work / "results" / "plan" / "plan.json").read_text())
+        d, c, total = plan["datasets"]["bench"], plan["calibration"], plan["total"]["cpu_s"]
+        per_record = total / d["records"]
+        print(
+            f"corpus: {d['records']} records, {d['seconds'] / 3600:.2f} h; sample {d['sample_records']}; "
+            f"plan {plan_wall:.0f} s wall\nplanned run: {total:.0f} CPU-s ({per_record:.2f} a record); "
+            f"calibration {c['cpu_s']:.0f} CPU-s = {100 * c['cpu_s'] / total:.1f} % of it "
+            f"({c['fixed_s']:.0f} s start-up and model loads); 5 % from "
+            f"{c['cpu_s'] / 0.05 / per_record:,.0f} records of this corpus's kind"
+        )
+        print(f"work folder: {work}")
+        return
     if not args.report_only:
         plan_wall = snakemake(work, configfile, "plan")
         run_wall = snakemake(work, configfile)

@@ -1,6 +1,7 @@
 """Fixtures shared by test modules: the demo corpus through the stages, a tiny codec, workflow runs."""
 
 import faulthandler
+import importlib
 import multiprocessing
 import os
 import shutil
@@ -84,8 +85,15 @@ def pytest_unconfigure(config):
         os.environ.pop(_SESSION_CACHE, None)
 
 
+# Workflow runs that one test module's tests share, run in the background one after another (a second
+# chain beside the two-dataset and crash runs): fixture -> (module, function of a fresh folder).
+CHAINED = {
+    "webdataset_run": ("test_corpora", "run_webdataset_and_manifest"),
+    "planned_demo": ("test_plan", "run_plan"),
+    "split_run": ("test_splits", "run_splits"),
+}
 # Session fixtures that build the demo through stages or run whole workflows: minutes each.
-RUNS = frozenset({"two_datasets", "slurm_run", "crash", "with_context", "demo_shards", "coded"})
+RUNS = frozenset({"two_datasets", "slurm_run", "crash", "with_context", "demo_shards", "coded", *CHAINED})
 
 
 def pytest_addoption(parser):
@@ -106,7 +114,7 @@ def pytest_collection_modifyitems(config, items):
         kept = [item for item in items if not RUNS & set(getattr(item, "fixturenames", ()))]
         config.hook.pytest_deselected(items=[item for item in items if item not in kept])
         items[:] = kept
-    waiting = {"two_datasets", "slurm_run", "crash"}
+    waiting = {"two_datasets", "slurm_run", "crash", *CHAINED}
     items.sort(key=lambda item: bool(waiting & set(getattr(item, "fixturenames", ()))))
 
 
@@ -176,14 +184,23 @@ def run_two_datasets(tmp):
     return work, proc, manifest
 
 
+def _after(previous, run, tmp):
+    """`run(tmp)` once `previous` (a Background, or None) has ended; its result or failure is its
+    own tests' to report."""
+    if previous is not None:
+        previous.join()
+    return run(tmp)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def early_runs(request, tmp_path_factory):
     """{name: Background} of the long workflow runs the selected tests need, started before the first test.
 
     The two-dataset run overlaps the unit tests; the crash test's killed runs (one core) start when
     it is done and overlap the tests after it; the Slurm run (which mostly waits on Slurm's queue)
-    overlaps everything: the suite takes minutes less than running them in turn. When the session
-    ends (passed, failed or interrupted) a Slurm cluster the session started is stopped again.
+    overlaps everything; the CHAINED runs go one after another beside them. Most unit tests use one
+    core of two: the suite takes minutes less than running them in turn. When the session ends
+    (passed, failed or interrupted) a Slurm cluster the session started is stopped again.
     """
     wanted = {name for item in request.session.items for name in getattr(item, "fixturenames", ())}
     runs = {}
@@ -198,6 +215,11 @@ def early_runs(request, tmp_path_factory):
             return crash_run(reference.result()[0], tmp)
 
         runs["crash"] = Background(crash_after_the_reference, tmp_path_factory.mktemp("crash"))
+    previous = None
+    for name in [name for name in CHAINED if name in wanted]:
+        module, function = CHAINED[name]
+        run = getattr(importlib.import_module(module), function)
+        runs[name] = previous = Background(_after, previous, run, tmp_path_factory.mktemp(name))
     if "slurm_run" in wanted:
         from test_slurm import run_on_slurm
 
@@ -225,6 +247,24 @@ def two_datasets(early_runs):
 def crash(early_runs):
     """What test_crash.crash_run gathered (it starts once the two-dataset run is done)."""
     return early_runs["crash"].result()
+
+
+@pytest.fixture(scope="session")
+def webdataset_run(early_runs):
+    """test_corpora.run_webdataset_and_manifest's run."""
+    return early_runs["webdataset_run"].result()
+
+
+@pytest.fixture(scope="session")
+def planned_demo(early_runs):
+    """(work dir, CompletedProcess) of test_plan.run_plan: `snakemake plan` on the demo."""
+    return early_runs["planned_demo"].result()
+
+
+@pytest.fixture(scope="session")
+def split_run(early_runs):
+    """(work dir, config) of test_splits.run_splits."""
+    return early_runs["split_run"].result()
 
 
 @pytest.fixture(scope="session")

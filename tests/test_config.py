@@ -34,6 +34,7 @@ def test_defaults_are_filled_everywhere():
     }
     assert config["shar"]["shard_size"] == 4096 and config["context"]["min_similarity"] == 0.6
     assert validate_config({**minimal(), "shar": {"audio_format": "opus", "sample_rate": 24000}}, SCHEMA)
+    assert validate_config({**minimal(), "shar": {"audio_format": "mp3", "sample_rate": 22050}}, SCHEMA)
 
 
 def test_shipped_config_is_valid():
@@ -49,6 +50,7 @@ def test_shipped_config_is_valid():
         (lambda c: c["datasets"]["d"].update(langauge="en"), "langauge"),
         (lambda c: c.update(datasets={"bad name": {"manifest": "m", "audio_root": "a"}}), "datasets"),
         (lambda c: c.update(shar={"audio_format": "opus", "sample_rate": 22050}), "shar.sample_rate"),
+        (lambda c: c.update(shar={"audio_format": "mp3"}), "shar.sample_rate"),
         (lambda c: c.update(context={"min_similarity": 2}), "context.min_similarity"),
         (lambda c: c.update(training={"codec": "nope"}), "training.codec"),
         (lambda c: c.update(codecs={"x": {"backend": "nemo"}}), "codecs.x"),

@@ -485,6 +485,45 @@ def test_webdataset_tars_prepare_like_the_manifest_and_every_stage_reads_the_aud
     )
 
 
+def test_prepare_keeps_each_tars_index_and_no_later_reader_scans_its_headers(tmp_path, monkeypatch):
+    """A tar's member index is kept in sharflow's cache by prepare's pass; a later job (a fresh process)
+    loads it instead of reading the tar's headers; a tar rewritten is indexed again, as a fresh scan."""
+    monkeypatch.setenv("SHARFLOW_CACHE_DIR", str(tmp_path / "cache"))
+    tars, _ = _demo_as_webdataset(tmp_path / "wds", n_tars=2, speakers=("awb", "rms"))
+    lines, _, _ = _prepare(
+        tmp_path / "p", "EN-B{000000..000001}.tar", root=tmp_path / "wds", form="webdataset"
+    )
+
+    def fresh(tar: Path) -> dict:
+        with tarfile.open(tar) as t:
+            return {i.name: (i.offset_data, i.size) for i in t if i.isfile()}
+
+    assert len(list((tmp_path / "cache" / "tar-index").rglob("*.json"))) == 2
+    containers._tar_index.cache_clear()  # a later job's process
+    scans = []
+    real_scan = containers.scan_tar
+    monkeypatch.setattr(containers, "scan_tar", lambda *a: scans.append(a) or real_scan(*a))
+    for tar in tars:
+        assert containers.tar_index(str(tar)) == fresh(tar) and len(fresh(tar)) >= 16
+    record = json.loads(lines[-1])
+    inside = str(tmp_path / "wds" / record["audio_filepath"])
+    loose = DEMO / "audio" / record["audio_filepath"].split("#")[1]
+    d = record["duration"]
+    assert np.array_equal(read_span(inside, 0.0, d)[0], read_span(str(loose), 0.0, d)[0])
+    assert scans == []  # every index came from the cache
+
+    # the first tar rewritten with one sample fewer: its index is built again and is the fresh one
+    with tarfile.open(tars[0]) as t:
+        kept = [(i, t.extractfile(i).read()) for i in t.getmembers()[2:]]
+    with tarfile.open(tars[0], "w", format=tarfile.USTAR_FORMAT) as t:
+        for info, data in kept:
+            t.addfile(info, io.BytesIO(data))
+    containers._tar_index.cache_clear()
+    assert containers.tar_index(str(tars[0])) == fresh(tars[0]) and len(scans) == 1
+    assert containers.tar_index(str(tars[1])) == fresh(tars[1]) and len(scans) == 1
+    assert len(list((tmp_path / "cache" / "tar-index").rglob("*.json"))) == 3
+
+
 def test_each_webdataset_fault_is_a_reject_naming_the_tar_and_sample(tmp_path):
     flac = (DEMO / "audio" / "awb" / "awb_001.flac").read_bytes()
     meta = json.dumps({"text": "Glue the sheet.", "duration": 2.635, "speaker": "awb"}).encode()
@@ -565,12 +604,13 @@ def test_a_webdataset_field_mapping_names_the_fields_and_what_rides_along(tmp_pa
     assert stats["rejected"] == {"missing_field": 1}
 
 
-def test_a_webdataset_corpus_runs_the_workflow_to_the_same_shar_as_its_manifest(tmp_path):
+CHOSEN = ("awb", "rms", "slt")
+
+
+def run_webdataset_and_manifest(tmp_path: Path) -> Path:
     """One workflow over the same clips twice: `loose` (a NeMo manifest over files) and `wds` (Emilia's
-    form, the audio inside the tars). The Shar sets hold the same cuts and the same decoded audio,
-    NeMo's MagpieTTS dataset reads the tar-born one. (Each clip keeps its cut id in both forms.)"""
-    chosen = ("awb", "rms", "slt")
-    _, records = _demo_as_webdataset(tmp_path / "wds", n_tars=2, speakers=chosen)
+    form, the audio inside the tars); its results folder (conftest's webdataset_run, in the background)."""
+    _, records = _demo_as_webdataset(tmp_path / "wds", n_tars=2, speakers=CHOSEN)
     write_jsonl(tmp_path / "loose.json", records)
     # no quality stage: its reads inside tars are the ones the tests above compare (load_span is
     # read_span), and its models cost a minute of this test
@@ -584,8 +624,14 @@ def test_a_webdataset_corpus_runs_the_workflow_to_the_same_shar_as_its_manifest(
             "extra_fields": ["dnsmos"],
         },
     }
-    run_snakemake(tmp_path / "run", config)
-    results = tmp_path / "run" / "results"
+    run_snakemake(tmp_path / "run", config, timeout=1800)
+    return tmp_path / "run" / "results"
+
+
+def test_a_webdataset_corpus_runs_the_workflow_to_the_same_shar_as_its_manifest(webdataset_run):
+    """The Shar sets of the two forms hold the same cuts and the same decoded audio, NeMo's MagpieTTS
+    dataset reads the tar-born one. (Each clip keeps its cut id in both forms.)"""
+    results, chosen = webdataset_run, CHOSEN
     shar = {}
     for name in ("loose", "wds"):
         fields = {f: sorted(glob.glob(str(results / name / "shar" / f / "*"))) for f in FIELDS}
@@ -789,6 +835,15 @@ def test_webdataset_tars_and_hub_parquet_read_from_object_storage_as_from_a_fold
         tmp_path / "hr", "train.parquet", root=f"{url}/hub", form="parquet_audio", fields=HUB_FIELDS
     )
     assert remote == local and len(local) > 20
+
+    # a folder: every tar (Parquet file) below it, listed under s3:// as globbed locally, in one order
+    storage.client().put_object(Bucket="containers", Key="wds/notes.txt", Body=b"not a shard")
+    for folder, form, fields in (("wds", "webdataset", None), ("hub", "parquet_audio", HUB_FIELDS)):
+        local, _, _ = _prepare(tmp_path / f"{form}-lf", folder, root=tmp_path, form=form, fields=fields)
+        remote, _, _ = _prepare(tmp_path / f"{form}-rf", folder, root=url, form=form, fields=fields)
+        assert remote == local and len(local) >= 16
+    assert storage.list_folder(f"{url}/wds/", ".tar") == [f"{url}/wds/EN-B00000{i}.tar" for i in range(2)]
+    assert storage.list_folder(f"{url}/nothing", ".tar") == []
 
 
 def test_a_clip_in_a_tar_is_the_same_utterance_to_the_identity_stage_as_the_loose_file(tmp_path):

@@ -228,12 +228,9 @@ def test_a_job_writes_its_cost_beside_its_log(tmp_path):
     assert (job.rule, job.dataset, job.load_s) == ("text", "demo", record["model_load_s"]["codec:x"])
 
 
-@pytest.fixture(scope="module")
-def planned_demo(tmp_path_factory):
-    """`snakemake plan` on the demo, its sample 24 records."""
-    work = tmp_path_factory.mktemp("plan")
-    proc = run_snakemake(work, demo_config(plan={"sample_records": 24}), "plan")
-    return work, proc
+def run_plan(work):
+    """`snakemake plan` on the demo, its sample 24 records (conftest's planned_demo, in the background)."""
+    return work, run_snakemake(work, demo_config(plan={"sample_records": 24}), "plan", timeout=1800)
 
 
 def test_snakemake_plan_calibrates_on_a_sample_and_plans_every_stage(planned_demo):

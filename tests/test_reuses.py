@@ -13,13 +13,14 @@ import json
 import os
 import pkgutil
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
-from sharflow.core import jobs, resume, storage
+from sharflow.core import containers, jobs, resume, storage
 from sharflow.core.reuses import KEY_MAKERS, REUSES, Reuse
 from sharflow.identity.part import VoiceEmbedding, entry_key, measure_signature
 from sharflow.identity.voices import VoiceRules
@@ -278,6 +279,27 @@ def object_cache(tmp: Path, monkeypatch) -> World:
     return w
 
 
+def tar_member_indexes(tmp: Path, monkeypatch) -> World:
+    tar = a_file(tmp, "a.tar", b"\0" * 10240)
+    state = {"tar": tar}
+
+    def ctime_only():  # chmod moves the ctime alone; file times tick coarsely, so until it has moved
+        before = os.stat(tar).st_ctime_ns
+        while os.stat(tar).st_ctime_ns == before:
+            time.sleep(0.002)
+            os.chmod(tar, os.stat(tar).st_mode)
+
+    w = World(lambda: containers.tar_index_key(str(state["tar"])))
+    w.change = {
+        "tar path": lambda: state.update(tar=a_file(tmp, "b.tar", b"\0" * 10240)),
+        "tar size": lambda: tar.write_bytes(b"\0" * 20480) or touch(tar),
+        "tar mtime": lambda: touch(tar, 2 * 10**18),
+        "tar ctime (a tar rewritten at its size and mtime)": ctime_only,
+        "reading the tar (its access time)": lambda: tar.read_bytes() and None,
+    }
+    return w
+
+
 def resumed_shard_jobs(tmp: Path, monkeypatch) -> World:
     a, b = a_file(tmp, "a.jsonl"), a_file(tmp, "b.jsonl")
     state = {"inputs": [str(a), str(b)], "settings": {"shard_size": 4}}
@@ -362,6 +384,7 @@ CASES: dict[str, Callable[[Path, pytest.MonkeyPatch], World]] = {
     "publish file digests": publish_file_digests,
     "published objects": published_objects,
     "object cache": object_cache,
+    "tar member indexes": tar_member_indexes,
     "resumed shard jobs": resumed_shard_jobs,
     "the plan's kept generations": plans_kept_generations,
     "job records": job_records,

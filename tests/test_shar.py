@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -382,7 +383,89 @@ def test_nemo_magpietts_dataset_reads_a_batch(demo_shards):
     assert batch["dataset_names"] == ["demo"] * 4
 
 
-@pytest.mark.parametrize("audio_format, sample_rate", [("wav", None), ("opus", 24000), ("flac", 16000)])
+def _as_mp3_tar(records: list[dict], tar_path: Path) -> list[dict]:
+    """The records whose target and context are whole files, their files as Emilia ships audio: MP3
+    (with an ID3 tag holding a 64 KiB picture) inside a tar; the records pointing there."""
+    whole = [
+        r
+        for r in records
+        if r.get("offset", 0) == 0 == r["context_audio_offset"]
+        and all(
+            sf.info(str(DEMO / "audio" / r[k])).duration <= d + 1e-3
+            for k, d in (
+                ("audio_filepath", r["duration"]),
+                ("context_audio_filepath", r["context_audio_duration"]),
+            )
+        )
+    ]
+    files = sorted({r[k] for r in whole for k in ("audio_filepath", "context_audio_filepath")})
+    tag = b"ID3\x04\x00\x00" + bytes([0, 4, 0, 0]) + bytes(1 << 16)  # syncsafe 65,536
+    with tarfile.open(tar_path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for f in files:
+            samples, rate = sf.read(str(DEMO / "audio" / f), dtype="int16")
+            data = tag + encode(samples, rate, "mp3")[0]
+            info = tarfile.TarInfo(f.rsplit(".", 1)[0] + ".mp3")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    inside = {f: f"{tar_path.name}#{f.rsplit('.', 1)[0]}.mp3" for f in files}
+    return [
+        {
+            **r,
+            "audio_filepath": inside[r["audio_filepath"]],
+            "context_audio_filepath": inside[r["context_audio_filepath"]],
+        }
+        for r in whole
+    ]
+
+
+def test_mp3_sources_are_copied_through_into_mp3_shar_and_nemo_reads_them(with_context, tmp_path):
+    """Emilia's MP3 in a tar: with audio_format mp3 at its rate the member's bytes go into the Shar as
+    they are (its ID3 tag dropped), the cut counts the samples they decode to, and NeMo's dataloader
+    reads them; with the default flac they are decoded and encoded losslessly from that decoding."""
+    records = _as_mp3_tar(read_jsonl(with_context[0]), tmp_path / "EN.tar")
+    assert len(records) >= 6
+    small = write_jsonl(tmp_path / "w.jsonl", records[:8])
+    root = tmp_path
+    _, stats, _ = write_all(
+        tmp_path / "mp3", small, shard_size=8, root=root, audio_format="mp3", sample_rate=16000
+    )
+    summary = json.loads(Path(stats[0]).read_text())
+    assert summary["copied_spans"] == 2 * summary["cuts"] and summary["encoded_spans"] == 0
+    cuts = list(read_back(tmp_path / "mp3"))
+    assert len(cuts) == len(records[:8])
+    tag = 10 + (1 << 16)
+    with tarfile.open(tmp_path / "EN.tar") as source_tar:
+        streams = {source_tar.extractfile(m).read()[tag:]: m.name for m in source_tar.getmembers()}
+    (shar_tar,) = (tmp_path / "mp3" / "shar" / "target_audio").glob("*.tar")
+    record_of = {}  # cut id -> its record
+    with tarfile.open(shar_tar) as shar:
+        for c in cuts:
+            stored = shar.extractfile(f"{c.id}.mp3").read()
+            assert stored in streams and stored[0] == 0xFF  # a source's MP3 stream as it was, its tag gone
+            (record_of[c.id],) = [r for r in records[:8] if r["audio_filepath"].endswith(streams[stored])]
+            audio = c.target_audio.load_audio()
+            decoded, rate = sf.read(io.BytesIO(stored), dtype="float32")
+            assert audio.shape[1] == c.target_audio.num_samples == len(decoded)
+            assert len(decoded) == compute_num_samples(record_of[c.id]["duration"], rate)
+            assert np.abs(decoded).max() > 0.01
+    assert len(set(streams)) == len(streams)  # distinct sources: the match above can fail
+    dataset = magpie_dataset(load_16khz_audio=True)
+    batch = dataset[CutSet(cuts[:4])]
+    assert batch["audio"].shape[0] == 4 and batch["context_audio"].shape[0] == 4
+    assert (batch["audio_lens"] > 16000).all()
+
+    # flac (the default): the MP3 decoded and written losslessly, as the encode path writes any span
+    write_all(tmp_path / "flac", small, shard_size=8, root=root)
+    for c in read_back(tmp_path / "flac"):
+        r = record_of[c.id]
+        decoded = read_span(str(root / r["audio_filepath"]), 0.0, r["duration"])[0]
+        stored = c.target_audio.load_audio()[0]
+        assert len(stored) == len(decoded) and np.abs(stored - decoded).max() <= 0.5 / 32768 + 1e-7
+
+
+@pytest.mark.parametrize(
+    "audio_format, sample_rate", [("wav", None), ("opus", 24000), ("flac", 16000), ("mp3", 22050)]
+)
 def test_other_formats_and_rates_read_back(with_context, tmp_path, audio_format, sample_rate):
     records = read_jsonl(with_context[0])[:6]
     small = write_jsonl(tmp_path / "w.jsonl", records)

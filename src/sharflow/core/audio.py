@@ -12,6 +12,7 @@ import soxr
 from sharflow.core import containers, storage
 
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)  # the sample rates an opus stream may have
+MP3_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)  # MPEG-1, 2 and 2.5 layer III
 _EXACT_INT16 = {"PCM_16", "PCM_S8", "PCM_U8"}  # subtypes whose samples int16 holds exactly
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from sharflow.core.audio import OPUS_RATES
+from sharflow.core.audio import MP3_RATES, OPUS_RATES
 from sharflow.core.errors import SharflowError
 from sharflow.core.metrics import FILTERABLE
 from sharflow.core.splits import SplitRules
@@ -69,6 +69,12 @@ def _cross_checks(config: dict) -> list[str]:
         problems.append(
             f"  shar.sample_rate: opus needs one of {', '.join(map(str, OPUS_RATES))} Hz (got "
             f"{shar.get('sample_rate')}); set shar.sample_rate or use audio_format flac"
+        )
+    if shar.get("audio_format") == "mp3" and shar.get("sample_rate") not in MP3_RATES:
+        problems.append(
+            f"  shar.sample_rate: mp3 needs one of {', '.join(map(str, MP3_RATES))} Hz (got "
+            f"{shar.get('sample_rate')}); set shar.sample_rate (an MP3 source at that rate is copied "
+            "through) or use audio_format flac"
         )
     for name, codec in config.get("codecs", {}).items():
         if (codec.get("model") is None) == (codec.get("random_from_config") is None):

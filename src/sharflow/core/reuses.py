@@ -107,6 +107,18 @@ REUSES: tuple[Reuse, ...] = (
         ("the local copy's mtime",),
     ),
     Reuse(
+        "tar member indexes",
+        "a WebDataset tar's member index (name -> data offset, size) in sharflow's cache, built once per"
+        " tar version (by prepare's pass over the tar, else by the first job that reads it)",
+        (
+            "sharflow.core.containers.tar_index_key",
+            "sharflow.core.containers.tar_index",
+            "sharflow.core.containers.remember_tar_index",
+        ),
+        ("tar path", "tar size", "tar mtime", "tar ctime (a tar rewritten at its size and mtime)"),
+        ("reading the tar (its access time)",),
+    ),
+    Reuse(
         "resumed shard jobs",
         "the shards a killed shar or codes job finished, put back by its rerun",
         ("sharflow.core.resume.job_key",),
@@ -154,4 +166,5 @@ KEY_MAKERS = (
     "file_identity",
     "package_versions",
     "content_key",
+    "tar_index_key",
 )

@@ -176,6 +176,28 @@ def exists(path: str) -> bool:
         return False
 
 
+def listing(bucket: str, prefix: str) -> dict[str, tuple[int, str]]:
+    """{key: (size, ETag)} of every object under `prefix` (one request per 1,000 objects)."""
+    out = {}
+    pages = client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    for page in pages:
+        for obj in page.get("Contents", ()):
+            out[obj["Key"]] = (int(obj["Size"]), obj["ETag"].strip('"'))
+    return out
+
+
+def list_folder(url: str, suffix: str) -> list[str]:
+    """The URLs of the objects under the folder `url` (every key below `<key>/`, as a recursive glob
+    of a local folder) whose names end with `suffix`, sorted."""
+    bucket, key = split_url(url)
+    prefix = key.rstrip("/") + "/" if key.strip("/") else ""
+    try:
+        keys = listing(bucket, prefix)
+    except Exception as e:
+        raise storage_error(url, e) from e
+    return sorted(f"s3://{bucket}/{name}" for name in keys if name.endswith(suffix))
+
+
 def object_cache() -> Path:
     """Where local copies of objects are kept: $SHARFLOW_OBJECT_CACHE, else sharflow's cache/objects."""
     return Path(os.environ.get("SHARFLOW_OBJECT_CACHE") or cache_root() / "objects")

@@ -44,7 +44,8 @@ _BRACES = re.compile(r"\{(\d+)\.\.(\d+)\}")
 def expand_shards(pattern: str, audio_root: str, suffix: str = ".tar") -> list[str]:
     """The files of `pattern`: a brace pattern (`EN-B{000000..000099}.tar`, WebDataset's), a folder
     (every file with `suffix` under it, sorted) or one file; relative to the audio root, absolute paths
-    and URLs as given. Under an `s3://` root, a brace pattern or one object (a folder is not listed)."""
+    and URLs as given. Under an `s3://` root a name that does not end with `suffix` is a folder: every
+    object below it with `suffix`, sorted (one listing request per 1,000 objects)."""
     if storage.is_url(pattern) or os.path.isabs(pattern):
         base = pattern
     else:
@@ -53,9 +54,12 @@ def expand_shards(pattern: str, audio_root: str, suffix: str = ".tar") -> list[s
             if storage.is_url(audio_root)
             else os.path.join(audio_root, pattern)
         )
-    if not storage.is_url(base) and os.path.isdir(base):
-        return sorted(glob.glob(os.path.join(glob.escape(base), "**", f"*{suffix}"), recursive=True))
     match = _BRACES.search(base)
+    if storage.is_url(base):
+        if match is None and not base.endswith(suffix):
+            return storage.list_folder(base, suffix)
+    elif os.path.isdir(base):
+        return sorted(glob.glob(os.path.join(glob.escape(base), "**", f"*{suffix}"), recursive=True))
     if match is None:
         return [base]
     first, last = match.group(1), match.group(2)
@@ -129,9 +133,11 @@ class WebDatasetShards:
         local = storage.local_file(tar)  # an object: fetched whole into the object cache, once
         size = os.path.getsize(local)
         group: _Sample | None = None
+        members: dict[str, tuple[int, int]] | None = {}  # the tar's member index, kept when whole
         try:
             with tarfile.open(local, "r:") as archive:
                 for info in archive:
+                    containers.add_member(members, info, size)
                     if not info.isfile():
                         continue
                     key, ext = _split(info.name)
@@ -141,6 +147,7 @@ class WebDatasetShards:
                     group = group or _Sample(key)
                     if info.offset_data + info.size > size:
                         group.truncated = info.name
+                        members = None
                         break
                     if ext == "json":
                         group.json = (info.name, archive.extractfile(info).read())
@@ -150,6 +157,9 @@ class WebDatasetShards:
             if group is None:
                 group = _Sample("")
             group.truncated = group.truncated or f"after {group.key or 'the start'} ({e})"
+            members = None
+        if members is not None:
+            containers.remember_tar_index(local, members)
         if group is not None:
             yield self._record(tar, group, seen)
         if progress is not None:

@@ -33,7 +33,8 @@ from tqdm import tqdm
 from sharflow.core import layout, storage
 from sharflow.core.atomic import read_json, write_json
 from sharflow.core.errors import SharflowError
-from sharflow.publish.objects import MIB, FileDigest, abort_unfinished, file_digest, listing, upload
+from sharflow.core.storage import listing
+from sharflow.publish.objects import MIB, FileDigest, abort_unfinished, file_digest, upload
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Files as objects: the ETag a store gives a file uploaded in fixed parts, listings, one upload.
+"""Files as objects: the ETag a store gives a file uploaded in fixed parts, one upload.
 
 S3 (and moto, MinIO, AIStore's S3 API) gives an object put in one request the MD5 of its bytes as
 ETag, and one uploaded in parts the MD5 of its parts' MD5s followed by `-<parts>`. With a fixed part
@@ -48,16 +48,6 @@ def file_digest(path: str, part_size: int) -> FileDigest:
     else:
         etag = f"{hashlib.md5(b''.join(parts), usedforsecurity=False).hexdigest()}-{len(parts)}"
     return FileDigest(size, etag, sha.hexdigest())
-
-
-def listing(bucket: str, prefix: str) -> dict[str, tuple[int, str]]:
-    """{key: (size, ETag)} of every object under `prefix` (one request per 1,000 objects)."""
-    out = {}
-    pages = storage.client().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-    for page in pages:
-        for obj in page.get("Contents", ()):
-            out[obj["Key"]] = (int(obj["Size"]), obj["ETag"].strip('"'))
-    return out
 
 
 def abort_unfinished(bucket: str, prefix: str) -> int:

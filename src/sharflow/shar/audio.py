@@ -3,10 +3,11 @@
 Every span is read by sharflow.core.audio.read_span (channel 0, samples counted as lhotse counts
 them), the reading quality and context measure too.
 
-A span that is a whole source file already in the output's form (mono 16-bit PCM, the output
-container, the output rate) is copied through: the file's bytes go into the tar as they are, its
-metadata stripped (sharflow.shar.headers), so an embedded picture or long tags never bloat the tar.
-Its decoded samples are those the encode path gives.
+A span that is a whole source file already in the output's form (mono 16-bit PCM in the output
+container, or mono MP3 for mp3 output, at the output rate) is copied through: the file's bytes go
+into the tar as they are, its metadata stripped (sharflow.shar.headers), so an embedded picture or
+long tags never bloat the tar. A copied FLAC or WAV decodes to the samples the encode path gives; a
+copied MP3 to the source's own samples (the encode path would be a second lossy generation).
 Kept free of lhotse and torch so that worker processes start in a fraction of a second.
 """
 
@@ -20,6 +21,10 @@ from sharflow.core import containers
 from sharflow.core.audio import compute_num_samples, read_span, resolve_audio_path
 from sharflow.shar.headers import STRIP
 
+LOSSY = {
+    "opus": {"format": "OGG", "subtype": "OPUS"},
+    "mp3": {"format": "MP3", "subtype": "MPEG_LAYER_III"},
+}
 _MAX_PCM16_BYTES_PER_SECOND = 2 * 192_000  # mono 16-bit at the highest common rate, uncompressed
 _MAX_METADATA_BYTES = 1 << 20
 
@@ -47,19 +52,19 @@ def encode(samples: np.ndarray, rate: int, audio_format: str) -> tuple[bytes, in
 
     flac and wav are 16-bit PCM: int16 input is written as it is; float input is rounded to the
     nearest step of 1/32768, so a 16-bit signal survives bit-exactly either way. Float samples
-    beyond [-1, 1] are clipped and counted.
+    beyond [-1, 1] are clipped and counted. opus and mp3 are lossy.
     """
     buf = io.BytesIO()
     if samples.dtype == np.int16:
         clipped = 0
-        if audio_format == "opus":
-            sf.write(buf, samples.astype(np.float32) / 32768.0, rate, format="OGG", subtype="OPUS")
+        if audio_format in LOSSY:
+            sf.write(buf, samples.astype(np.float32) / 32768.0, rate, **LOSSY[audio_format])
         else:
             sf.write(buf, samples, rate, format=audio_format, subtype="PCM_16")
         return buf.getvalue(), clipped
     clipped = int(np.count_nonzero(np.abs(samples) > 1.0))
-    if audio_format == "opus":
-        sf.write(buf, np.clip(samples, -1.0, 1.0), rate, format="OGG", subtype="OPUS")
+    if audio_format in LOSSY:
+        sf.write(buf, np.clip(samples, -1.0, 1.0), rate, **LOSSY[audio_format])
     else:
         pcm = np.clip(np.round(samples * 32768.0), -32768, 32767).astype(np.int16)
         sf.write(buf, pcm, rate, format=audio_format, subtype="PCM_16")
@@ -102,12 +107,13 @@ def encode_span(path: str, offset: float, duration: float, settings: EncodeSetti
 def copy_through(path: str, offset: float, duration: float, settings: EncodeSettings) -> EncodedAudio | None:
     """The file's own bytes (metadata stripped) if the span is all of it and already in the output's form.
 
-    That is: flac or wav output; offset 0 and a duration of exactly the file's samples (as lhotse
-    counts them); a mono 16-bit PCM file in that container at the output rate. Else None (encode
-    it). The file is read once and not decoded; a FLAC must end in a frame whose header is intact
-    and whose last sample is STREAMINFO's last (a zero-filled or truncated file fails this and
-    takes the encode path, which rejects it). Damage inside a file is left to verify, which decodes
-    every member.
+    That is: flac, wav or mp3 output; offset 0 and a duration of exactly the file's samples (as lhotse
+    counts them); a mono file in that container (16-bit PCM for flac and wav) at the output rate.
+    Else None (encode it). A FLAC or WAV is read once and not decoded; a FLAC must end in a frame
+    whose header is intact and whose last sample is STREAMINFO's last (a zero-filled or truncated
+    file fails this and takes the encode path, which rejects it). An MP3 is decoded once, to prove
+    its samples are there (sharflow.shar.headers). Damage inside a file is left to verify, which
+    decodes every member.
     """
     if not settings.copy_through or settings.audio_format not in STRIP or offset != 0:
         return None
@@ -118,7 +124,7 @@ def copy_through(path: str, offset: float, duration: float, settings: EncodeSett
     if (
         audio is None
         or audio.channels != 1
-        or audio.bits != 16
+        or audio.bits not in (16, None)
         or audio.frames == 0
         or (settings.sample_rate and settings.sample_rate != audio.rate)
         or compute_num_samples(duration, audio.rate) != audio.frames
