@@ -42,8 +42,11 @@ TEXT_CACHE = str(cache_root(config["text"]["cache_dir"]))
 # Every rule's mem_mb and runtime: the cost plan's where one was made (snakemake plan), else defaults
 RESOURCES = PlannedResources(layout.PLAN_RESOURCES)
 # What the calibration run (rules/plan.smk) takes over from this snakemake's command line: profiles,
-# executor, jobs and cores (read here, in the process that plans the jobs)
-CALIBRATION_OPTIONS = passed_options(sys.argv, os.getcwd())
+# executor, jobs and cores (read here, in the process that plans the jobs). A relative profile is
+# found where snakemake was started ($PWD: it has moved to --directory by now), else beside the Snakefile.
+CALIBRATION_OPTIONS = passed_options(
+    sys.argv, *[d for d in (os.environ.get("PWD"), workflow.basedir, os.getcwd()) if d]
+)
 
 
 def split_block(dataset):

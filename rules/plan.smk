@@ -84,6 +84,7 @@ rule plan_vs_actual:
         layout.log("plan_vs_actual"),
     params:
         logs=layout.LOGS,
+        slurm_efficiency=layout.SLURM_EFFICIENCY,
     resources:
         mem_mb=RESOURCES.mem_mb("plan_vs_actual"),
         runtime=RESOURCES.runtime("plan_vs_actual"),

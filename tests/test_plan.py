@@ -2,6 +2,7 @@
 the resources the rules ask for, and `snakemake plan` on the demo."""
 
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import yaml
 
 from sharflow.core.errors import SharflowError
 from sharflow.core.logs import cost_path, job_log
+from sharflow.plan.actual import compare_markdown, slurm_efficiency
 from sharflow.plan.calibrate import calibration_config, passed_options
 from sharflow.plan.model import Fit, JobCost, Scale, fit_line, plan_rules, read_job_costs, resources_table
 from sharflow.plan.resources import DEFAULTS, FALLBACK, PlannedResources, planned_figures
@@ -80,6 +82,11 @@ def test_the_calibration_takes_over_where_jobs_go_and_nothing_else():
         str((DEMO.parent / "profiles" / "slurm").resolve()),
         "--jobs",
         "40",
+    ]
+    # found in the first folder that holds it: where snakemake started, not the --directory it moved to
+    assert passed_options(["snakemake", "--profile", "profiles/local"], "/nowhere", DEMO.parent, "/") == [
+        "--profile",
+        str((DEMO.parent / "profiles" / "local").resolve()),
     ]
     assert passed_options(["snakemake", "--cores", "8", "--workflow-profile", "/abs/wp"], "/") == [
         "--cores",
@@ -349,3 +356,39 @@ def test_the_plans_stages_read_top_to_bottom_with_gpu_stages_marked():
     # before a plan: the shard jobs from the prepared records (4,097 records: 2 shards of 4,096)
     line = shard_jobs_summary({"a": 4097, "b": 100}, 4096, {"shar": 10, "codes": 1}, codecs=2)
     assert "at most 3 shards of 4,096 cuts from 4,197 prepared records: 2 shar jobs and 6 codes jobs" in line
+
+
+def test_slurms_efficiency_report_stands_beside_the_plan(tmp_path):
+    """What --slurm-efficiency-report writes (the executor plugin's own parsing of sacct's lines, as
+    its create_efficiency_report saves it), read per rule onto plan_vs_actual's page."""
+    from snakemake_executor_plugin_slurm.efficiency_report import parse_sacct_data
+
+    sacct = [  # JobID|JobName|Comment|Elapsed|TotalCPU|NNodes|NCPUS|MaxRSS|ReqMem
+        "101|run|rule_quality_part_wildcards_dataset=demo,part=0|00:10:00|17:40.000|1|2|0|8000M",
+        "101.batch|batch||00:10:00|00:00.100|1|2|300M|",
+        "101.0|python3.11||00:09:50|17:40.000|1|2|2900M|",
+        "102|run|rule_quality_part_wildcards_dataset=demo,part=1|00:05:00|03:50.000|1|2|0|8000M",
+        "102.0|python3.11||00:04:55|03:50.000|1|2|1500M|",
+        "103|run|rule_shar_block|00:01:00|00:29.000|1|1|0|4000M",
+        "103.0|python3.11||00:00:58|00:29.000|1|1|700M|",
+    ]
+    folder = tmp_path / "slurm_efficiency"
+    folder.mkdir()
+    parse_sacct_data(sacct, 80, "run", logging.getLogger("test")).to_csv(folder / "efficiency_report_run.csv")
+    got = slurm_efficiency(folder)
+    assert set(got) == {"quality_part", "shar_block"}
+    q, s = got["quality_part"], got["shar_block"]
+    assert (q["jobs"], q["max_rss_mb"], q["requested_mem_mb"], q["longest_s"]) == (2, 2900, 8000, 590)
+    assert q["cpu_efficiency_pct"] == pytest.approx((1060 / 1180 + 230 / 590) * 50, abs=0.1)  # mean of 2
+    assert (s["jobs"], s["max_rss_mb"], s["requested_mem_mb"]) == (1, 700, 4000) and s[
+        "cpu_efficiency_pct"
+    ] == 50
+    result = {
+        "stages": {},
+        "total": {"planned_cpu_s": 0, "measured_cpu_s": 0, "ratio": None},
+        "resources": {},
+    }
+    page = compare_markdown({**result, "slurm": got})
+    assert "| quality_part | 2 | 64 % | 2,900 MB | 8,000 MB | 590 s |" in page
+    assert "sacct" not in compare_markdown({**result, "slurm": {}})  # no report, no section
+    assert slurm_efficiency(tmp_path / "none") == {}

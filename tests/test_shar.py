@@ -25,6 +25,7 @@ from sharflow.shar.audio import EncodeSettings, copy_through, encode, encode_rec
 from sharflow.shar.headers import flac_without_metadata
 from sharflow.shar.merge import merge_shar_stats
 from sharflow.shar.plan import plan_shards, recording_id, segment_id
+from sharflow.verify.shard import AUDIO_LABELS, ShardCheck, verify_shard
 from testkit import (
     DEMO,
     magpie_dataset,
@@ -449,6 +450,9 @@ def test_mp3_sources_are_copied_through_into_mp3_shar_and_nemo_reads_them(with_c
             assert len(decoded) == compute_num_samples(record_of[c.id]["duration"], rate)
             assert np.abs(decoded).max() > 0.01
     assert len(set(streams)) == len(streams)  # distinct sources: the match above can fail
+    paths = {f: str(next((tmp_path / "mp3" / "shar" / f).glob("*"))) for f in ("cuts", *AUDIO_LABELS)}
+    checked = verify_shard(ShardCheck("demo", 0, paths, ()))  # verify decodes every MP3 member
+    assert checked["problems"] == [] and checked["cuts"] == len(cuts)
     dataset = magpie_dataset(load_16khz_audio=True)
     batch = dataset[CutSet(cuts[:4])]
     assert batch["audio"].shape[0] == 4 and batch["context_audio"].shape[0] == 4

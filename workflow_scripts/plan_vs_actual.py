@@ -7,7 +7,7 @@ from sharflow.plan.actual import compare, compare_markdown
 
 with job_log(snakemake.log[0]):
     plan, resources = read_json(snakemake.input.plan), load_yaml(snakemake.input.resources)
-    result = compare(plan, resources, snakemake.params.logs)
+    result = compare(plan, resources, snakemake.params.logs, snakemake.params.slurm_efficiency)
     page = compare_markdown(result)
     with atomic_file(snakemake.output.page) as f:
         f.write(page)

@@ -61,21 +61,25 @@ def validate_config(config: dict, schema_path: str | Path) -> dict:
     return config
 
 
+# The lossy formats' rates: the Shar's sample_rate must be one of them
+LOSSY_RATES = {"opus": OPUS_RATES, "mp3": MP3_RATES}
+
+
+def _rate_problems(shar: dict) -> list[str]:
+    rates = LOSSY_RATES.get(shar.get("audio_format"))
+    if rates is None or shar.get("sample_rate") in rates:
+        return []
+    fmt = shar["audio_format"]
+    copied = " (an MP3 source at that rate is copied through)" if fmt == "mp3" else ""
+    return [
+        f"  shar.sample_rate: {fmt} needs one of {', '.join(map(str, rates))} Hz (got "
+        f"{shar.get('sample_rate')}); set shar.sample_rate{copied} or use audio_format flac"
+    ]
+
+
 def _cross_checks(config: dict) -> list[str]:
     """Rules between keys that the schema cannot express."""
-    problems = []
-    shar = config.get("shar", {})
-    if shar.get("audio_format") == "opus" and shar.get("sample_rate") not in OPUS_RATES:
-        problems.append(
-            f"  shar.sample_rate: opus needs one of {', '.join(map(str, OPUS_RATES))} Hz (got "
-            f"{shar.get('sample_rate')}); set shar.sample_rate or use audio_format flac"
-        )
-    if shar.get("audio_format") == "mp3" and shar.get("sample_rate") not in MP3_RATES:
-        problems.append(
-            f"  shar.sample_rate: mp3 needs one of {', '.join(map(str, MP3_RATES))} Hz (got "
-            f"{shar.get('sample_rate')}); set shar.sample_rate (an MP3 source at that rate is copied "
-            "through) or use audio_format flac"
-        )
+    problems = _rate_problems(config.get("shar", {}))
     for name, codec in config.get("codecs", {}).items():
         if (codec.get("model") is None) == (codec.get("random_from_config") is None):
             problems.append(f"  codecs.{name}: give exactly one of model or random_from_config")

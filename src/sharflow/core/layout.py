@@ -528,6 +528,8 @@ PLAN_PAGE = f"{PLAN_DIR}/plan.md"
 PLAN_DOT = f"{PLAN_DIR}/plan.dot"  # the plan's stages as a picture (python -m sharflow.report.dag)
 PLAN_ACTUAL = f"{PLAN_DIR}/actual.json"  # after the real run: the plan beside what its jobs measured
 PLAN_ACTUAL_PAGE = f"{PLAN_DIR}/actual.md"
+# Where the Slurm profile has its executor write sacct's efficiency reports (--slurm-efficiency-report)
+SLURM_EFFICIENCY = "logs/slurm_efficiency"
 CALIBRATION = f"{PLAN_DIR}/calibration"  # the calibration run's working folder (its own results/, logs/)
 CALIBRATION_CONFIG = f"{CALIBRATION}/config.yaml"
 # the calibration run's record (its command and time), in its working folder

@@ -31,12 +31,14 @@ PASSED = ("--profile", "--workflow-profile", "--executor", "-e", "--jobs", "-j",
 PATH_OPTIONS = {"--profile", "--workflow-profile"}
 
 
-def _absolute(value, cwd: Path):
-    """A relative local path that exists under `cwd`, made absolute; anything else as it is."""
+def _absolute(value, *cwds: Path):
+    """A relative local path that exists under one of `cwds` (the first), made absolute; anything
+    else as it is."""
     if isinstance(value, str) and value and not storage.is_url(value) and not os.path.isabs(value):
-        candidate = cwd / value
-        if candidate.exists():
-            return str(candidate.resolve())
+        for cwd in cwds:
+            candidate = Path(cwd) / value
+            if candidate.exists():
+                return str(candidate.resolve())
     return value
 
 
@@ -73,9 +75,11 @@ def calibration_config(config: dict, samples: dict[str, str], cwd: str | Path) -
     return out
 
 
-def passed_options(argv: list[str], cwd: str | Path) -> list[str]:
+def passed_options(argv: list[str], *cwds: str | Path) -> list[str]:
     """The options of `argv` (the calling snakemake's) that the calibration run takes over: PASSED,
-    as `--opt value` or `--opt=value`, profile folders made absolute."""
+    as `--opt value` or `--opt=value`, profile folders made absolute (found under the first of `cwds`
+    that holds them: the folder snakemake was started in, which it has left for --directory by the
+    time it reads the Snakefile, then the workflow's own)."""
     out: list[str] = []
     args = iter(argv)
     for arg in args:
@@ -87,7 +91,7 @@ def passed_options(argv: list[str], cwd: str | Path) -> list[str]:
             if value is None:
                 break
         if name in PATH_OPTIONS:
-            value = _absolute(value, Path(cwd))
+            value = _absolute(value, *cwds)
         out += [name, value]
     return out
 
