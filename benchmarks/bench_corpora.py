@@ -14,6 +14,8 @@ duration column: prepare reads each row's header). Per form:
 3. end to end (prepare + read): the ratio to the loose files, which the issue bounds at 1.25;
 4. a tar's member index: built from its headers against loaded from sharflow's cache (where prepare
    leaves it, so that the later stages' jobs load it), and its bytes there.
+5. Emilia's MP3 in the Shar: the demo's clips made MP3, copied through into an `mp3` Shar (one
+   decode that proves the samples) against decoded and encoded into the default FLAC: CPU and bytes.
 
 Every figure is the least CPU time of `--repeats` runs (wall time is printed too) with the files in
 the page cache (read once first), on the CPU this runs on. Exits non-zero if a form's prepared
@@ -200,6 +202,23 @@ def index_cost(tars: list[Path], repeats: int) -> tuple[float, float, int]:
     return scan, load[0], kept
 
 
+def mp3_cost(repeats: int) -> tuple[float, float, float, int, int]:
+    """(audio s, CPU s to copy every clip's MP3 through, CPU s to decode it and encode FLAC, MP3 bytes,
+    FLAC bytes) over the demo's clips made MP3 at their rate (as sharflow.shar.audio does each)."""
+    import soundfile as sf
+
+    from sharflow.shar.audio import encode
+    from sharflow.shar.headers import mp3_without_metadata
+
+    clips = [sf.read(str(f), dtype="int16") for f in sorted((DEMO / "audio").rglob("*.flac"))]
+    mp3s = [encode(samples, rate, "mp3")[0] for samples, rate in clips]
+    seconds = sum(len(samples) / rate for samples, rate in clips)
+    copy = timed(lambda: [mp3_without_metadata(d) for d in mp3s], repeats)
+    flac = timed(lambda: [encode(*sf.read(io.BytesIO(d), dtype="int16"), "flac")[0] for d in mp3s], repeats)
+    assert all(c is not None and c.data == d for c, d in zip(copy[2], mp3s, strict=True))
+    return seconds, copy[0], flac[0], sum(map(len, mp3s)), sum(map(len, flac[2]))
+
+
 def read_bytes(paths: list[Path]) -> int:
     n = 0
     for p in paths:
@@ -270,6 +289,13 @@ def main() -> int:
             f"{scan * 1e3 / len(tar_files):.1f} CPU-ms a tar, from sharflow's cache "
             f"{load * 1e3 / len(tar_files):.1f} ({scan / load:.1f}x less), "
             f"{kept / len(tar_files) / 1e3:.0f} kB kept a tar"
+        )
+        seconds, copy, flac, mp3_bytes, flac_bytes = mp3_cost(args.repeats)
+        print(
+            f"MP3 into the Shar, the demo's clips ({seconds:.0f} s): copied through "
+            f"{seconds / copy:.0f}x real time, {mp3_bytes:,} bytes; decoded and encoded to FLAC "
+            f"{seconds / flac:.0f}x real time, "
+            f"{flac_bytes:,} bytes ({flac_bytes / mp3_bytes:.2f}x)"
         )
     return 1 if failed else 0
 
