@@ -1,4 +1,4 @@
-"""sharflow.shar.headers: FLAC and WAV files read from their bytes, checked against an independent
+"""sharflow.shar.headers: FLAC, WAV and MP3 files read from their bytes, checked against an independent
 reading of the formats (FLAC's frame header and CRCs written out bit by bit here, crafted files)."""
 
 import pytest
@@ -10,6 +10,7 @@ from sharflow.shar.headers import (
     _flac_ends_whole,
     _flac_frame_header,
     flac_without_metadata,
+    mp3_without_metadata,
     wav_without_metadata,
 )
 
@@ -328,3 +329,31 @@ def test_wavs_that_are_not_plain_pcm_are_refused(damage):
     }[damage]
     assert wav_without_metadata(wav(chunk(b"fmt ", fmt()), chunk(b"data", samples))) is not None
     assert wav_without_metadata(data) is None
+
+
+def test_an_mp3_loses_its_tags_and_must_decode_to_the_samples_it_states():
+    """An ID3v2 tag (with a footer) and an ID3v1 tag are dropped; the stream is kept as it is. A file
+    cut short still states the whole length in its LAME/Xing header, and is refused."""
+    import io
+
+    import numpy as np
+    import soundfile as sf
+
+    from sharflow.shar.audio import encode
+
+    tone = (0.3 * np.sin(np.arange(38720) / 10)).astype(np.float32)
+    stream = encode(tone, 16000, "mp3")[0]
+    tagged = (
+        b"ID3\x04\x00\x10" + bytes([0, 0, 0, 4]) + b"abcd" + b"3DI" + bytes(7) + stream + b"TAG" + bytes(125)
+    )
+    got = mp3_without_metadata(tagged)
+    assert (
+        got is not None and got.data == stream and (got.rate, got.channels, got.frames) == (16000, 1, 38720)
+    )
+    assert got.bits is None
+    half = stream[: len(stream) // 2]
+    assert sf.info(io.BytesIO(half)).frames == 38720  # what the header says of a file cut in half
+    assert mp3_without_metadata(half) is None
+    flac = io.BytesIO()
+    sf.write(flac, tone, 16000, format="FLAC")
+    assert mp3_without_metadata(flac.getvalue()) is None and mp3_without_metadata(b"ID3") is None
