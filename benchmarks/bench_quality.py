@@ -12,9 +12,9 @@ and a part's peak memory.
    decoded and resampled (and on the device): DNSMOS and the VAD (and the ASR check) over the same
    groups of --batch-seconds the stage forms, one process. The stage is
    sharflow.quality.part.run_quality_part (one part) with 1 and 2 workers (CPU), or on every visible
-   GPU with --workers CPU workers (--device cuda; the GPU's busy share is sampled with nvidia-smi
-   while it runs). Figures are audio-seconds per wall-clock second (per GPU on a GPU); the metrics
-   of every stage run must be byte-identical.
+   GPU with --workers CPU workers, then with 2 (--device cuda; the GPU's busy share is sampled with
+   nvidia-smi while the first runs). Figures are audio-seconds per wall-clock second (per GPU on a
+   GPU); the metrics of every stage run must be byte-identical.
 3. memory: peak RSS of one quality part (1 worker, a fresh process) over the demo x1 and x10: a
    part streams its records, so the peak should not grow with the data.
 
@@ -29,6 +29,7 @@ Usage: python benchmarks/bench_quality.py [--times 3] [--rss-times 1 10] [--devi
 """
 
 import argparse
+import contextlib
 import multiprocessing
 import subprocess
 import tempfile
@@ -218,9 +219,7 @@ def floor(clips: list[tuple], durations: list[float], device: str, settings) -> 
     meters.dnsmos.score([groups[0][0][0]])  # warm-up
     t = time.perf_counter()
     for group in groups:
-        audio = [a for a, _ in group]
-        meters.dnsmos.score(audio)
-        meters.vad.speech(audio)
+        meters.scores_and_spans([a for a, _ in group])  # as the stage runs them (side by side on a GPU)
         if meters.transcriber:
             meters.transcriber.transcribe_sorted([w for _, w in group], meters.asr_batch_seconds)
     if device.startswith("cuda"):
@@ -292,12 +291,17 @@ def bench_throughput(args) -> None:
             decoded(records, root, asr_rate), [r["duration"] for r in records], floor_device, settings
         )
         cpu_s = cpu_side(prepared, settings)
-        runs = [("cpu", 1), ("cpu", 2)] if args.device == "cpu" else [(args.device, args.workers)]
+        # on a GPU a second run with 2 CPU workers: its metrics must be the same bytes
+        runs = (
+            [("cpu", 1), ("cpu", 2)]
+            if args.device == "cpu"
+            else [(args.device, args.workers), (args.device, 2)]
+        )
         results, busy = {}, GpuBusy(args.device)
         for dev, workers in runs:
             out = tmp / f"{dev}-{workers}"
             out.mkdir()
-            with busy:
+            with busy if (dev, workers) == runs[0] else contextlib.nullcontext():  # the first run's share
                 results[(dev, workers)] = stage(prepared, out, dev, workers, settings)
     gpus = len({r["device"] for r in results[runs[0]][2]["ranks"]}) if args.device == "cuda" else 1
     with_asr = f", ASR {args.asr} in batches of {args.asr_batch_seconds:g} s" if asr else ""

@@ -18,7 +18,7 @@ from sharflow.core.metrics import MEASURED as METRICS
 from sharflow.core.metrics import TEXT_METRICS
 from sharflow.core.parts import part_of, part_records
 from sharflow.models.dnsmos import HOP, WINDOW, Dnsmos, DnsmosNet, engine_for, mos, tile, weights_path
-from sharflow.models.vad import BLOCK, FRAME, ROWS, SileroVad
+from sharflow.models.vad import BLOCK, FRAME, GPU_ROWS, ROWS, SileroVad
 from sharflow.quality.filter import failures, with_metrics
 from sharflow.quality.merge import merge_quality
 from sharflow.quality.metrics import (
@@ -221,6 +221,12 @@ def test_vad_batched_equals_silero_own_forward_and_does_not_depend_on_its_batch(
     shuffled = rng.permutation(len(clips))
     again = vad.probabilities([clips[i] for i in shuffled])
     assert all((probs[i] == again[n]).all() for n, i in enumerate(shuffled))
+    vad.rows = GPU_ROWS  # a GPU's LSTM pass takes more rows: a row's steps never see another row
+    try:
+        wide = vad.probabilities(clips)
+    finally:
+        vad.rows = ROWS
+    assert all((p == w).all() for p, w in zip(probs, wide, strict=True))
     model = load_silero_vad()
     spans = vad.speech(clips)
     for clip, mine, found in zip(clips, probs, spans, strict=True):
@@ -230,6 +236,22 @@ def test_vad_batched_equals_silero_own_forward_and_does_not_depend_on_its_batch(
         expected = get_speech_timestamps(torch.from_numpy(clip), model, sampling_rate=16000)
         assert found == [(s["start"], s["end"]) for s in expected]
     assert sum(bool(s) for s in spans) > len(clips) // 2 and sum(not s for s in spans) >= 1
+
+
+def test_a_gpu_ranks_side_by_side_models_give_what_one_after_the_other_gives(voices):
+    """On a GPU a rank launches DNSMOS from a second thread while it runs the VAD
+    (Meters.overlap); the scores and spans are those of the models run one after the other, which
+    differ between clips (the comparison carries information)."""
+    from sharflow.quality.rank import MeasureSettings, Meters
+
+    meters = Meters("cpu", MeasureSettings("/", dnsmos_max_windows=1))
+    assert not meters.overlap  # a CPU rank has one thread to give
+    clips = voices[:3] + voices[-2:]
+    alone = meters.scores_and_spans(clips)
+    meters.overlap = True
+    side_by_side = meters.scores_and_spans(clips)
+    assert side_by_side == alone
+    assert len({s["dnsmos_ovrl"] for s in alone[0]}) == len(clips) and len({str(s) for s in alone[1]}) > 1
 
 
 def test_speech_measures_from_spans_exactly():

@@ -4,10 +4,13 @@ Silero's own `audio_forward` runs its whole network once per 32 ms frame, carryi
 from frame to frame. Only the LSTM needs that order: each frame's input features (its 512 samples
 with the 64 before them, through the model's STFT and 4 convolutions) depend on the audio alone.
 So here the features of every frame of every clip are computed in blocks of `BLOCK` frames, and
-the LSTM then steps through time for `ROWS` clips at once (longest first, so rows of like length
-share a step), followed by the model's own decoder. Blocks and rows always have their full size
-(zeros pad the last), so a clip's probabilities do not depend on which clips share its batch; they
-are within 1e-5 of `audio_forward`'s (tested). The speech spans come from the package's own
+the LSTM then steps through time for `ROWS` clips at once on a CPU, `GPU_ROWS` on a GPU (longest
+first, so rows of like length share a step), followed by the model's own decoder. Blocks and rows
+always have their full size (zeros pad the last), so a clip's probabilities do not depend on which
+clips share its batch; they are within 1e-5 of `audio_forward`'s (tested). On a GPU the LSTM's
+steps are bound by kernel launches, not arithmetic, so more rows a step cost about the same: 128
+rows measured the VAD's share of the quality floor 1.4x faster than 32 on an H100, with the same
+probabilities (benchmarks/bench_quality.py; docs: performance). The speech spans come from the package's own
 `get_speech_timestamps_from_probs`, with its default thresholds.
 """
 
@@ -20,7 +23,8 @@ RATE = 16000
 FRAME = 512  # samples per VAD decision at 16 kHz
 CONTEXT = 64  # samples of the previous frame each frame sees
 BLOCK = 1024  # frames per feature pass
-ROWS = 32  # clips per LSTM pass
+ROWS = 32  # clips per LSTM pass on a CPU
+GPU_ROWS = 128  # and on a GPU
 STATE = 128
 
 
@@ -46,6 +50,7 @@ class SileroVad:
         with model_load("vad"):
             model = load_silero_vad().to(device).eval()
         self.device, self.model = device, model._model
+        self.rows = GPU_ROWS if device.startswith("cuda") else ROWS
 
     def probabilities(self, clips: list[np.ndarray]) -> list[np.ndarray]:
         """Each clip's speech probability per 512-sample frame (float32)."""
@@ -55,8 +60,8 @@ class SileroVad:
             starts = np.cumsum([0] + [len(x) for x in inputs])
             order = sorted(range(len(inputs)), key=lambda i: (-len(inputs[i]), i))
             out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(inputs)
-            for first in range(0, len(order), ROWS):
-                rows = order[first : first + ROWS]
+            for first in range(0, len(order), self.rows):
+                rows = order[first : first + self.rows]
                 probs = self._decode(features, [(starts[i], len(inputs[i])) for i in rows])
                 for i, p in zip(rows, probs, strict=True):
                     out[i] = p
@@ -86,17 +91,17 @@ class SileroVad:
         return torch.cat(out) if out else torch.zeros((0, STATE), device=self.device)
 
     def _decode(self, features: torch.Tensor, spans: list[tuple[int, int]]) -> list[np.ndarray]:
-        """The LSTM and decoder over up to ROWS clips, given as (first frame, frames) in `features`."""
+        """The LSTM and decoder over up to `self.rows` clips, given as (first frame, frames) in `features`."""
         steps = max(n for _, n in spans)
-        x = torch.zeros((ROWS, steps, STATE), device=self.device)
+        x = torch.zeros((self.rows, steps, STATE), device=self.device)
         for row, (start, n) in enumerate(spans):
             x[row, :n] = features[start : start + n]
-        h = torch.zeros((ROWS, STATE), device=self.device)
-        c = torch.zeros((ROWS, STATE), device=self.device)
+        h = torch.zeros((self.rows, STATE), device=self.device)
+        c = torch.zeros((self.rows, STATE), device=self.device)
         hidden = []
         for t in range(steps):
             h, c = self.model.decoder.rnn(x[:, t], (h, c))
             hidden.append(h)
         probs = self.model.decoder.decoder(torch.stack(hidden, 1).reshape(-1, STATE, 1))
-        probs = probs.reshape(ROWS, steps).float().cpu().numpy()
+        probs = probs.reshape(self.rows, steps).float().cpu().numpy()
         return [probs[row, :n] for row, (_, n) in enumerate(spans)]
