@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,8 @@ from sharflow.identity.links import (
     DatasetIdentity,
     HeldOut,
     MatchRules,
+    _first_copies,
+    _warn_drifted,
     link_identities,
 )
 from sharflow.identity.part import HASH_DTYPE, VoiceEmbedding, run_identity_part
@@ -617,8 +620,9 @@ def test_a_grown_corpus_is_fingerprinted_and_embedded_only_where_it_grew(tmp_pat
     changed_root = tmp_path / "audio"
     shutil.copytree(root, changed_root)
 
-    def run(source, name):
-        stats, files = identity_part(tmp_path / name, source, changed_root, VoiceEmbedding())
+    def run(source, name, dim=None):  # dim: the caller's guess of the embedder's size, not used
+        voices = VoiceEmbedding() if dim is None else VoiceEmbedding(dim=dim)
+        stats, files = identity_part(tmp_path / name, source, changed_root, voices)
         return stats, [Path(f).read_bytes() for f in files]
 
     assert run(first, "grown")[0]["measured"] == 39
@@ -631,8 +635,14 @@ def test_a_grown_corpus_is_fingerprinted_and_embedded_only_where_it_grew(tmp_pat
         json.loads(x)["audio_filepath"] == json.loads(lines[5])["audio_filepath"] for x in lines[:41]
     )
     assert (stats["measured"], stats["reused"]) == (2 + same_file, 39 - same_file)
-    fresh_stats, fresh = run(grown, "fresh")
+    fresh_stats, fresh = run(
+        grown, "fresh", VoiceEmbedding(dim=7)
+    )  # the size is the model's, not the caller's
     assert fresh_stats["measured"] == 41 and files == fresh
+    seconds = round(sum(json.loads(x)["duration"] for x in lines[:41]), 3)
+    hashes = len(np.load(tmp_path / "fresh" / "part.npy"))
+    counted = {"records": 41, "unreadable": 0, "unusable": 0, "hashes": hashes, "audio_seconds": seconds}
+    assert {k: fresh_stats[k] for k in counted} == counted
     assert len(set(np.load(tmp_path / "fresh" / "part.npy")["hash"].tolist())) > 1000  # hashes that vary
     (tmp_path / "grown" / "part.npy").write_bytes(files[1][:-8])  # not what its stats describe
     assert run(grown, "grown")[0]["measured"] == 41
@@ -679,3 +689,75 @@ def test_a_pair_at_exactly_the_threshold_is_linked_and_a_denied_pair_says_so():
     )
     assert (denied["linked"], denied["how"]) == (False, "denied")
     assert voices_rank(None) == -2.0 and voices_rank(-1.0) == -1.0 and voices_rank(0.5) == 0.5
+
+
+def test_each_train_record_names_the_first_record_with_its_digest_from_two_records_on():
+    first = _first_copies
+    assert first(np.array([], np.uint64)).tolist() == [] and first(np.array([7], np.uint64)).tolist() == [-1]
+    assert first(np.array([7, 7], np.uint64)).tolist() == [-1, 0]  # the smallest corpus with a copy
+    assert first(np.array([9, 7, 9, 7, 9, 3], np.uint64)).tolist() == [-1, -1, 0, 1, 0, -1]
+
+
+def test_a_drifted_pair_is_named_with_its_decision_and_both_similarities(caplog):
+    pair = {"pair": ["a:s1", "b:s2"], "decided_similarity": 0.91, "similarity": 0.62, "drifted": True}
+    with caplog.at_level(logging.WARNING):
+        _warn_drifted([{**pair, "linked": True}, {**pair, "linked": False}, {**pair, "drifted": False}])
+    said = "sharflow: the speakers ['a:s1', 'b:s2'] were decided {} at similarity 0.91 and score 0.62 now; "
+    tail = "confirm or deny the pair under identity.voices to settle it"
+    assert caplog.messages == [said.format(how) + tail for how in ("linked", "not linked")]
+
+
+def test_a_records_person_is_its_who_else_its_speaker_and_pairs_keep_four_decimals():
+    voices = Voices()
+    voices.add("a", {"speaker": "s1", "who": "p7", "duration": 20.0, "hashes": 3}, "dev_unseen", np.ones(2))
+    voices.add("b", {"speaker": "s2", "duration": 20.0, "hashes": 3}, "train", np.ones(2))
+    assert [(s.who, s.seconds) for s in voices.speakers.values()] == [("p7", 20.0), ("s2", 20.0)]
+    cos = 0.8765432  # a near miss below 0.9, with more decimals than a decision keeps
+    voices.speakers[("b", "s2")].total = np.array([cos, np.sqrt(1 - cos**2)], np.float32)
+    voices.speakers[("a", "s1")].total = np.array([1.0, 0.0], np.float32)
+    rows = link_speakers(voices, VoiceRules(min_similarity=0.9, min_seconds=10.0), {})
+    assert [(r["how"], r["similarity"]) for r in rows] == [("not_linked", 0.8765)]
+
+
+def test_a_match_counts_the_hashes_one_frame_either_side_of_its_best_offset():
+    def prints(pairs):  # (hash, time) pairs as the index holds them
+        out = np.zeros(len(pairs), HASH_DTYPE)
+        out["hash"], out["time"] = zip(*pairs, strict=True)
+        return out
+
+    held = HeldOut()
+    for name, hashes in (("a", range(1, 11)), ("b", range(100, 124))):
+        entry = {"audio_filepath": name, "offset": 0.0, "duration": 1.0, "span": name}
+        held.add("ds", entry, "dev_seen", prints([(h, h) for h in hashes]))
+    held.freeze()
+    query = [(h, h) for h in (1, 2, 3)]  # 3 of a's hashes at their offset
+    query += [(h, h + 1) for h in (100, 101)] + [(h, h) for h in range(102, 114)]  # b's: 2 a frame off, 12 on
+    query += [(h, h - 1) for h in range(114, 122)]  # and 8 a frame off the other way
+    assert held.best(prints(query), MatchRules()) == (1, 22 / 24, 22)  # 12 + 2 + 8 of b's 24
+
+
+def test_a_part_counts_a_missing_file_as_unreadable_and_silence_as_unusable(tmp_path, monkeypatch):
+    """A missing file's records are unreadable (their rows say why), a silent file's unusable; the
+    part writes its scratch beside its files, not in the system's temporary folder (which on a
+    cluster node may be small): here that folder does not exist."""
+    records, root, _ = demo_dataset(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-folder"))
+    lines = records.read_text().splitlines(keepends=True)[:6]
+    rows = [json.loads(x) for x in lines]
+    audio = tmp_path / "audio"
+    shutil.copytree(root, audio)
+    missing, silent = rows[0]["audio_filepath"], rows[-1]["audio_filepath"]
+    (audio / missing).unlink()
+    x, rate = sf.read(audio / silent, dtype="float32")
+    sf.write(audio / silent, np.zeros_like(x), rate)
+    source = tmp_path / "six.jsonl"
+    source.write_text("".join(lines))
+    stats, files = identity_part(tmp_path / "part", source, audio)
+    n_missing = sum(r["audio_filepath"] == missing for r in rows)
+    n_silent = sum(r["audio_filepath"] == silent for r in rows)
+    assert (stats["records"], stats["unreadable"], stats["unusable"]) == (6, n_missing, n_silent)
+    entries = read_jsonl(files[0])
+    assert len(np.load(files[1])) == stats["hashes"] == sum(e["hashes"] for e in entries) > 0
+    for entry in entries[:n_missing]:
+        assert (entry["hashes"], entry["utterance"]) == (0, None) and "key" not in entry
+        assert entry["error"].startswith(f"{missing}: ")

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -172,11 +173,16 @@ def test_sizes_stamps_and_existence_of_files_and_objects_alike(s3, tmp_path, mon
     assert not storage.exists(str(tmp_path))  # a folder is not a file that can be opened
     assert storage.local_file(str(local)) == str(local)
     monkeypatch.setenv("SHARFLOW_OBJECT_CACHE", str(tmp_path / "objects"))
+    # a download's partial file lies beside the copy (renamed in place), not in the system's
+    # temporary folder, which may be another file system (here it does not exist)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-folder"))
     copy = Path(storage.local_file(url))
     assert copy.read_bytes() == b"12345" and copy.suffix == ".bin"
     digest = hashlib.sha256(url.encode()).hexdigest()  # a name per URL and version
     assert copy == tmp_path / "objects" / "sizes" / digest[:2] / f"{digest[2:24]}-{info.etag[:40]}.bin"
-    assert not list(copy.parent.glob(".part-*"))
+    assert list(copy.parent.iterdir()) == [copy]  # no partial file left
+    storage.client().put_object(Bucket=bucket, Key="b.suffix-of-twenty-one", Body=b"1")
+    assert Path(storage.local_file(f"s3://{bucket}/b.suffix-of-twenty-one")).suffix == ".suffix-of-twent"
     monkeypatch.delenv("SHARFLOW_OBJECT_CACHE")
     monkeypatch.setenv("SHARFLOW_CACHE_DIR", str(tmp_path / "cache"))
     assert storage.object_cache() == tmp_path / "cache" / "objects"
@@ -205,6 +211,12 @@ def test_an_object_is_downloaded_once_and_again_when_it_changes(s3, tmp_path):
     second = storage.local_file(url)
     assert second != first and Path(second).read_bytes() == (tmp_path / "two.flac").read_bytes()
     assert storage.stamp(url) != stamp  # keys of measures change, as for a local file replaced
+    # replaced between this process's HEAD and its GET: the GET fails (If-Match), naming the object
+    storage.client().put_object(Bucket=bucket, Key=key, Body=b"three")
+    Path(second).unlink()
+    with pytest.raises(storage.StorageError, match=f"^{url} \\(endpoint .*PreconditionFailed"):
+        storage.local_file(url)
+    assert list(Path(second).parent.iterdir()) == [Path(first)]  # and leaves no partial file
 
 
 def test_prepare_reads_a_corpus_from_object_storage_as_from_a_folder(s3, tmp_path):
