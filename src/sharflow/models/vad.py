@@ -8,10 +8,10 @@ the LSTM then steps through time for `ROWS` clips at once on a CPU, `GPU_ROWS` o
 first, so rows of like length share a step), followed by the model's own decoder. Blocks and rows
 always have their full size (zeros pad the last), so a clip's probabilities do not depend on which
 clips share its batch; they are within 1e-5 of `audio_forward`'s (tested). On a GPU the LSTM's
-steps are bound by kernel launches, not arithmetic, so more rows a step cost about the same: 128
-rows measured the VAD's share of the quality floor 1.4x faster than 32 on an H100, with the same
-probabilities (benchmarks/bench_quality.py; docs: performance). The speech spans come from the package's own
-`get_speech_timestamps_from_probs`, with its default thresholds.
+steps are bound by kernel launches, not arithmetic, so more rows a step cost about the same: with
+128 rows the VAD ran 1.4x faster than with 32 on an H100, with the same probabilities (a probe by
+hand beside benchmarks/bench_quality.py; docs: performance). The speech spans come from the
+package's own `get_speech_timestamps_from_probs`, with its default thresholds.
 """
 
 import numpy as np
@@ -91,7 +91,8 @@ class SileroVad:
         return torch.cat(out) if out else torch.zeros((0, STATE), device=self.device)
 
     def _decode(self, features: torch.Tensor, spans: list[tuple[int, int]]) -> list[np.ndarray]:
-        """The LSTM and decoder over up to `self.rows` clips, given as (first frame, frames) in `features`."""
+        """The LSTM and decoder over up to `self.rows` clips, given as (first frame, frames) in
+        `features`."""
         steps = max(n for _, n in spans)
         x = torch.zeros((self.rows, steps, STATE), device=self.device)
         for row, (start, n) in enumerate(spans):

@@ -142,7 +142,7 @@ class Meters:
         self.dnsmos = Dnsmos(device, settings.dnsmos_max_windows)
         self.vad = SileroVad(device)
         # On a GPU both models are bound by launching kernels from Python (the VAD's LSTM steps one
-        # frame at a time): two threads launch them side by side, 1.24x the floor of one on an H100
+        # frame at a time): two threads launch them side by side, 1.24x one thread on an H100
         # (docs: performance). On a CPU the rank has one thread to give.
         self.overlap = device.startswith("cuda")
         self.transcriber, self.asr_batch_seconds = None, 0.0
