@@ -23,6 +23,8 @@ from sharflow.identity.fingerprint import Fingerprint, best_offset_count, finger
 from sharflow.identity.keys import folded_text, utterance_key
 from sharflow.identity.links import (
     DUPLICATE,
+    HELD_OUT_REASONS,
+    REASONS,
     SAME_CONTENT,
     SAME_UTTERANCE,
     DatasetIdentity,
@@ -33,7 +35,15 @@ from sharflow.identity.links import (
     link_identities,
 )
 from sharflow.identity.part import HASH_DTYPE, VoiceEmbedding, run_identity_part
-from sharflow.identity.voices import LINKED_SPEAKER, NEAR, Speaker, VoiceRules, Voices, link_speakers
+from sharflow.identity.voices import (
+    LINKED_SPEAKER,
+    NEAR,
+    Speaker,
+    VoiceRules,
+    Voices,
+    link_speakers,
+    read_decisions,
+)
 from sharflow.identity.voices import _decide as voices_decide
 from sharflow.identity.voices import _rank as voices_rank
 from sharflow.splits.stage import DatasetSplits, assign_splits
@@ -197,6 +207,15 @@ def test_any_parts_and_workers_give_the_same_fingerprints_and_links(tmp_path):
     assert len(f2) == 2 and all(read_jsonl(f) for f, *_ in f2)  # two parts, both hold records
     assert len(e1) == 56 and len({e["digest"] for e in e1}) == 56 and e1 == e2
     assert len(h1) > 56 * 80 and np.array_equal(h1, h2) and l1 == l2
+    # the decisions as the next run reads them, one row a line; the stats the report and card read
+    lines = (tmp_path / "p1w1" / "decisions.jsonl").read_text(encoding="utf-8").splitlines()
+    decided = read_decisions(str(tmp_path / "p1w1" / "decisions.jsonl"))
+    assert [json.loads(x)["pair"] for x in lines] == sorted(decided) and len(decided) > 1
+    stats = json.loads((tmp_path / "p1w1" / "stats.json").read_text())
+    assert set(stats["by_reason"]) == set(REASONS)
+    assert sum(stats["by_reason"][r] for r in HELD_OUT_REASONS) == stats["links"]
+    index_bytes = 12 * stats["held_out_hashes"] + 8 * stats["held_out"]  # hash, owner, time; a size each
+    assert 0 < stats["index_mb"] == round(index_bytes / 1e6, 3) < 1
     embeddings = np.frombuffer(v1, np.float32).reshape(56, -1)
     assert len({row.tobytes() for row in embeddings}) == 56 and v1 == v2  # 56 distinct voices, same bytes
     assert b'"how": "voice"' in l1 and b'"how": "not_linked"' in l1
@@ -298,6 +317,9 @@ def test_no_copy_of_held_out_audio_reaches_train_and_copies_of_train_audio_lose_
     assert len(examples) == 5 and all(
         e["reason"] == SAME_CONTENT and e["dataset"] == "leaks" for e in examples
     )
+    links = read_jsonl(tmp_path / "identity" / "links.jsonl")
+    scores = [row["score"] for row in links if row["reason"] == SAME_CONTENT]
+    assert len(scores) == 60 and all(0 < s <= 1 and s == round(s, 4) for s in scores) and len(set(scores)) > 5
     assert all(" of dataset demo (score " in r["detail"] for r in rejects)
     matched = {json.loads(r["original"])["audio_filepath"]: r["detail"] for r in rejects}
     assert len(matched) == 60
@@ -537,6 +559,46 @@ def test_the_same_id_in_datasets_that_share_ids_is_one_person_and_the_config_dec
     assert kept == {"k", "g"} and out["more"][0]["rejected"] == {LINKED_SPEAKER: 8}
 
 
+def test_the_identity_job_holds_out_whom_the_splits_hold_out_where_ids_are_a_datasets_own(tmp_path):
+    """A dataset whose speaker ids are its own, its unseen split drawn by fraction: a speaker is drawn by
+    who it is (`<dataset>/<id>`), not by its bare id. The identity job indexes as held out exactly the
+    records the splits stage puts in held-out splits (for this seed one voice is drawn by who it is and
+    three by their bare ids, so a job that drew by the bare id would index more)."""
+    demo, more = _halves(tmp_path, {v: v for v in OTHER_HALF})
+    block = {"seed": 3, "dev_unseen": {"fraction": 0.5}}
+    rules = SplitRules.from_config(block)
+    by_who = {s: rules.speaker_split(s, speaker_identity("more", s, True)) for s in OTHER_HALF}
+    by_id = {s: rules.speaker_split(s) for s in OTHER_HALF}
+    assert sum(map(bool, by_who.values())) == 1 and sum(map(bool, by_id.values())) == 3  # kal; 3 others
+    identity, out = run_identity(
+        tmp_path,
+        {"demo": (*demo, DEMO_SPLITS), "more": (*more, block, True)},
+        voices=VoiceRules(enabled=False),
+    )
+    held_out = sum(
+        split["records"]
+        for stats, *_ in out.values()
+        for name, split in stats["splits"].items()
+        if name != TRAIN
+    )
+    assert identity["held_out"] == held_out > 0
+    assert out["more"][0]["splits"].get("dev_unseen", {}).get("records", 0) == 4 * sum(
+        1 for v in by_who.values() if v
+    )
+
+
+def test_a_contradicting_splits_block_fails_the_identity_job_naming_its_dataset(tmp_path):
+    bad = {"dev_unseen": {"fraction": 0.6}, "test_unseen": {"fraction": 0.5}}
+    with pytest.raises(SharflowError, match=r"^datasets\.more\.splits: the unseen fractions"):
+        link_identities(
+            {"more": DatasetIdentity([], bad)},
+            rules=MatchRules(),
+            out_links=str(tmp_path / "links.jsonl"),
+            out_stats=str(tmp_path / "stats.json"),
+        )
+    assert not list(tmp_path.iterdir())
+
+
 def _speaker(dataset, name, vector, split="train", seconds=20.0):
     s = Speaker(dataset, name, name, np.asarray(vector, dtype=np.float64), seconds)
     s.splits[split] = 4
@@ -575,6 +637,46 @@ def test_a_pair_is_decided_once_and_stays_decided_as_its_voices_drift():
     v = voices(0.0)
     v.speakers[("b", "x")] = _speaker("b", "x", [0.0, -1.0, 0.0])  # the same id, another voice
     assert [(r["pair"], r["how"]) for r in link_speakers(v, rules, {})] == [("a:x|b:x", "id")]
+
+
+def test_the_speaker_stats_count_the_unseen_and_those_with_enough_audio():
+    """What the report and the card show of the speakers: how many, how many held out unseen (all of
+    their records in one unseen split), how many have the audio to be compared (min_seconds, inclusive)."""
+    from sharflow.identity.links import speaker_stats
+
+    v = Voices()
+    both = _speaker("b", "m", [0.0, 1.0], "dev_unseen", seconds=30.0)
+    both.splits["train"] = 2  # a speaker with train records too is not held out unseen
+    v.speakers = {
+        ("a", "x"): _speaker("a", "x", [1.0, 0.0], "dev_unseen"),
+        ("a", "y"): _speaker("a", "y", [0.0, 1.0], "test_unseen", seconds=5.0),
+        ("b", "z"): _speaker("b", "z", [1.0, 1.0], seconds=12.0),
+        ("b", "w"): _speaker("b", "w", [1.0, -1.0], seconds=11.9),
+        ("b", "m"): both,
+    }
+    stats = speaker_stats(v, VoiceRules(), [])
+    assert (stats["speakers"], stats["held_out_unseen"], stats["with_enough_audio"]) == (5, 2, 3)
+    assert stats["rules"] == {"min_similarity": 0.935, "min_seconds": 12.0}
+    off = speaker_stats(v, VoiceRules(enabled=False), [])
+    assert off["voices"] is False and "with_enough_audio" not in off and off["held_out_unseen"] == 2
+
+
+def test_voices_compared_in_blocks_decide_as_in_one_block(monkeypatch):
+    """A held-out voice against nine others at chosen similarities, compared two at a time (BLOCK 2) and
+    all at once: the same decisions, the linked pair and the NEAR_PER_SPEAKER closest near misses (the
+    closest in later blocks than the others), not the farthest."""
+    import sharflow.identity.voices as voices_module
+
+    sims = [0.5, 0.84, 0.86, 0.95, 0.87, 0.88, 0.90, 0.91, 0.92]  # one linked, seven near, one far
+    v = Voices()
+    v.speakers = {("a", "x"): _speaker("a", "x", [1.0, 0.0], "dev_unseen")}
+    for i, sim in enumerate(sims):
+        v.speakers[("b", f"s{i}")] = _speaker("b", f"s{i}", [sim, np.sqrt(1 - sim * sim)])
+    whole = link_speakers(v, VoiceRules(), {})
+    monkeypatch.setattr(voices_module, "BLOCK", 2)
+    assert link_speakers(v, VoiceRules(), {}) == whole
+    decided = sorted((r["similarity"], r["how"]) for r in whole)
+    assert decided == [(s, "not_linked") for s in (0.87, 0.88, 0.9, 0.91, 0.92)] + [(0.95, "voice")]
 
 
 def test_the_voice_rules_are_the_config_blocks_with_its_defaults_and_a_bad_pair_named():
@@ -644,6 +746,27 @@ def test_a_grown_corpus_is_fingerprinted_and_embedded_only_where_it_grew(tmp_pat
     counted = {"records": 41, "unreadable": 0, "unusable": 0, "hashes": hashes, "audio_seconds": seconds}
     assert {k: fresh_stats[k] for k in counted} == counted
     assert len(set(np.load(tmp_path / "fresh" / "part.npy")["hash"].tolist())) > 1000  # hashes that vary
+    # the embedder's options are in every entry's key: other options measure every record again
+    other = identity_part(
+        tmp_path / "grown", grown, changed_root, VoiceEmbedding(options=(("level", "raise"),))
+    )
+    assert (other[0]["measured"], other[0]["reused"]) == (41, 0)
+    assert Path(other[1][2]).read_bytes() != fresh[2]  # (voices that differ: the options matter)
+
+    # without voices (no voices file) the fingerprints alone are kept and reused
+    def fingerprints_only():
+        out = tmp_path / "novoices"
+        return run_identity_part(
+            0,
+            records=str(grown),
+            parts=1,
+            audio_root=str(changed_root),
+            out_records=str(out / "part.jsonl"),
+            out_hashes=str(out / "part.npy"),
+            out_stats=str(out / "part.stats.json"),
+        )
+
+    assert (fingerprints_only()["measured"], fingerprints_only()["reused"]) == (41, 41)
     (tmp_path / "grown" / "part.npy").write_bytes(files[1][:-8])  # not what its stats describe
     assert run(grown, "grown")[0]["measured"] == 41
 
@@ -734,6 +857,9 @@ def test_a_match_counts_the_hashes_one_frame_either_side_of_its_best_offset():
     query += [(h, h + 1) for h in (100, 101)] + [(h, h) for h in range(102, 114)]  # b's: 2 a frame off, 12 on
     query += [(h, h - 1) for h in range(114, 122)]  # and 8 a frame off the other way
     assert held.best(prints(query), MatchRules()) == (1, 22 / 24, 22)  # 12 + 2 + 8 of b's 24
+    # hashes 5 frames off are another offset: they add nothing to the best, which has no neighbour
+    apart = [(h, h) for h in range(100, 112)] + [(h, h - 5) for h in (112, 113)]
+    assert held.best(prints(apart), MatchRules()) == (1, 12 / 14, 12)  # of the query's 14
 
 
 def test_a_part_counts_a_missing_file_as_unreadable_and_silence_as_unusable(tmp_path, monkeypatch):

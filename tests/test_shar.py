@@ -670,3 +670,25 @@ def test_a_clash_anywhere_among_many_records_is_named(tmp_path):
             f"{path}: records line {line} ({cid}) and line 21 ({cid}) map to the same cut id; two audio "
             "files differ only in '/' vs '-' or in their extension. Rename one of them."
         )
+
+
+def test_a_shar_job_reads_its_inputs_a_shard_at_a_time_and_refuses_another_plans_shards(tmp_path):
+    """A job's inputs are read shard by shard (a block job holds one shard's records, not its block's),
+    in the file's order; a file that holds other shards than the job makes fails naming it, before any
+    shard is written."""
+    from sharflow.shar.plan import job_input_keys, job_input_shards, read_job_inputs, write_job_inputs
+    from sharflow.shar.shard import write_shards
+
+    path = str(tmp_path / "shards-000010-000012.jsonl")
+    shards = {
+        f"{s:06d}": [json.dumps({"id": f"{s}-{i}"}).encode() + b"\n" for i in range(s % 3 + 1)]
+        for s in (10, 11, 12)
+    }
+    write_job_inputs(path, shards)
+    reading = job_input_shards(path)
+    assert next(reading) == ("000010", shards["000010"])  # the first shard, before the others are read
+    assert list(reading) == [(k, shards[k]) for k in ("000011", "000012")]
+    assert job_input_keys(path) == list(shards) and read_job_inputs(path) == shards
+    with pytest.raises(SharflowError, match=r"holds shards \['000010', '000011', '000012'\], the job makes "):
+        write_shards(["000010", "000011"], {}, inputs=path, settings=EncodeSettings(audio_root=str(tmp_path)))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["shards-000010-000012.jsonl"]

@@ -45,6 +45,7 @@ from sharflow.core.errors import SharflowError
 from sharflow.core.jobs import finish_job
 from sharflow.core.layout import CodesFiles, require_made, shard_key
 from sharflow.core.logs import seconds_since_process_start
+from sharflow.core.memory import release_freed_memory
 from sharflow.core.parallel import ahead
 from sharflow.core.ranks import Rank, RankResult, rank_job
 from sharflow.core.resume import ResumableJob, job_key
@@ -398,6 +399,9 @@ def encode_batches(
             with _ShardAudio(work.shard.target_tar, work.shard.context_tar, model, shard, ids) as audio:
                 for batch, x in ahead(audio.padded, [batch for _, batch in group]):
                     codes.update(_encode(model, codec.name, batch, x, rank.device, f"shard {shard}", ids))
+                    del x
+                    if rank.device == "cpu":  # batches of many shapes fragment the heap (core.memory)
+                        release_freed_memory()
                     progress.update(len(batch))
             seconds[p] = time.perf_counter() - start
             path = _scratch(rank.scratch, rank.index, p)

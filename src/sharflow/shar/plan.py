@@ -12,6 +12,7 @@ import json
 import logging
 import math
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -447,6 +448,19 @@ def write_job_inputs(path: str, shards: dict[str, list[bytes]]) -> None:
 
 def read_job_inputs(path: str) -> dict[str, list[bytes]]:
     """{shard key: its records' JSON lines} of a job's inputs file, in order."""
+    return dict(job_input_shards(path))
+
+
+def job_input_keys(path: str) -> list[str]:
+    """The shard keys of a job's inputs file, in order (its header line only)."""
+    with open(path, "rb") as f:
+        return [shard for shard, _ in json.loads(f.readline())["shards"]]
+
+
+def job_input_shards(path: str) -> Iterator[tuple[str, list[bytes]]]:
+    """(shard key, its records' JSON lines) of a job's inputs file, one shard at a time, in order: a
+    shar job holds one shard's records, not its block's."""
     with open(path, "rb") as f:
         header = json.loads(f.readline())
-        return {shard: [f.readline() for _ in range(n)] for shard, n in header["shards"]}
+        for shard, n in header["shards"]:
+            yield shard, [f.readline() for _ in range(n)]

@@ -49,7 +49,7 @@ from sharflow.shar.format import (
     placeholder_bytes,
     write_member,
 )
-from sharflow.shar.plan import cut_id, read_job_inputs, segment_id
+from sharflow.shar.plan import cut_id, job_input_keys, job_input_shards, segment_id
 
 log = logging.getLogger(__name__)
 
@@ -102,11 +102,11 @@ def write_shards(
     `inputs` file and its files from the job's named outputs (cuts_<m>, target_<m>, ... catalog_<m>:
     a Snakemake job's, or a mapping), in order. With `resume`, a shard a killed run of the job
     finished is put back instead (its stats read back)."""
-    shards = read_job_inputs(inputs)
-    if list(shards) != list(members):
-        raise SharflowError(f"{inputs} holds shards {list(shards)}, the job makes {members}: rerun shar_plan")
+    held = job_input_keys(inputs)
+    if held != list(members):
+        raise SharflowError(f"{inputs} holds shards {held}, the job makes {members}: rerun shar_plan")
     stats = []
-    for m, shard in enumerate(members):
+    for m, (shard, lines) in enumerate(job_input_shards(inputs)):  # one shard's records at a time
         out = ShardFiles.of_member(outputs, m)
         files = list(out.named().values())
         if resume is not None and resume.restore(shard, files):
@@ -115,7 +115,7 @@ def write_shards(
         stats.append(
             write_shard(
                 int(shard),
-                records=[json.loads(raw) for raw in shards[shard]],
+                records=[json.loads(raw) for raw in lines],
                 out=out,
                 settings=settings,
                 workers=workers,
