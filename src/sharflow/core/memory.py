@@ -3,10 +3,10 @@
 glibc's malloc keeps freed memory for reuse. Once a large block allocated by mmap is freed, its mmap
 threshold rises (up to 32 MB), so later tensors of other shapes come from the heap, which fragments:
 a CPU rank that encodes batches of many shapes grows batch after batch. The codes job's peak RSS
-went from 2.5 GB on a shard of 64 cuts to 3.4 GB on one of 512 (benchmarks/bench_memory.py), and
-30 batches of 60 s of audio through the tiny codec from 0.9 to 2.7 GB. With malloc_trim(0) after each
-batch the same 30 stayed at 0.9 GB (peak 1.4 GB), no slower. Where the C library has no malloc_trim
-(musl, macOS), release_freed_memory does nothing.
+went from 2.5 GB on a shard of 64 cuts to 3.4 GB on one of 512 (benchmarks/bench_memory.py; with
+this, 1.4 GB for both). In a probe by hand, 30 batches of 60 s of audio through the tiny codec grew
+from 0.9 to 2.7 GB; with malloc_trim(0) after each batch they stayed at 0.9 GB (peak 1.4 GB), no
+slower. Where the C library has no malloc_trim (musl, macOS), release_freed_memory does nothing.
 """
 
 import ctypes
