@@ -6,12 +6,12 @@ of its worker processes); Snakemake's `benchmark:` max_rss is sampled and misses
 stage whose memory does not grow with the dataset shows a 10x / 1x ratio near 1. Shards hold 64
 cuts in both, so shard jobs do the same work per job (1 shard vs 9).
 
-Then the shard jobs alone (sharflow.shar.shard, sharflow.codes.shard, each in a fresh process whose
-peak RSS is read from getrusage): one shar job of a shard of 64 cuts, of a block of 10 such shards,
-and of one shard of `--shard-cuts` (4,096 by default, real data's `shar.shard_size`); one codes job
-(the tiny random NeMo codec, one CPU rank) of a shard of 64 cuts and of `--codes-cuts`. A cost plan
-measures its shard jobs on the sample's shards (a few hundred cuts at most); these figures say how
-much more a job of real shards needs.
+Then the shard jobs alone (sharflow.shar.shard, sharflow.codes.shard), each in a fresh process: its
+peak RSS from getrusage, and from VmHWM reset after the imports. One shar job of a shard of 64 cuts,
+of a block of 10 such shards, and of one shard of `--shard-cuts` (4,096 by default, real data's
+`shar.shard_size`); one codes job (the tiny random NeMo codec, one CPU rank) of a shard of 64 cuts
+and of `--codes-cuts`. A cost plan measures its shard jobs on the sample's shards (a few hundred
+cuts at most); these figures say how much more a job of real shards needs.
 
     .venv/bin/python benchmarks/bench_memory.py [--copies 10] [--shard-cuts 4096] [--codes-cuts 512]
 """
@@ -140,11 +140,10 @@ def shard_jobs(tmp: Path, shard_cuts: int, codes_cuts: int) -> None:
     if codes_cuts:
         codec = str(build_random_codec(REPO / "config" / "models" / "tiny_codec.yaml", tmp / "codec.nemo"))
         for n in (64, codes_cuts):
-            folder = str(tmp / f"shar{n}-1") if (tmp / f"shar{n}-1").exists() else None
-            if folder is None:
-                folder = plan_first(with_context, tmp / f"shar{n}-1", n, n, 1)
-                in_fresh_process(_shar_job, folder, str(root))
-            rows.append((f"codes, 1 shard of {n}", *in_fresh_process(_codes_job, folder, codec)))
+            folder = tmp / f"shar{n}-1"  # the shar rows' shard when they made one of n cuts
+            if not folder.exists():
+                in_fresh_process(_shar_job, plan_first(with_context, folder, n, n, 1), str(root))
+            rows.append((f"codes, 1 shard of {n}", *in_fresh_process(_codes_job, str(folder), codec)))
     print(f"\nshard jobs, peak RSS (MB) as their shards grow ({len(records)} records of demo audio)")
     print(
         "(process: the job's process as a scheduler sees it; job: while the job ran, imports and model done)"
