@@ -202,8 +202,9 @@ def test_vad_measures_added_silence_and_none_in_zeros(vad, clean):
 
 
 def test_vad_batched_equals_silero_own_forward_and_does_not_depend_on_its_batch(vad, voices):
-    """Probabilities within 1e-5 of Silero's own frame-by-frame audio_forward, and the same speech
-    spans as its own get_speech_timestamps; for more clips than one LSTM pass takes and a clip longer
+    """Probabilities within 1e-4 of Silero's own frame-by-frame audio_forward (oneDNN's
+    convolutions sum in another order for 1,024 frames than for one: up to 6e-6 apart with AVX2, 4.2e-5
+    with AVX-512), and the same speech spans as its own get_speech_timestamps; for more clips than one LSTM pass takes and a clip longer
     than one feature block; the same bytes in any order of clips."""
     import torch
     from silero_vad import get_speech_timestamps, load_silero_vad
@@ -232,7 +233,7 @@ def test_vad_batched_equals_silero_own_forward_and_does_not_depend_on_its_batch(
     for clip, mine, found in zip(clips, probs, spans, strict=True):
         with torch.inference_mode():
             own = model.audio_forward(torch.from_numpy(clip)[None], 16000)[0].numpy()
-        assert mine.shape == own.shape and np.abs(mine - own).max() < 1e-5
+        assert mine.shape == own.shape and np.abs(mine - own).max() < 1e-4
         expected = get_speech_timestamps(torch.from_numpy(clip), model, sampling_rate=16000)
         assert found == [(s["start"], s["end"]) for s in expected]
     assert sum(bool(s) for s in spans) > len(clips) // 2 and sum(not s for s in spans) >= 1
