@@ -887,3 +887,56 @@ def test_a_part_counts_a_missing_file_as_unreadable_and_silence_as_unusable(tmp_
     for entry in entries[:n_missing]:
         assert (entry["hashes"], entry["utterance"]) == (0, None) and "key" not in entry
         assert entry["error"].startswith(f"{missing}: ")
+
+
+def test_each_peak_is_paired_with_the_next_peaks_in_time_within_reach(prints):
+    """The hashes of a real utterance are exactly the documented pairing of their own peaks: each
+    peak (by time, then frequency) with the next FANOUT later ones within MAX_DT frames and MAX_DF
+    bins. The peaks are read back from the hashes (anchor bin and time, partner bin and time); a
+    peak no hash names pairs with nothing, so it cannot change the pairs. VERSION keys stored
+    fingerprints; this is what it promises to be."""
+    from sharflow.identity.fingerprint import FANOUT, MAX_DF, MAX_DT
+
+    fp = max(prints.values(), key=len)
+    f1 = (fp.hashes >> 14).astype(int)
+    df = ((fp.hashes >> 7) & 127).astype(int) - MAX_DF
+    dt = (fp.hashes & 127).astype(int)
+    t1 = fp.times.astype(int)
+    anchors = zip(t1.tolist(), f1.tolist(), strict=True)
+    peaks = sorted({*anchors, *zip((t1 + dt).tolist(), (f1 + df).tolist(), strict=True)})
+    expected = []
+    for i, (t, f) in enumerate(peaks):
+        later = [(u, g) for u, g in peaks[i + 1 :] if u - t <= MAX_DT]
+        partners = [(u, g) for u, g in later if u > t and abs(g - f) <= MAX_DF][:FANOUT]
+        expected += [(t, f, g - f, u - t) for u, g in partners]
+    made = sorted(zip(t1.tolist(), f1.tolist(), df.tolist(), dt.tolist(), strict=True))
+    assert len(made) > 300 and made == sorted(expected)
+    fanned = np.unique(np.stack([t1, f1]), axis=1, return_counts=True)[1]
+    assert fanned.max() == FANOUT and len(set(dt.tolist())) > 20 and len(set(df.tolist())) > 20
+
+
+def test_the_identity_jobs_log_their_counts_and_progress(tmp_path):
+    """A job's log says what it did (records, workers, the index, the links) and shows a progress
+    bar with its total, name and unit: the counts are the stats'."""
+    import re
+
+    from sharflow.core.logs import job_log
+
+    demo = demo_dataset(tmp_path)
+    log = tmp_path / "identity.log"
+    with job_log(str(log)):
+        identity, _ = run_identity(tmp_path, {"demo": (*demo, DEMO_SPLITS)}, voices=VoiceRules(enabled=False))
+    text = log.read_text()
+    n = demo[2]
+    assert f"identity part 0 of 1: {n} records, 1 workers" in text
+    assert re.search(rf"identity part 0: 100%\|[^|]*\| {n}/{n} \[[^]]*utt/s\]", text)
+    held, hashes = identity["held_out"], identity["held_out_hashes"]
+    checked = sum(identity["train_checked"].values())
+    assert 0 < held < n and hashes > 100 and checked == n - held
+    assert (
+        f"identity: {held} held-out records indexed ({hashes} hashes, {identity['index_mb']:.1f} MB); "
+        f"{checked} train records to check; 0 speakers linked to held-out unseen ones" in text
+    )
+    assert re.search(rf"identity: 100%\|[^|]*\| {checked}/{checked} \[[^]]*utt/s\]", text)
+    found = {reason: count for reason, count in identity["by_reason"].items() if count}
+    assert f"identity: links {found}, duplicates within train: keep" in text
