@@ -13,7 +13,12 @@ of a block of 10 such shards, and of one shard of `--shard-cuts` (4,096 by defau
 and of `--codes-cuts`. A cost plan measures its shard jobs on the sample's shards (a few hundred
 cuts at most); these figures say how much more a job of real shards needs.
 
+Last, a context part (one part, one CPU rank, GE2E) over the demo repeated `--context-copies` times,
+in a fresh process each: its groups are speakers, so every copy makes each group larger (8 records
+at x1, 320 at x40) as well as the part.
+
     .venv/bin/python benchmarks/bench_memory.py [--copies 10] [--shard-cuts 4096] [--codes-cuts 512]
+                                                [--context-copies 1 10 40]
 """
 
 import argparse
@@ -130,11 +135,10 @@ def shard_jobs(tmp: Path, shard_cuts: int, codes_cuts: int) -> None:
 
     with_context, root, records = repeated_with_context(tmp, math.ceil(max(shard_cuts, 640) / 56))
     rows = []
-    for name, n, size, per_job in (
-        ("shar, 1 shard of 64", 64, 64, 1),
-        ("shar, a block of 10 x 64", 640, 64, 10),
-        (f"shar, 1 shard of {shard_cuts}", shard_cuts, shard_cuts, 1),
-    ):
+    jobs = [("shar, 1 shard of 64", 64, 64, 1), ("shar, a block of 10 x 64", 640, 64, 10)]
+    if shard_cuts != 64:  # else the first row is that job
+        jobs.append((f"shar, 1 shard of {shard_cuts}", shard_cuts, shard_cuts, 1))
+    for name, n, size, per_job in jobs:
         folder = plan_first(with_context, tmp / f"shar{n}-{per_job}", n, size, per_job)
         rows.append((name, *in_fresh_process(_shar_job, folder, str(root))))
     if codes_cuts:
@@ -157,17 +161,47 @@ def shard_jobs(tmp: Path, shard_cuts: int, codes_cuts: int) -> None:
         print(f"{name:<28}{cuts:>8}{process:>10.0f}{job:>8.0f}{extra:>32}")
 
 
+def _context_part(tmp: str, copies: int) -> tuple[float, float, int, int]:
+    """(process peak RSS MB, peak RSS MB while the context stage ran, records, largest group) of the
+    demo `copies` times, prepared first (its modules imported before the reset)."""
+    from collections import Counter
+
+    from _corpus import context_stage, prepare
+
+    import sharflow.context.part
+    import sharflow.models.speaker_embedders  # noqa: F401 (imported before the peak's reset)
+
+    manifest, root = repeated_demo(Path(tmp) / f"x{copies}", copies, link=True)
+    files, _ = prepare(Path(tmp) / f"x{copies}" / "dataset", manifest, root)
+    groups = Counter(json.loads(line)["speaker"] for line in Path(files.prepared).read_text().splitlines())
+    _reset_peak()
+    context_stage(files, audio_root=root, workers=1)
+    return _peak_mb(), proc_status_mb("VmHWM"), sum(groups.values()), max(groups.values())
+
+
+def context_parts(tmp: Path, copies: list[int]) -> None:
+    """Peak RSS of a context part as it and its groups grow (see the module's docstring)."""
+    print("\ncontext part (one CPU rank), peak RSS (MB) as its groups grow")
+    print(f"{'copies':<8}{'records':>9}{'largest group':>15}{'process':>10}{'job':>8}")
+    for n in copies:
+        process, job, records, group = in_fresh_process(_context_part, str(tmp), n)
+        print(f"x{n:<7}{records:>9}{group:>15}{process:>10.0f}{job:>8.0f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--copies", type=int, default=10)
     parser.add_argument("--shard-cuts", type=int, default=4096)
     parser.add_argument("--codes-cuts", type=int, default=512, help="0: no codes jobs")
-    parser.add_argument("--skip-workflow", action="store_true", help="the shard jobs alone")
+    parser.add_argument("--context-copies", type=int, nargs="*", default=[1, 10, 40], help="none: skip")
+    parser.add_argument("--skip-workflow", action="store_true", help="the shard and context jobs alone")
     args = parser.parse_args()
     if not args.skip_workflow:
         workflow_jobs(args.copies)
     with tempfile.TemporaryDirectory(prefix="bench_memory-") as tmp:
         shard_jobs(Path(tmp), args.shard_cuts, args.codes_cuts)
+    with tempfile.TemporaryDirectory(prefix="bench_memory-") as tmp:
+        context_parts(Path(tmp), args.context_copies)
 
 
 def workflow_jobs(copies: int) -> None:
