@@ -639,6 +639,36 @@ def test_a_pair_is_decided_once_and_stays_decided_as_its_voices_drift():
     assert [(r["pair"], r["how"]) for r in link_speakers(v, rules, {})] == [("a:x|b:x", "id")]
 
 
+def test_a_pair_with_exactly_min_seconds_is_decided_and_a_decision_that_still_holds_has_not_drifted():
+    """min_seconds is inclusive on both sides of a pair; a row keeps both speakers' seconds to three
+    decimals; a pair decided earlier (linked, or not linked) whose similarity still agrees with its
+    decision is not flagged as drifted."""
+
+    def voices(sim, held_seconds, other_seconds):
+        v = Voices()
+        angle = np.arccos(sim)
+        v.speakers = {
+            ("a", "x"): _speaker("a", "x", [1.0, 0.0], "dev_unseen", seconds=held_seconds),
+            ("b", "y"): _speaker("b", "y", [np.cos(angle), np.sin(angle)], seconds=other_seconds),
+        }
+        return v
+
+    rules = VoiceRules()
+    assert [(r["linked"], r["how"]) for r in link_speakers(voices(0.95, 12.0, 12.0), rules, {})] == [
+        (True, "voice")
+    ]
+    assert link_speakers(voices(0.95, 12.0, 11.999), rules, {}) == []
+    assert link_speakers(voices(0.95, 11.999, 12.0), rules, {}) == []
+    first = link_speakers(voices(0.95, 12.34567, 20.0004), rules, {})
+    assert (first[0]["held_out"]["seconds"], first[0]["speaker"]["seconds"]) == (12.346, 20.0)
+    for sim in (0.95, 0.9):  # linked by voice; not linked (a near miss)
+        earlier = {r["pair"]: r for r in link_speakers(voices(sim, 20.0, 20.0), rules, {})}
+        again = link_speakers(voices(sim, 20.0, 20.0), rules, earlier)
+        assert [(r["how"], "drifted" in r) for r in again] == [
+            ("voice" if sim > 0.935 else "not_linked", False)
+        ]
+
+
 def test_the_speaker_stats_count_the_unseen_and_those_with_enough_audio():
     """What the report and the card show of the speakers: how many, how many held out unseen (all of
     their records in one unseen split), how many have the audio to be compared (min_seconds, inclusive)."""

@@ -197,6 +197,9 @@ def test_the_same_audio_held_out_in_one_dataset_is_not_trained_on_in_another(tmp
     shared = {os.path.realpath(audio / rel) for _, rel, _ in rows_a[:24]}
     assert len(rejected) == b_stats["rejected"][SAME_AUDIO] == len(shared & held) >= 12
     assert b_stats["rejected"] == {SAME_AUDIO: len(rejected)}  # distinct signals: no content link
+    links = read_jsonl(tmp_path / "id" / "identity" / "links.jsonl")
+    same = [row["score"] for row in links if row["reason"] == SAME_AUDIO and row["dataset"] == "b"]
+    assert same == [1.0] * len(rejected)  # the same span: the same audio
     assert " dev_" in rejected[0]["detail"] and "of dataset a" in rejected[0]["detail"]
     assert json.loads(rejected[0]["original"])["speaker"].endswith("Speaker:other |")
 
