@@ -528,6 +528,18 @@ def test_an_unseen_speaker_under_another_id_is_linked_by_voice_and_the_closest_o
     assert threshold - NEAR <= closest["similarity"] < threshold and not closest["linked"]
     assert out["demo"][0]["rejected_total"] == 0
     assert identity["by_dataset_pair"] == {"more <- demo": 8}
+    # the next run reads the decisions this one wrote: a pair decided not linked (by hand, here)
+    # stays so, flagged as drifted, and its speaker's records stay in train
+    decisions = tmp_path / "identity" / "speaker_decisions.jsonl"
+    rows = read_jsonl(decisions)
+    for row in rows:
+        if (row["speaker"]["speaker"], row["held_out"]["speaker"]) == ("k", "kal"):
+            row.update(linked=False, how="not_linked")
+    write_jsonl(decisions, rows)
+    _, out = run_identity(tmp_path, {"demo": (*demo, DEMO_SPLITS), "more": (*more, {}, True)})
+    assert out["more"][0]["rejected"] == {LINKED_SPEAKER: 4}
+    kept = next(r for r in read_jsonl(decisions) if r["speaker"]["speaker"] == "k")
+    assert (kept["linked"], kept["how"], kept["drifted"]) == (False, "not_linked", True)
     # identity.voices.enabled: false compares no voices: other ids are other people
     _, off = run_identity(
         tmp_path / "off",
@@ -902,21 +914,35 @@ def test_a_part_counts_a_missing_file_as_unreadable_and_silence_as_unusable(tmp_
     rows = [json.loads(x) for x in lines]
     audio = tmp_path / "audio"
     shutil.copytree(root, audio)
-    missing, silent = rows[0]["audio_filepath"], rows[-1]["audio_filepath"]
+    missing = rows[0]["audio_filepath"]
+    silent = {r["audio_filepath"] for r in rows[-2:]}
     (audio / missing).unlink()
-    x, rate = sf.read(audio / silent, dtype="float32")
-    sf.write(audio / silent, np.zeros_like(x), rate)
+    for name in silent:
+        x, rate = sf.read(audio / name, dtype="float32")
+        sf.write(audio / name, np.zeros_like(x), rate)
     source = tmp_path / "six.jsonl"
     source.write_text("".join(lines))
     stats, files = identity_part(tmp_path / "part", source, audio)
     n_missing = sum(r["audio_filepath"] == missing for r in rows)
-    n_silent = sum(r["audio_filepath"] == silent for r in rows)
-    assert (stats["records"], stats["unreadable"], stats["unusable"]) == (6, n_missing, n_silent)
+    n_silent = sum(r["audio_filepath"] in silent for r in rows)
+    assert n_silent >= 2 and (stats["records"], stats["unreadable"], stats["unusable"]) == (
+        6,
+        n_missing,
+        n_silent,
+    )
     entries = read_jsonl(files[0])
     assert len(np.load(files[1])) == stats["hashes"] == sum(e["hashes"] for e in entries) > 0
     for entry in entries[:n_missing]:
         assert (entry["hashes"], entry["utterance"]) == (0, None) and "key" not in entry
         assert entry["error"].startswith(f"{missing}: ")
+    # a part of silent records only: no hashes, in a file of the hashes' own dtype
+    quiet = tmp_path / "quiet.jsonl"
+    quiet.write_text(
+        "".join(line for line, r in zip(lines, rows, strict=True) if r["audio_filepath"] in silent)
+    )
+    stats, files = identity_part(tmp_path / "quiet", quiet, audio)
+    hashes = np.load(files[1])
+    assert (stats["unusable"], stats["hashes"], len(hashes), hashes.dtype) == (n_silent, 0, 0, HASH_DTYPE)
 
 
 def test_each_peak_is_paired_with_the_next_peaks_in_time_within_reach():
@@ -970,3 +996,77 @@ def test_the_identity_jobs_log_their_counts_and_progress(tmp_path):
     assert re.search(rf"identity: 100%\|[^|]*\| {checked}/{checked} \[[^]]*utt/s\]", text)
     found = {reason: count for reason, count in identity["by_reason"].items() if count}
     assert f"identity: links {found}, duplicates within train: keep" in text
+
+
+def test_a_content_match_at_exactly_min_score_is_linked():
+    """min_score is inclusive: 10 of 20 hashes shared at one offset score 0.5, a match under
+    MatchRules(min_score=0.5) and not above it (min_matched likewise, at 10)."""
+    held_fp = np.zeros(20, HASH_DTYPE)
+    held_fp["hash"], held_fp["time"] = np.arange(20) * 7, np.arange(20) * 3
+    query = np.zeros(20, HASH_DTYPE)
+    query["hash"] = np.r_[np.arange(10) * 7, 1000 + np.arange(10)]
+    query["time"] = np.r_[np.arange(10) * 3 + 40, np.arange(10)]  # the shared ten 40 frames later
+    order = np.argsort(query["hash"], kind="stable")
+    held = HeldOut()
+    held.add("x", {"audio_filepath": "a", "offset": 0.0, "duration": 1.0, "span": "a"}, "dev_seen", held_fp)
+    held.freeze()
+    assert held.best(query[order], MatchRules(min_score=0.0, min_matched=0)) == (0, 0.5, 10)
+    assert held.best(query[order], MatchRules(min_score=0.5, min_matched=10)) == (0, 0.5, 10)
+    assert held.best(query[order], MatchRules(min_score=0.5001, min_matched=10)) is None
+    assert held.best(query[order], MatchRules(min_score=0.5, min_matched=11)) is None
+
+
+def test_a_bad_train_duplicates_action_is_named(tmp_path):
+    with pytest.raises(SharflowError, match=r"identity.train_duplicates must be one of .*got 'twice'"):
+        link_identities(
+            {},
+            rules=MatchRules(train_duplicates="twice"),
+            out_links=str(tmp_path / "links.jsonl"),
+            out_stats=str(tmp_path / "stats.json"),
+        )
+
+
+def _bursts(*events, seconds=1.5):
+    """8 kHz audio of Hann-shaped tone bursts (start s, FFT bin, level dB), 100 ms each."""
+    from sharflow.identity.fingerprint import N_FFT, RATE
+
+    x = np.zeros(int(seconds * RATE), np.float32)
+    n = RATE // 10
+    for start, bin_, level in events:
+        t = np.arange(n) / RATE
+        at = int(start * RATE)
+        x[at : at + n] += 10 ** (level / 20) * np.hanning(n) * np.sin(2 * np.pi * bin_ * RATE / N_FFT * t)
+    return x, RATE
+
+
+def test_peaks_count_at_a_clips_edges_and_down_to_floor_db_below_its_loudest():
+    """A burst in a clip's first 100 ms is a landmark (the clip's edge is not a louder neighbour),
+    and so are bursts 58 dB below the loudest, not 62 dB below (FLOOR_DB 60): read from the bins
+    the hashes are anchored at."""
+    from sharflow.identity.fingerprint import FLOOR_DB, NEIGHBOURHOOD
+
+    def anchors(quiet_db):
+        fp = fingerprint(*_bursts((0.0, 60, 0.0), (0.35, 100, -quiet_db), (0.55, 110, -quiet_db)))
+        return {(int(h) >> 14, int(t)) for h, t in zip(fp.hashes, fp.times, strict=True)}
+
+    assert FLOOR_DB == 60.0
+    kept = anchors(58.0)
+    assert min(t for b, t in kept if b == 60) < NEIGHBOURHOOD[1] // 2  # the first burst, at the edge
+    assert {b for b, _ in kept} >= {60, 100}  # the quiet bursts pair with each other
+    assert kept == {(60, 2), (100, 46)}  # 60 -> 100 and 100 -> 110 (60 -> 110 is over MAX_DT)
+    dropped = anchors(62.0)
+    assert not dropped  # the loud burst alone: no peak to pair with
+
+
+def test_an_utterance_is_keyed_by_its_spoken_form_where_the_record_has_one(tmp_path):
+    """A record's utterance key is its speaker's and its normalized_text's (the spoken form the
+    text stage wrote), else its text's: "$5" and "five dollars" said by one voice are one utterance."""
+    records, root, _ = demo_dataset(tmp_path)
+    rows = [json.loads(x) for x in records.read_text().splitlines()[:2]]
+    rows[0]["normalized_text"] = "five dollars, said in full"
+    source = write_jsonl(tmp_path / "two.jsonl", rows)
+    _, files = identity_part(tmp_path / "part", source, root)
+    spoken, written = read_jsonl(files[0])
+    assert spoken["utterance"] == utterance_key(spoken["who"], "five dollars, said in full")
+    assert spoken["utterance"] != utterance_key(spoken["who"], rows[0]["text"])
+    assert written["utterance"] == utterance_key(written["who"], rows[1]["text"]) is not None
