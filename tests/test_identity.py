@@ -671,8 +671,8 @@ def test_a_pair_with_exactly_min_seconds_is_decided_and_a_decision_that_still_ho
     ]
     assert link_speakers(voices(0.95, 12.0, 11.999), rules, {}) == []
     assert link_speakers(voices(0.95, 11.999, 12.0), rules, {}) == []
-    first = link_speakers(voices(0.95, 12.34567, 20.0004), rules, {})
-    assert (first[0]["held_out"]["seconds"], first[0]["speaker"]["seconds"]) == (12.346, 20.0)
+    first = link_speakers(voices(0.95, 12.34567, 20.1234), rules, {})
+    assert (first[0]["held_out"]["seconds"], first[0]["speaker"]["seconds"]) == (12.346, 20.123)
     for sim in (0.95, 0.9):  # linked by voice; not linked (a near miss)
         earlier = {r["pair"]: r for r in link_speakers(voices(sim, 20.0, 20.0), rules, {})}
         again = link_speakers(voices(sim, 20.0, 20.0), rules, earlier)
