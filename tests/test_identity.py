@@ -1070,3 +1070,44 @@ def test_an_utterance_is_keyed_by_its_spoken_form_where_the_record_has_one(tmp_p
     assert spoken["utterance"] == utterance_key(spoken["who"], "five dollars, said in full")
     assert spoken["utterance"] != utterance_key(spoken["who"], rows[0]["text"])
     assert written["utterance"] == utterance_key(written["who"], rows[1]["text"]) is not None
+
+
+def test_the_identity_jobs_write_the_same_utf8_bytes_whatever_the_locale(tmp_path):
+    """A cluster node may run a job in a locale whose encoding is ASCII (LC_ALL=C without Python's
+    UTF-8 coercion): the identity parts, links and speaker decisions, which hold speakers' names as
+    they are ("kå", "mü"), are written and read as UTF-8 all the same, byte for byte as in a UTF-8
+    locale. The same parts, job and splits run here and, twice (the second run reads the first's
+    decisions), in a child process in that locale."""
+    import subprocess
+    import sys
+
+    ids = {"kal": "kå", "us_m3": "mü", "gb_f2": "gé", "awb": "añ"}
+    demo, more = _halves(tmp_path / "in", ids)
+    datasets = {"demo": [str(demo[0]), str(demo[1]), demo[2], DEMO_SPLITS]}
+    datasets["more"] = [str(more[0]), str(more[1]), more[2], {}, True]
+    run_identity(tmp_path / "utf8", {k: (Path(v[0]), Path(v[1]), *v[2:]) for k, v in datasets.items()})
+    code = (
+        "import json, sys\nfrom pathlib import Path\nfrom testkit import run_identity\n"
+        "sets = {k: (Path(v[0]), Path(v[1]), *v[2:]) for k, v in json.loads(sys.argv[2]).items()}\n"
+        "for _ in range(2):  # the second run reads the decisions the first wrote\n"
+        "    run_identity(Path(sys.argv[1]), sets)\n"
+    )
+    env = {
+        **os.environ,
+        "LC_ALL": "C",
+        "LANG": "C",
+        "PYTHONUTF8": "0",
+        "PYTHONCOERCECLOCALE": "0",
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
+    probe = [sys.executable, "-c", "import locale; print(locale.getpreferredencoding(False))"]
+    assert subprocess.run(probe, env=env, capture_output=True, text=True).stdout.strip() == "ANSI_X3.4-1968"
+    child = [sys.executable, "-c", code, str(tmp_path / "ascii"), json.dumps(datasets)]
+    proc = subprocess.run(child, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    decisions = (tmp_path / "utf8" / "identity" / "speaker_decisions.jsonl").read_text(encoding="utf-8")
+    assert '"kå"' in decisions and '"mü"' in decisions
+    for name in ("identity/speaker_decisions.jsonl", "identity/links.jsonl", "identity/more/part.jsonl"):
+        mine = (tmp_path / "utf8" / name).read_bytes()
+        assert mine == (tmp_path / "ascii" / name).read_bytes().replace(b"/ascii/", b"/utf8/"), name
+    assert b"\xc3\xa5" in (tmp_path / "ascii" / "identity" / "more" / "part.jsonl").read_bytes()  # "å"
