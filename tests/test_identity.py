@@ -935,6 +935,14 @@ def test_a_part_counts_a_missing_file_as_unreadable_and_silence_as_unusable(tmp_
     for entry in entries[:n_missing]:
         assert (entry["hashes"], entry["utterance"]) == (0, None) and "key" not in entry
         assert entry["error"].startswith(f"{missing}: ")
+    # the identity job passes over the unreadable records and checks every other one
+    stats = link_identities(
+        {"six": DatasetIdentity([files[:2]], {})},
+        rules=MatchRules(),
+        out_links=str(tmp_path / "links.jsonl"),
+        out_stats=str(tmp_path / "stats.json"),
+    )
+    assert n_missing == 1 and stats["train_checked"] == {"six": 6 - n_missing}
     # a part of silent records only: no hashes, in a file of the hashes' own dtype
     quiet = tmp_path / "quiet.jsonl"
     quiet.write_text(
@@ -1067,6 +1075,7 @@ def test_an_utterance_is_keyed_by_its_spoken_form_where_the_record_has_one(tmp_p
     source = write_jsonl(tmp_path / "two.jsonl", rows)
     _, files = identity_part(tmp_path / "part", source, root)
     spoken, written = read_jsonl(files[0])
+    assert spoken["who"] == spoken["speaker"]  # by default a dataset shares its speaker ids
     assert spoken["utterance"] == utterance_key(spoken["who"], "five dollars, said in full")
     assert spoken["utterance"] != utterance_key(spoken["who"], rows[0]["text"])
     assert written["utterance"] == utterance_key(written["who"], rows[1]["text"]) is not None
@@ -1110,4 +1119,44 @@ def test_the_identity_jobs_write_the_same_utf8_bytes_whatever_the_locale(tmp_pat
     for name in ("identity/speaker_decisions.jsonl", "identity/links.jsonl", "identity/more/part.jsonl"):
         mine = (tmp_path / "utf8" / name).read_bytes()
         assert mine == (tmp_path / "ascii" / name).read_bytes().replace(b"/ascii/", b"/utf8/"), name
-    assert b"\xc3\xa5" in (tmp_path / "ascii" / "identity" / "more" / "part.jsonl").read_bytes()  # "å"
+    assert "kå".encode() in (tmp_path / "ascii" / "identity" / "more" / "part.jsonl").read_bytes()
+
+
+def test_a_pair_is_made_up_to_exactly_max_dt_frames_apart():
+    """Two landmarks MAX_DT frames apart are a pair; one frame further they are not (tone bursts
+    whose peak frames are read back from a burst alone)."""
+    from sharflow.identity.fingerprint import HOP, MAX_DT, RATE
+
+    def pairs(gap_frames):
+        fp = fingerprint(*_bursts((0.0, 60, 0.0), (HOP * gap_frames / RATE, 100, -6.0)))
+        return [(int(h) >> 14, int(h) & 127) for h in fp.hashes]
+
+    assert pairs(MAX_DT) == [(60, MAX_DT)]
+    assert pairs(MAX_DT + 1) == []
+    assert pairs(20) == [(60, 20)]
+
+
+def test_a_silent_record_adds_nothing_to_its_speakers_voice():
+    """A record without hashes (silence, too short) adds neither its embedding nor its seconds to its
+    speaker's voice, though it counts in the speaker's splits."""
+    v = Voices()
+    entry = {"speaker": "s", "duration": 4.0, "hashes": 50}
+    v.add("d", entry, "train", np.array([1.0, 0.0], np.float32))
+    v.add("d", {**entry, "hashes": 0}, "dev_seen", np.array([0.0, 1.0], np.float32))
+    s = v.speakers[("d", "s")]
+    assert (s.seconds, s.total.tolist(), sorted(s.splits)) == (4.0, [1.0, 0.0], ["dev_seen", "train"])
+
+
+def test_a_named_pair_shows_its_similarity_to_four_decimals_whatever_it_is():
+    """A pair named in identity.voices.deny is decided and shown with its similarity to four decimals,
+    though it is far below min_similarity and out of the near-miss band."""
+    v = Voices()
+    angle = 1.2  # cosine 0.36235775...
+    v.speakers = {
+        ("a", "x"): _speaker("a", "x", [1.0, 0.0], "dev_unseen"),
+        ("b", "y"): _speaker("b", "y", [np.cos(angle), np.sin(angle)]),
+    }
+    rules = VoiceRules(deny=(frozenset(("a:x", "b:y")),))
+    assert link_speakers(v, VoiceRules(), {}) == []  # unnamed, it is not even a near miss
+    [row] = link_speakers(v, rules, {})
+    assert (row["how"], row["linked"], row["similarity"]) == ("denied", False, 0.3624)
