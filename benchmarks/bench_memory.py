@@ -168,8 +168,9 @@ def _context_part(tmp: str, copies: int) -> tuple[float, float, int, int]:
 
     from _corpus import context_stage, prepare
 
+    # imported before the peak's reset: their size is not the part's
     import sharflow.context.part
-    import sharflow.models.speaker_embedders  # noqa: F401 (imported before the peak's reset)
+    import sharflow.models.speaker_embedders  # noqa: F401
 
     manifest, root = repeated_demo(Path(tmp) / f"x{copies}", copies, link=True)
     files, _ = prepare(Path(tmp) / f"x{copies}" / "dataset", manifest, root)
@@ -200,8 +201,9 @@ def main() -> None:
         workflow_jobs(args.copies)
     with tempfile.TemporaryDirectory(prefix="bench_memory-") as tmp:
         shard_jobs(Path(tmp), args.shard_cuts, args.codes_cuts)
-    with tempfile.TemporaryDirectory(prefix="bench_memory-") as tmp:
-        context_parts(Path(tmp), args.context_copies)
+    if args.context_copies:
+        with tempfile.TemporaryDirectory(prefix="bench_memory-") as tmp:
+            context_parts(Path(tmp), args.context_copies)
 
 
 def workflow_jobs(copies: int) -> None:
