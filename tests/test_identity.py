@@ -483,13 +483,15 @@ def test_a_split_that_selects_nothing_is_said_and_can_stop_the_run(tmp_path, cap
 OTHER_HALF = {"kal": "k", "us_m3": "m", "gb_f2": "g", "awb": "a"}  # voice -> its id in "more"
 
 
-def _halves(tmp, ids=OTHER_HALF):
+def _halves(tmp, ids=OTHER_HALF, demo_ids=None):
     """demo less the last four utterances of four voices, and "more": those utterances (other
     recordings, not copies) under the ids `ids` gives. kal (dev_unseen) and us_m3 (test_unseen) are
-    held out in demo; gb_f2 is the voice closest to us_m3 (0.922), awb an ordinary other voice."""
+    held out in demo; gb_f2 is the voice closest to us_m3 (0.922), awb an ordinary other voice.
+    `demo_ids` renames demo's own speakers."""
     order = {id(r): i for s in ids for i, r in enumerate(r for r in MANIFEST if r["speaker"] == s)}
     moved = [r for r in MANIFEST if order.get(id(r), -1) >= 4]
     kept = [r for r in MANIFEST if order.get(id(r), -1) < 4]
+    kept = [{**r, "speaker": (demo_ids or {}).get(r["speaker"], r["speaker"])} for r in kept]
     renamed = [{**r, "speaker": ids[r["speaker"]], "text": f"another text {i}"} for i, r in enumerate(moved)]
     out = []
     for name, rows in (("demo", kept), ("more", renamed)):
@@ -1084,15 +1086,16 @@ def test_an_utterance_is_keyed_by_its_spoken_form_where_the_record_has_one(tmp_p
 def test_the_identity_jobs_write_the_same_utf8_bytes_whatever_the_locale(tmp_path):
     """A cluster node may run a job in a locale whose encoding is ASCII (LC_ALL=C without Python's
     UTF-8 coercion): the identity parts, links and speaker decisions, which hold speakers' names as
-    they are ("kå", "mü"), are written and read as UTF-8 all the same, byte for byte as in a UTF-8
-    locale. The same parts, job and splits run here and, twice (the second run reads the first's
-    decisions), in a child process in that locale."""
+    they are ("kå", "mü"; held out, "kål"), are written and read as UTF-8 all the same, byte for
+    byte as in a UTF-8 locale. The same parts, job and splits run here and, twice (the second run
+    reads the first's decisions), in a child process in that locale."""
     import subprocess
     import sys
 
     ids = {"kal": "kå", "us_m3": "mü", "gb_f2": "gé", "awb": "añ"}
-    demo, more = _halves(tmp_path / "in", ids)
-    datasets = {"demo": [str(demo[0]), str(demo[1]), demo[2], DEMO_SPLITS]}
+    demo, more = _halves(tmp_path / "in", ids, demo_ids={"kal": "kål", "us_m3": "üs_m3"})
+    splits = {**DEMO_SPLITS, "dev_unseen": {"speakers": ["kål"]}, "test_unseen": {"speakers": ["üs_m3"]}}
+    datasets = {"demo": [str(demo[0]), str(demo[1]), demo[2], splits]}
     datasets["more"] = [str(more[0]), str(more[1]), more[2], {}, True]
     run_identity(tmp_path / "utf8", {k: (Path(v[0]), Path(v[1]), *v[2:]) for k, v in datasets.items()})
     code = (
@@ -1119,7 +1122,8 @@ def test_the_identity_jobs_write_the_same_utf8_bytes_whatever_the_locale(tmp_pat
     for name in ("identity/speaker_decisions.jsonl", "identity/links.jsonl", "identity/more/part.jsonl"):
         mine = (tmp_path / "utf8" / name).read_bytes()
         assert mine == (tmp_path / "ascii" / name).read_bytes().replace(b"/ascii/", b"/utf8/"), name
-    assert "kå".encode() in (tmp_path / "ascii" / "identity" / "more" / "part.jsonl").read_bytes()
+    for name, text in (("identity/more/part.jsonl", "kå"), ("identity/links.jsonl", "kål")):
+        assert text.encode() in (tmp_path / "ascii" / name).read_bytes(), name  # as it is, not escaped
 
 
 def test_a_pair_is_made_up_to_exactly_max_dt_frames_apart():
