@@ -374,6 +374,22 @@ def test_a_killed_shard_job_leaves_no_file_under_a_final_name(with_context, tmp_
     assert not any(p.exists() for p in finals)
 
 
+def test_a_shard_written_again_first_removes_what_a_killed_run_of_it_left(tmp_path):
+    """A run killed while writing shard 1 leaves its temp folder, or the temp file of an output it
+    was renaming into place (its stats); writing the shard again removes both, and nothing of another
+    shard's."""
+    from sharflow.shar.shard import _fresh_work_dir
+
+    jobs = tmp_path / "shar_jobs"
+    (jobs / ".shard-000001.k1ll3d").mkdir(parents=True)
+    (jobs / ".shard-000001.k1ll3d" / "target.tar").write_bytes(b"partial")
+    (jobs / ".shard-000001.stats.json.abcd.tmp").write_text("{")
+    (jobs / ".shard-000002.stats.json.efgh.tmp").write_text("{")
+    work = _fresh_work_dir(jobs, 1)
+    assert work.is_dir() and work.name.startswith(".shard-000001.")
+    assert sorted(p.name for p in jobs.iterdir()) == sorted([work.name, ".shard-000002.stats.json.efgh.tmp"])
+
+
 def test_nemo_magpietts_dataset_reads_a_batch(demo_shards):
 
     dataset = magpie_dataset(load_16khz_audio=True)

@@ -162,10 +162,14 @@ def run_shar_job(members: list[str], outputs, *, inputs: str, settings: dict, wo
 
 
 def _fresh_work_dir(jobs_dir: Path, shard: int) -> Path:
-    """A new temp folder for the shard's files, after removing any a killed run of it left."""
+    """A new temp folder for the shard's files, after removing what a killed run of it left: its temp
+    folder, and the temp file of an output it was writing (its stats, say)."""
     jobs_dir.mkdir(parents=True, exist_ok=True)
     for stale in jobs_dir.glob(f".shard-{shard_key(shard)}.*"):
-        shutil.rmtree(stale, ignore_errors=True)
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
     return Path(tempfile.mkdtemp(prefix=f".shard-{shard_key(shard)}.", dir=jobs_dir))
 
 
