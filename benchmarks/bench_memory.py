@@ -163,9 +163,8 @@ def shard_jobs(tmp: Path, shard_cuts: int, codes_cuts: int) -> None:
 
 def _context_part(tmp: str, copies: int) -> tuple[float, float, int, int]:
     """(process peak RSS MB, peak RSS MB while the context stage ran, records, largest group) of the
-    demo `copies` times, prepared first (its modules imported before the reset)."""
-    from collections import Counter
-
+    demo `copies` times, prepared first (its modules imported before the reset); the groups are the
+    context plan's."""
     from _corpus import context_stage, prepare
 
     # imported before the peak's reset: their size is not the part's
@@ -174,10 +173,11 @@ def _context_part(tmp: str, copies: int) -> tuple[float, float, int, int]:
 
     manifest, root = repeated_demo(Path(tmp) / f"x{copies}", copies, link=True)
     files, _ = prepare(Path(tmp) / f"x{copies}" / "dataset", manifest, root)
-    groups = Counter(json.loads(line)["speaker"] for line in Path(files.prepared).read_text().splitlines())
     _reset_peak()
     context_stage(files, audio_root=root, workers=1)
-    return _peak_mb(), proc_status_mb("VmHWM"), sum(groups.values()), max(groups.values())
+    process, job = _peak_mb(), proc_status_mb("VmHWM")
+    sizes = [group["n"] for group in json.loads(Path(files.context_plan).read_text())["groups"].values()]
+    return process, job, sum(sizes), max(sizes)
 
 
 def context_parts(tmp: Path, copies: list[int]) -> None:

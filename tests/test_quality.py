@@ -204,9 +204,9 @@ def test_vad_measures_added_silence_and_none_in_zeros(vad, clean):
 def test_vad_batched_equals_silero_own_forward_and_does_not_depend_on_its_batch(vad, voices):
     """Probabilities within 1e-4 of Silero's own frame-by-frame audio_forward (oneDNN's
     convolutions sum in another order for 1,024 frames than for one: up to 6e-6 apart with AVX2,
-    4.2e-5 with AVX-512), and the same speech spans as its own get_speech_timestamps; for more clips
-    than one LSTM pass takes and a clip longer than one feature block; the same bytes in any order of
-    clips."""
+    4.2e-5 with AVX-512, in a probe by hand), and the same speech spans as its own
+    get_speech_timestamps; for more clips than one LSTM pass takes and a clip longer than one feature
+    block; the same bytes in any order of clips."""
     import torch
     from silero_vad import get_speech_timestamps, load_silero_vad
 

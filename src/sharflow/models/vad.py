@@ -9,10 +9,11 @@ first, so rows of like length share a step), followed by the model's own decoder
 always have their full size (zeros pad the last), so a clip's probabilities do not depend on which
 clips share its batch; they are within 1e-4 of `audio_forward`'s (tested; oneDNN's convolutions
 sum in another order for a block than for one frame: up to 6e-6 apart with AVX2, 4.2e-5 with
-AVX-512). On a GPU the LSTM's steps are bound by kernel launches, not arithmetic, so more rows a
-step cost about the same: with 128 rows the VAD ran 1.4x faster than with 32 on an H100, with the
-same probabilities (a probe by hand beside benchmarks/bench_quality.py; docs: performance). The
-speech spans come from the package's own `get_speech_timestamps_from_probs`, with its default thresholds.
+AVX-512, in a probe by hand on 2026-11-27). On a GPU the LSTM's steps are bound by kernel
+launches, not arithmetic, so more rows a step cost about the same: with 128 rows the VAD ran 1.4x
+faster than with 32 on an H100, with the same probabilities (a probe by hand beside
+benchmarks/bench_quality.py; docs: performance). The speech spans come from the package's own
+`get_speech_timestamps_from_probs`, with its default thresholds.
 """
 
 import numpy as np
