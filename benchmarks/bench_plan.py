@@ -18,7 +18,11 @@ calibration's share of it: the calibration costs the same whatever the corpus's 
 corpora larger than a run here can afford (`--copies 200`: 11,200 records) is read from the plan, whose
 accuracy the full comparison measures.
 
+With `--against DIR` (a finished run of the same `--copies`) it makes only the plan, from its own
+`--sample`, and sets it against the run in DIR: one run measures the plans of several sample sizes.
+
     .venv/bin/python benchmarks/bench_plan.py [--copies 20] [--sample 300] [--shard-size 64] [--plan-only]
+        [--work DIR] [--against DIR] [--report-only]
 """
 
 import argparse
@@ -97,6 +101,12 @@ def main() -> None:
     ap.add_argument("--work", default=None, help="working folder (default: a new temporary one)")
     ap.add_argument("--report-only", action="store_true", help="report on a finished --work folder")
     ap.add_argument("--plan-only", action="store_true", help="the plan alone: the calibration's share of it")
+    ap.add_argument(
+        "--against",
+        default=None,
+        help="a finished --work folder of the same --copies: make only the plan here (its own --sample) and "
+        "set it against that folder's run",
+    )
     args = ap.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="bench_plan_"))
     configfile = work / "config.yaml"
@@ -118,20 +128,21 @@ def main() -> None:
         )
         print(f"work folder: {work}")
         return
+    ran = Path(args.against) if args.against else work  # the folder of the run the plan is set against
     if not args.report_only:
         plan_wall = snakemake(work, configfile, "plan")
-        run_wall = snakemake(work, configfile)
-        print(f"wall: plan (prepare + calibration) {plan_wall:.0f} s, the run {run_wall:.0f} s\n")
+        run = f"the run {snakemake(work, configfile):.0f} s" if not args.against else f"the run in {ran}"
+        print(f"wall: plan (prepare + calibration) {plan_wall:.0f} s, {run}\n")
     plan = json.loads((work / "results" / "plan" / "plan.json").read_text())
     resources = yaml.safe_load((work / "results" / "plan" / "resources.yaml").read_text())
-    result = compare(plan, resources, work / "logs")
+    result = compare(plan, resources, ran / "logs")
     d = plan["datasets"]["bench"]
     print(f"corpus: {d['records']} records, {d['seconds'] / 3600:.2f} h; sample {d['sample_records']}\n")
     print(compare_markdown(result))
     run_total = result["total"]["measured_cpu_s"]
     disk_plan = sum(v["bytes"] for k, v in plan["disk"].items() if not k.startswith("models"))
-    results = work / "results"
-    disk_run = du(results, results / "plan") - du(results / "models", work / "none")
+    results = ran / "results"
+    disk_run = du(results, results / "plan") - du(results / "models", ran / "none")
     print(
         f"\ndisk: plan {disk_plan / 1e6:.1f} MB, run {disk_run / 1e6:.1f} MB, "
         f"plan/run {disk_plan / disk_run:.3f}"

@@ -131,6 +131,14 @@ def test_a_jobs_fixed_and_per_unit_costs_come_from_its_two_runs():
     # no growth measurable (noise): all fixed; no fixed part measurable: all per unit
     assert fit_line((1, 100.0, 8.0), (1, 25.0, 8.3), fallback_fixed=3.0) == Fit(8.0, 0.0)
     assert fit_line((1, 100.0, 50.0), (1, 25.0, 5.0), fallback_fixed=3.0) == Fit(0.0, 0.5)
+    # growth within noise (0.2 s, 10 %) is not scaled: the report's figures at 304 and 80 records
+    assert fit_line((1, 304.0, 2.61), (1, 80.0, 2.48), fallback_fixed=0.4) == Fit(2.61, 0.0)
+    assert fit_line((1, 304.0, 0.22), (1, 80.0, 0.05), fallback_fixed=0.1) == Fit(0.22, 0.0)
+    assert fit_line((2, 304.0, 50.0), (2, 80.0, 45.6), fallback_fixed=9.0) == Fit(25.0, 0.0)
+    # and above it is: verify 0.92 -> 1.28 s, which did grow to 7.3 s at 3,360 records
+    verify = fit_line((1, 304.0, 1.28), (1, 80.0, 0.92), fallback_fixed=0.4)
+    assert verify.per_unit == pytest.approx(0.36 / 224) and 0 < verify.fixed < 0.92
+    assert fit_line((2, 304.0, 50.4), (2, 80.0, 44.6), fallback_fixed=9.0).per_unit > 0
     # one run alone: its start-up and model loads are the fixed part, the rest per unit
     assert fit_line((2, 100.0, 60.0), None, fallback_fixed=5.0) == Fit(5.0, 0.5)
     assert fit_line((1, 100.0, 2.0), None, fallback_fixed=5.0) == Fit(2.0, 0.0)
@@ -262,9 +270,18 @@ def test_snakemake_plan_calibrates_on_a_sample_and_plans_every_stage(planned_dem
     q = plan["stages"]["quality"]["rules"]["quality_part"]
     assert q["cpu_s"] > q["calibration_cpu_s"] - 1e-6
     assert "text_normalizer" in plan["not_scaled"] and "prepare" in plan["not_scaled"]
+    # rules whose cost did not grow above noise are named, not scaled (which varies by run: those of
+    # per-record work do grow)
+    assert "quality_part" not in plan["not_grown"] and "context_merge" in plan["not_grown"]
+    for name in plan["not_grown"]:
+        rule = next(r for s in plan["stages"].values() for n, r in s["rules"].items() if n == name)
+        assert rule["driver"] in ("audio", "records")
     assert plan["disk"]["shar audio"]["bytes"] > plan["disk"]["shar audio"]["calibration_bytes"]
     page = (work / "results/plan/plan.md").read_text()
     assert "| quality (GPU) |" in page and "Most of the bill" in page
+    assert (
+        f"noise (0.2 s or 10 %) from the small sample to the sample: {', '.join(plan['not_grown'])}." in page
+    )
     assert "| quality (GPU) |" in proc.stdout  # printed in the terminal
     table = yaml.safe_load((work / "results/plan/resources.yaml").read_text())
     assert {"quality_part", "context_part", "codes_block", "shar_block", "text", "verify"} <= set(table)
@@ -332,9 +349,19 @@ def test_plan_against_actual_sets_each_stage_beside_the_runs_jobs(tmp_path):
 
 def test_the_plans_stages_read_top_to_bottom_with_gpu_stages_marked():
     from sharflow.plan.model import is_gpu_rule
-    from sharflow.plan.page import plan_dot, plan_summary, shard_jobs_summary
+    from sharflow.plan.page import hours, plan_dot, plan_summary, shard_jobs_summary
     from sharflow.report.dag import parse_dot
     from testkit import GPU_RULES
+
+    # a small stage still reads as more than nothing
+    assert [hours(s) for s in (0.0, 1.0, 7.2, 17.0, 18.0, 5400.0)] == [
+        "0.00",
+        "<0.001",
+        "0.002",
+        "0.005",
+        "0.01",
+        "1.50",
+    ]
 
     assert all(is_gpu_rule(rule) for rule in GPU_RULES) and is_gpu_rule("codes_jobs")
     assert not any(is_gpu_rule(rule) for rule in ("shar_block", "shar_jobs", "text", "verify"))

@@ -17,6 +17,7 @@ from sharflow.core.cache import cache_root
 from sharflow.core.errors import SharflowError
 from sharflow.core.ledger import reject_row
 from sharflow.core.metrics import MEASURED
+from sharflow.core.parallel import ordered_map
 from sharflow.models.tokenizers import OFFLINE, Tokenizers, cannot_build, encode
 from sharflow.quality.filter import failures
 from sharflow.shar.plan import cut_id
@@ -560,11 +561,26 @@ def demo_with_raw_text(records: list[dict]) -> list[dict]:
     return out
 
 
-def test_the_stage_accounts_for_every_record_and_any_worker_count_gives_the_same_bytes(tmp_path):
+def test_the_stage_accounts_for_every_record_and_any_worker_count_gives_the_same_bytes(tmp_path, monkeypatch):
+    """One worker and two give the same bytes. With two, the 23 records go out in two chunks of 12
+    and 11 (chunks of up to 256, no more than an even share each), not in one chunk run in the job's
+    own process: every worker starts and loads its tools for a small sample as for the corpus (the
+    cost plan relies on it)."""
+    import sharflow.text.job
+
+    sent = []
+
+    def spy(fn, items, workers, **kw):
+        for chunk, decisions in ordered_map(fn, items, workers, **kw):
+            sent.append((len(chunk), workers))
+            yield chunk, decisions
+
     records = demo_with_raw_text(read_jsonl(DEMO / "manifest.json"))[:20]
     records += [record(normalized_text=""), record("..."), record(lang=7)]
     one, out1 = normalized_demo(tmp_path, records, name="one")
-    two, out2 = normalized_demo(tmp_path, records, workers=2, chunk_lines=6, name="two")
+    monkeypatch.setattr(sharflow.text.job, "ordered_map", spy)
+    two, out2 = normalized_demo(tmp_path, records, workers=2, name="two")
+    assert sent == [(12, 2), (11, 2)]
     assert (out1 / "records.jsonl").read_bytes() == (out2 / "records.jsonl").read_bytes()
     assert one == two
     assert one["records_in"] == 23 == one["records_out"] + one["rejected_total"]

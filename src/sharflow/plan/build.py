@@ -81,6 +81,9 @@ def make_plan(
         },
         "knobs": knobs(rules, config),
         "not_scaled": sorted(name for name, p in rules.items() if p.driver in ("one_off", "actual")),
+        "not_grown": sorted(
+            name for name, p in rules.items() if p.driver in ("audio", "records") and not p.grew
+        ),
         # GPU rules whose calibration jobs allocated no GPU memory ran on CPUs: their hours are CPU hours
         "gpu_rules_on_cpu": sorted(name for name, p in rules.items() if p.gpu and not p.gpu_peak_mb),
     }

@@ -14,6 +14,8 @@ The calibration runs every job twice, on the sample and on a quarter of it (the 
 the line through the two (fit_line) gives both parts, per rule and dataset. A rule's predicted
 cost is its full-run job count times the fixed part plus the per-unit part times the full
 corpus's units, per dataset (the sample keeps the corpus's mix of durations, sharflow.plan.sample).
+A rule whose cost grew by no more than noise between the two runs (the merges, the cards, the
+report's figures) is planned per job at the sample's cost, and the plan names it (RulePlan.grew).
 Memory is the calibration's peak, not scaled: every stage's memory is bounded by design (a shard,
 a batch, a part's buffers), whatever the corpus's size.
 """
@@ -188,16 +190,31 @@ class Fit:
 Point = tuple[int, float, float]  # a run's (jobs, units, cost) of one rule and dataset
 
 
+# What a job's measured seconds vary by between two runs of the same work on a shared machine: the
+# calibration's jobs that do no per-record work differed by up to 0.08 s between its two runs, the
+# report job (figures) by 5 % (docs: cost). Growth within this is noise: scaled by the corpus it
+# would be multiplied into seconds that are not there.
+NOISE_S = 0.2
+NOISE_FRACTION = 0.10
+
+
+def grew(big: Point, small: Point) -> bool:
+    """Whether a rule's cost per job grew from the small run to the sample by more than noise."""
+    (jobs1, _, cost1), (jobs2, _, cost2) = big, small
+    return cost1 / jobs1 - cost2 / jobs2 > max(NOISE_S, NOISE_FRACTION * cost2 / jobs2)
+
+
 def fit_line(big: Point, small: Point | None, fallback_fixed: float) -> Fit:
     """The fixed and per-unit cost from the calibration's two runs, each (jobs, units, cost): the
-    line through both where their units differ, kept non-negative; from one run alone, its start-up
-    and model loads (`fallback_fixed`, per job) as the fixed part and the rest per unit."""
+    line through both where their units differ, kept non-negative, and all of it fixed where the
+    cost grew by no more than noise (grew); from one run alone, its start-up and model loads
+    (`fallback_fixed`, per job) as the fixed part and the rest per unit."""
     jobs1, units1, cost1 = big
     if small is not None and small[1] != units1 and small[0] == jobs1:
         _, units2, cost2 = small
         per_unit = (cost1 - cost2) / (units1 - units2)
         fixed = (cost1 - per_unit * units1) / jobs1
-        if per_unit < 0:  # no growth measurable: all of it fixed
+        if per_unit < 0 or not grew(big, small):  # no growth measurable (noise): all of it fixed
             return Fit(cost1 / jobs1, 0.0)
         if fixed < 0:  # no fixed part measurable: all of it per unit
             return Fit(0.0, cost1 / units1 if units1 else 0.0)
@@ -222,6 +239,7 @@ class RulePlan:
     calibration_cpu_s: float = 0.0
     per_shard_wall_s: float = 0.0  # shard rules: one shard's variable wall time in the full run
     fixed_wall_s: float = 0.0  # one job's fixed wall time (start-up and model loads)
+    grew: bool = False  # whether its CPU per unit was measured above noise (fit_line) for a dataset
 
     @property
     def gpu(self) -> bool:
@@ -318,6 +336,7 @@ def _plan_one(rule, jobs, small_jobs, scales, total, config, shards) -> RulePlan
         n = full_jobs(rule, len(group), dataset, config, shards)
         cpu, wall = fit_group(group, small_groups.get(dataset), scales.get(dataset) or total, driver)
         full_units = (scales.get(dataset) or total).units(driver, "full")
+        plan.grew = plan.grew or cpu.per_unit > 0
         plan.jobs += n
         plan.cpu_s += n * cpu.fixed + cpu.per_unit * full_units
         plan.fixed_cpu_s += n * cpu.fixed

@@ -3,9 +3,16 @@ the stages a dry run prints, and the plan as a picture."""
 
 import math
 
+from sharflow.plan.model import NOISE_FRACTION, NOISE_S
+from sharflow.plan.resources import MIN_RUNTIME
+
 
 def hours(seconds: float) -> str:
-    return f"{seconds / 3600:,.2f}"
+    """Hours to two decimals; a small stage's (under 18 s, which would read 0.00) to three, or <0.001."""
+    h = seconds / 3600
+    if h <= 0 or h >= 0.005:
+        return f"{h:,.2f}"
+    return f"{h:.3f}" if h >= 0.0005 else "<0.001"
 
 
 def size(n: float) -> str:
@@ -85,6 +92,15 @@ def notes(plan: dict) -> list[str]:
             + ", ".join(plan["not_scaled"])
             + ". Prepare ran on every "
             "record already; a model built or a grammar cached is paid once per run or cache.",
+        ]
+    if plan.get("not_grown"):
+        lines += [
+            "",
+            "Planned per job at the sample's cost, not scaled, because their cost grew by no more than "
+            f"noise ({NOISE_S} s or {100 * NOISE_FRACTION:.0f} %) from the small sample to the sample: "
+            f"{', '.join(plan['not_grown'])}. What their records add is too little to measure in a sample; "
+            "on a far larger corpus they may take longer than planned (each job still asks for at least "
+            f"{MIN_RUNTIME} minutes).",
         ]
     if plan["gpu_rules_on_cpu"]:
         lines += [
