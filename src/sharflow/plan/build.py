@@ -19,7 +19,7 @@ from sharflow.plan.model import (
     resources_table,
     stage_of,
 )
-from sharflow.plan.page import plan_dot, plan_markdown
+from sharflow.plan.page import hours, plan_dot, plan_markdown
 
 
 def full_shards(calibration_results: Path, scales: dict[str, Scale], shard_size: int) -> dict[str, int]:
@@ -142,7 +142,7 @@ def knobs(rules, config) -> list[str]:
             saved = p.fixed_cpu_s * (1 - fewer / p.jobs)
             out.append(
                 f"{stage}.shards_per_job {per_job} -> 100: {p.jobs} jobs -> "
-                f"{fewer}, saves about {saved / 3600:.2f} CPU-h of start-up "
+                f"{fewer}, saves about {hours(saved)} CPU-h of start-up "
                 "and model loads (each job's runtime grows to match)"
             )
     return out

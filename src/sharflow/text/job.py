@@ -98,7 +98,7 @@ def normalize_dataset(
     Records go to the workers in chunks of at most `chunk_lines`, and no more than an even share
     each, so every worker starts and loads its tools whatever the dataset's size: a job's fixed cost
     is the same for the cost plan's samples as for the corpus (with one chunk of a small sample
-    the job ran alone, the per-record cost measured 29 % high), and a small dataset uses every
+    the job ran alone, the per-record cost measured 28 % high), and a small dataset uses every
     worker.
     """
     workers = resolve_workers(workers)
