@@ -41,6 +41,8 @@ DEMO = REPO / "demo"
 sys.path.insert(0, str(REPO / "src"))
 
 from sharflow.plan.actual import compare, compare_markdown  # noqa: E402
+from sharflow.plan.calibrate import RUNS  # noqa: E402
+from sharflow.plan.model import read_job_costs  # noqa: E402
 
 
 def build(work: Path, copies: int) -> tuple[str, str]:
@@ -154,7 +156,33 @@ def main() -> None:
         f"{100 * (c['cpu_s'] - c['fixed_s']) / run_total:.1f} %); "
         f"{c['jobs']} jobs, nested run {c['wall_s']} s wall"
     )
+    print(calibration_points(work, ran, plan))
     print(f"work folder: {work}")
+
+
+def calibration_points(work: Path, ran: Path, plan: dict) -> str:
+    """Each rule's CPU seconds in the small run, the sample run and the real run, and whether the plan
+    scaled it (a rule whose cost grew by no more than noise is not: sharflow.plan.model.grew)."""
+    datasets = set(plan["datasets"])
+    runs = [work / "results" / "plan" / "calibration" / run / "logs" for run in RUNS] + [ran / "logs"]
+    cpu = [{} for _ in runs]
+    for totals, logs in zip(cpu, runs, strict=True):
+        for job in read_job_costs(logs, datasets):
+            totals[job.rule] = totals.get(job.rule, 0.0) + job.cpu_s
+    sample, small, run = cpu
+    lines = ["\n| rule | small run CPU-s | sample run | the run | scaled |", "|---|---:|---:|---:|---|"]
+    for rule in sorted(set(sample) & set(small)):
+        scaled = (
+            "no: grew within noise"
+            if rule in plan["not_grown"]
+            else "no: ran in full or paid once"
+            if rule in plan["not_scaled"]
+            else "yes"
+        )
+        lines.append(
+            f"| {rule} | {small[rule]:.2f} | {sample[rule]:.2f} | {run.get(rule, 0.0):.2f} | {scaled} |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

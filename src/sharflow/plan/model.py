@@ -211,11 +211,11 @@ def fit_line(big: Point, small: Point | None, fallback_fixed: float) -> Fit:
     (`fallback_fixed`, per job) as the fixed part and the rest per unit."""
     jobs1, units1, cost1 = big
     if small is not None and small[1] != units1 and small[0] == jobs1:
+        if not grew(big, small) or small[1] > units1:  # no growth measurable (noise): all of it fixed
+            return Fit(cost1 / jobs1, 0.0)
         _, units2, cost2 = small
         per_unit = (cost1 - cost2) / (units1 - units2)
         fixed = (cost1 - per_unit * units1) / jobs1
-        if per_unit < 0 or not grew(big, small):  # no growth measurable (noise): all of it fixed
-            return Fit(cost1 / jobs1, 0.0)
         if fixed < 0:  # no fixed part measurable: all of it per unit
             return Fit(0.0, cost1 / units1 if units1 else 0.0)
         return Fit(fixed, per_unit)
