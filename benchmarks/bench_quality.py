@@ -14,7 +14,9 @@ and a part's peak memory.
    sharflow.quality.part.run_quality_part (one part) with 1 and 2 workers (CPU), or on every visible
    GPU with --workers CPU workers, then with 2 (--device cuda; the GPU's busy share is sampled with
    nvidia-smi while the first runs). Figures are audio-seconds per wall-clock second (per GPU on a
-   GPU); the metrics of every stage run must be byte-identical.
+   GPU); the metrics of every stage run must be byte-identical. With --against-cpu on a GPU, the
+   part runs once more on CPU ranks, and the records whose VAD speech spans differ between the
+   devices are counted, with the scores' largest differences.
 3. memory: peak RSS of one quality part (1 worker, a fresh process) over the demo x1 and x10: a
    part streams its records, so the peak should not grow with the data.
 
@@ -26,6 +28,7 @@ config/models/tiny_asr.yaml).
 Usage: python benchmarks/bench_quality.py [--times 3] [--rss-times 1 10] [--device cpu|cuda]
                                           [--dnsmos-max-windows N] [--workers 8] [--asr MODEL]
                                           [--batch-seconds 300] [--skip-memory] [--skip-models]
+                                          [--against-cpu]
 """
 
 import argparse
@@ -35,6 +38,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -304,6 +308,12 @@ def bench_throughput(args) -> None:
             out.mkdir()
             with busy if (dev, workers) == runs[0] else contextlib.nullcontext():  # the first run's share
                 results[(dev, workers)] = stage(prepared, out, dev, workers, settings)
+        if args.against_cpu and args.device == "cuda":  # the same part on CPU ranks, every core
+            (tmp / "cpu-all").mkdir()
+            cpu_run = stage(prepared, tmp / "cpu-all", "cpu", 0, settings)
+            (tmp / "small-groups").mkdir()  # and on the GPU in groups a fifth the size
+            small = replace(settings, batch_seconds=settings.batch_seconds / 5)
+            regrouped = stage(prepared, tmp / "small-groups", args.device, args.workers, small)
     gpus = len({r["device"] for r in results[runs[0]][2]["ranks"]}) if args.device == "cuda" else 1
     with_asr = f", ASR {args.asr} in batches of {args.asr_batch_seconds:g} s" if asr else ""
     print(
@@ -330,12 +340,44 @@ def bench_throughput(args) -> None:
         f"audio-s/s ({1000 * cpu_s / audio:.2f} ms per audio second): models that measure X audio-s/s "
         f"are kept fed by X / {audio / cpu_s:.0f} CPU workers"
     )
+    if args.against_cpu and args.device == "cuda":
+        print(device_agreement(results[runs[0]][1], cpu_run[1], cpu_run[0]))
+        same = regrouped[1] == results[runs[0]][1]
+        print(
+            f"GPU in groups of {args.batch_seconds / 5:g} s against {args.batch_seconds:g} s: "
+            f"metrics identical: {same}"
+        )
     for r in first_stats["ranks"]:
         print(
             f"  rank {r['rank']} ({r['device']}, DNSMOS {r['dnsmos_engine']}): {r['seconds']:.1f} s, "
             f"of which {r['measuring_seconds']:.1f} s measuring groups and {r['waiting_seconds']:.1f} s "
             "waiting on its CPU workers"
         )
+
+
+# the metrics that come from the VAD's speech spans: equal on every device, or the spans differ
+SPAN_METRICS = ("speech_ratio", "leading_silence", "trailing_silence", "speaking_rate")
+
+
+def device_agreement(gpu: bytes, cpu: bytes, cpu_seconds: float) -> str:
+    """How the GPU run's metrics stand against the CPU ranks' over the same records: the records whose
+    speech spans differ (any SPAN_METRICS value), every other metric's largest difference."""
+    import json
+
+    rows = [[json.loads(line) for line in b.decode().splitlines()] for b in (gpu, cpu)]
+    assert [r["line"] for r in rows[0]] == [r["line"] for r in rows[1]]
+    pairs = list(zip(*rows, strict=True))
+    spans = sum(any(g.get(m) != c.get(m) for m in SPAN_METRICS) for g, c in pairs)
+    names = [k for k, v in rows[0][0].items() if isinstance(v, float)]
+    worst = {k: max(abs((g.get(k) or 0.0) - (c.get(k) or 0.0)) for g, c in pairs) for k in names}
+    differ = {m: sum(g.get(m) != c.get(m) for g, c in pairs) for m in SPAN_METRICS}
+    return (
+        f"GPU against CPU ranks (every core, {cpu_seconds:.1f} s): {len(rows[0])} records, "
+        f"{spans} whose speech spans differ (records per metric: "
+        + ", ".join(f"{m} {n}" for m, n in differ.items())
+        + "); largest differences: "
+        + ", ".join(f"{k} {v:.2g}" for k, v in worst.items())
+    )
 
 
 def _rss_job(times: int, max_windows: int, queue) -> None:
@@ -380,6 +422,11 @@ def main() -> None:
     parser.add_argument("--asr-batch-seconds", type=float, default=60.0)
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--skip-models", action="store_true", help="skip part 1 (throughput only)")
+    parser.add_argument(
+        "--against-cpu",
+        action="store_true",
+        help="on cuda: also run the part on CPU ranks and compare the speech spans and scores",
+    )
     args = parser.parse_args()
     if args.dnsmos_max_windows is None:
         args.dnsmos_max_windows = 1 if args.device == "cpu" else 0
