@@ -11,13 +11,16 @@ from sharflow.core import jobs, layout, storage
 from sharflow.core.atomic import read_json
 from sharflow.core.cache import cache_root
 from sharflow.core.config import validate_config
+from sharflow.core.containers import expand_shards
 from sharflow.core.errors import SharflowError
 from sharflow.core.parallel import resolve_workers
 from sharflow.core.ranks import host_shows_gpu
 from sharflow.core.splits import HELD_OUT, SplitRules
+from sharflow.models.phoneme_dict import dictionary_key
 from sharflow.plan.calibrate import passed_options
+from sharflow.plan.key import key_now
 from sharflow.plan.resources import PlannedResources
-from sharflow.prepare.webdataset_io import expand_shards
+from sharflow.prepare.readers import Source, container_suffix, open_reader
 from sharflow.text.normalizer import normalizer_key
 
 try:
@@ -39,8 +42,9 @@ PUBLISH = config["publish"]["url"]
 PATH_PREFIX = config["training"]["path_prefix"] or PUBLISH
 # The cache of the normalizer's grammars, resolved once here so that every job uses the same one.
 TEXT_CACHE = str(cache_root(config["text"]["cache_dir"]))
-# Every rule's mem_mb and runtime: the cost plan's where one was made (snakemake plan), else defaults
-RESOURCES = PlannedResources(layout.PLAN_RESOURCES)
+# The key of the English IPA dictionary the default english_phoneme tokenizer reads (without
+# training.tokenizer): a param of the text jobs, so that another dictionary measures again
+PHONEME_DICT_KEY = None if config["training"]["tokenizer"] else dictionary_key()[0]
 # What the calibration run (rules/plan.smk) takes over from this snakemake's command line: profiles,
 # executor, jobs and cores (read here, in the process that plans the jobs). A relative profile is
 # found where snakemake was started ($PWD: it has moved to --directory by now), else beside the Snakefile.
@@ -156,6 +160,9 @@ CODES_GPUS = gpu_request("codes", config["codes"]["gpus_per_job"])
 CONTEXT_GPUS = gpu_request("context")
 QUALITY_GPUS = gpu_request("quality")
 QUALITY_PART_RULE = "quality_part_cpu" if config["quality"]["device"] == "cpu" else "quality_part"
+# The rules whose jobs run on a GPU where their section's device allows (and the codes jobs), with
+# that section: what a dry run marks
+GPU_RULES = ((QUALITY_PART_RULE, "quality"), ("context_part", "context"))
 
 
 # ---- prepare ----------------------------------------------------------------------------------
@@ -168,25 +175,54 @@ def dataset_inputs(dataset):
     return {"manifest": ds["manifest"], "recordings": ds["recordings"]}
 
 
-CONTAINER_SUFFIX = {"webdataset": ".tar", "parquet_audio": ".parquet"}
-
-
 def get_manifest(wildcards):
     """The prepare job's inputs: local manifests or tars (Snakemake watches their times); none for a URL.
     (In a dry run, the first call also logs the stages the shard plan hides: summarize_dry_run.)"""
     summarize_dry_run()
     ds = config["datasets"][wildcards.dataset]
-    if ds["format"] in CONTAINER_SUFFIX:  # a new tar or Parquet file is a grown corpus: prepare runs again
-        files = expand_shards(ds["manifest"], ds["audio_root"], CONTAINER_SUFFIX[ds["format"]])
+    if container_suffix(ds["format"]):  # a new tar or Parquet file is a grown corpus: prepare runs again
+        files = expand_shards(ds["manifest"], ds["audio_root"], container_suffix(ds["format"]))
         return [f for f in files if not storage.is_url(f)]
     return [p for p in dataset_inputs(wildcards.dataset).values() if p is not None and not storage.is_url(p)]
+
+
+def corpus_files(dataset):
+    """The files the dataset's corpus is read from (its manifest and recordings, or its containers),
+    as paths or URLs; none for a recipe's (they are made by the workflow from its config)."""
+    ds = config["datasets"][dataset]
+    if ds["recipe"] is not None:
+        return []
+    if container_suffix(ds["format"]):
+        return expand_shards(ds["manifest"], ds["audio_root"], container_suffix(ds["format"]))
+    return [p for p in dataset_inputs(dataset).values() if p is not None]
+
+
+# Every rule's mem_mb and runtime: the cost plan's where one was made (snakemake plan) for this
+# config, corpus and code (sharflow.plan.key), else defaults; a plan made for something else is said
+# once, here, where every look (a dry run too) shows it. A job's own start on a cluster node asks
+# nothing of it (its resources are held already): no stamp of the corpus there.
+RESOURCES = PlannedResources(
+    layout.PLAN_RESOURCES,
+    layout.PLAN,
+    key_now=(
+        None
+        if workflow.remote_exec
+        else lambda: key_now(
+            config,
+            {ds: corpus_files(ds) for ds in DATASETS},
+            {ds: layout.dataset_files(ds).prepare_stats for ds in DATASETS},
+        )
+    ),
+)
+if RESOURCES.message():
+    logger.warning(f"sharflow: {RESOURCES.message()}")
 
 
 def get_manifest_version(wildcards):
     """A URL manifest's ETag (one HEAD request): a param, so that a replaced object reruns prepare."""
     ds = config["datasets"][wildcards.dataset]
-    if ds["format"] in CONTAINER_SUFFIX:  # each object's ETag: a tar or Parquet file replaced in the bucket
-        files = expand_shards(ds["manifest"], ds["audio_root"], CONTAINER_SUFFIX[ds["format"]])
+    if container_suffix(ds["format"]):  # each object's ETag: a tar or Parquet file replaced in the bucket
+        files = expand_shards(ds["manifest"], ds["audio_root"], container_suffix(ds["format"]))
         return [storage.head(f).etag for f in files if storage.is_url(f)] or None
     paths = [p for p in dataset_inputs(wildcards.dataset).values() if p is not None]
     versions = [storage.head(p).etag if storage.is_url(p) else None for p in paths]
@@ -205,7 +241,7 @@ def get_prepare_settings(wildcards):
         "form": "lhotse" if ds["recipe"] is not None else ds["format"],
         "recordings": inputs["recordings"],
         "default_speaker": ds["default_speaker"],
-        "fields": ds["fields"] if ds["format"] in CONTAINER_SUFFIX else None,
+        "fields": ds["fields"] if container_suffix(ds["format"]) else None,
         "extra_fields": ds["extra_fields"],
     }
     return {
@@ -473,9 +509,17 @@ def get_block_inputs(shards, stage, inputs):
             return {"beyond_the_plan": files.beyond_the_plan(stage, wildcards.block)}
         if job not in plan_jobs(wildcards.dataset, stage).set:
             return {"beyond_the_plan": files.beyond_the_plan(stage, wildcards.block)}
+        rerun_if_damaged(block_record(files, stage, wildcards.get("codec"), *job))
         return inputs(wildcards, files, wildcards.block)
 
     return block_inputs
+
+
+def block_record(files, stage, codec, block, shards):
+    """The completion record of the `stage` job (shar, or codes of `codec`) of `shards` shards from `block`."""
+    if stage == "shar":
+        return files.shar_job(block, layout.block_size(block), shards)
+    return files.codes_job(codec, block, layout.block_size(block), shards)
 
 
 def get_shar_block_inputs(shards):
@@ -490,30 +534,39 @@ def get_shar_block_inputs(shards):
 def job_records(name, stage, codec=None):
     """The completion record of every `stage` job (shar, or codes of `codec`) of a Shar set's plan."""
     files = layout.dataset_files(name)
-    job = files.shar_job if stage == "shar" else functools.partial(files.codes_job, codec)
-    return [job(block, layout.block_size(block), shards) for block, shards in plan_jobs(name, stage).jobs]
+    return [block_record(files, stage, codec, *job) for job in plan_jobs(name, stage).jobs]
 
 
 LISTING = jobs.Listing()
 _SAID = set()
 
 
+def rerun_if_damaged(record):
+    """Run a finished shar or codes job again when its files are no longer what its record says
+    (jobs.damage: one missing, or of another size): its record is forced, as `--forcerun <record>`
+    would (Snakemake's DAG reads its forced files after every input function has run), and the log
+    names what is wrong and the job. Nothing is removed or written here: input functions run on
+    every look (-n, --dag, --summary, a Slurm job's own parse), and looking changes nothing. The
+    job's run replaces the record with its files (docs: long runs)."""
+    wrong = jobs.damage(record, LISTING)
+    if wrong and workflow.dag is not None:
+        workflow.dag.forcefiles.add(record)
+    for why in wrong:
+        if why not in _SAID:
+            _SAID.add(why)
+            logger.warning(f"sharflow: {why}: its job ({record}) runs again")
+
+
 def get_repairs(name):
-    """Input function: the record of every finished shar and codes job of the Shar set `name` whose
-    files are no longer what it wrote (withdrawn first: jobs.withdraw_if_damaged, said in the log),
-    and of every job whose record is missing: asking for those makes Snakemake run the jobs again.
-    The default target asks for them, a function per set (one whose plan is not made yet waits for
-    it alone), not the jobs that list the records: Snakemake does not look again at what those ask
-    for after the plan's checkpoint, and their inputs stay the same, so they rerun once, because the
-    records are new."""
+    """Input function: the record of every shar and codes job of the Shar set `name` that is missing
+    (a job not run yet, or its record deleted): asking for those makes Snakemake run the jobs. The
+    default target asks for them, a function per set (one whose plan is not made yet waits for it
+    alone), not the jobs that list the records: Snakemake does not look again at what those ask for
+    after the plan's checkpoint. (A job whose files are damaged is forced from its own input
+    function: rerun_if_damaged.)"""
 
     def repairs(wildcards):
         records = job_records(name, "shar") + [r for c in CODECS for r in job_records(name, "codes", c)]
-        for record in records:
-            for why in jobs.withdraw_if_damaged(record, LISTING):
-                if why not in _SAID:
-                    _SAID.add(why)
-                    logger.warning(f"sharflow: {why}: its job ({record}) runs again")
         return [record for record in records if not os.path.exists(record)]
 
     return repairs
@@ -730,27 +783,47 @@ _SUMMARIZED = []  # the dry run's summary is logged once (the input function run
 
 def summarize_dry_run():
     """In a dry run, log once what Snakemake's job counts cannot show: the cost plan's stages (every
-    job, the shard jobs after the checkpoint included), else the shard jobs the prepared records
-    make. Called from prepare's input function, which every DAG evaluates first: the Snakefile is
-    read before Snakemake knows it is a dry run, the DAG is built after (and an input function on
-    `all` would make Snakemake build the DAG below it again after the checkpoint)."""
+    job, the shard jobs after the checkpoint included) where a plan made for this run is there, else
+    the most shar and codes jobs of every dataset not planned into shards yet, from what costs almost
+    nothing to read (most_records). Called from prepare's input function, which every DAG evaluates
+    first: the Snakefile is read before Snakemake knows it is a dry run, the DAG is built after (and
+    an input function on `all` would make Snakemake build the DAG below it again after the checkpoint)."""
     from sharflow.plan.page import plan_summary, shard_jobs_summary
 
     if not workflow.dryrun or _SUMMARIZED:
         return
     _SUMMARIZED.append(True)
-    if os.path.exists(layout.PLAN):
+    if os.path.exists(layout.PLAN) and RESOURCES.planned:
         logger.info(plan_summary(read_json(layout.PLAN)))
         return
-    # the datasets prepared whose shard plan is not made yet: their shard jobs are not counted
-    files = {ds: layout.dataset_files(ds) for ds in DATASETS}
-    waiting = [
-        ds for ds, f in files.items() if os.path.exists(f.prepare_stats) and not os.path.exists(f.shard_plan)
-    ]
-    records = {ds: read_json(files[ds].prepare_stats)["records_out"] for ds in waiting}
-    if records:
+    waiting = [ds for ds in DATASETS if not os.path.exists(layout.dataset_files(ds).shard_plan)]
+    if waiting:
+        rows = [{"dataset": ds, **most_records(ds), "sets": 1 + len(held_out_sets(ds))} for ds in waiting]
         per_job = {stage: config[stage]["shards_per_job"] for stage in ("shar", "codes")}
-        logger.info(shard_jobs_summary(records, config["shar"]["shard_size"], per_job, len(CODECS)))
+        gpu = [f"{rule} (device: {config[section]['device']})" for rule, section in GPU_RULES]
+        gpu_line = f"GPU rules in the counts below: {', '.join(gpu)}; and the codes jobs above"
+        logger.info(shard_jobs_summary(rows, config["shar"]["shard_size"], per_job, CODECS, gpu_line))
+
+
+def most_records(dataset):
+    """{records, source}: the most records the dataset can give, and where that comes from: its
+    reader's cheap count (a line count, Parquet footers, tar headers; sharflow.prepare.readers), else
+    what prepare counted last; records None where neither can be had without reading the corpus."""
+    ds = config["datasets"][dataset]
+    if ds["recipe"] is None:
+        inputs = dataset_inputs(dataset)
+        source = Source(inputs["manifest"], ds["audio_root"], inputs["recordings"], fetch=False)
+        try:
+            reader = open_reader(ds["format"], source)
+            found = reader.most_records()
+        except (OSError, SharflowError) as e:  # prepare's job names it, with what to do
+            return {"records": None, "source": f"its corpus cannot be read ({e})"}
+        if found is not None:
+            return {"records": found, "source": f"{reader.unit}s ({ds['format']})"}
+    stats = layout.dataset_files(dataset).prepare_stats
+    if os.path.exists(stats):
+        return {"records": read_json(stats)["records_out"], "source": "prepared records"}
+    return {"records": None, "source": "not known before prepare has read the corpus"}
 
 
 # ---- at the end of a run ------------------------------------------------------------------------

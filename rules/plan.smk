@@ -60,6 +60,7 @@ rule cost_plan:
         datasets=DATASETS,
         slots=workflow.nodes or workflow.cores,
         logs=layout.LOGS,
+        inputs={ds: corpus_files(ds) for ds in DATASETS},
     script:
         "../workflow_scripts/cost_plan.py"
 

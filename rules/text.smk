@@ -34,6 +34,8 @@ rule text:
         settings=get_text_settings,
         tokenizer=config["training"]["tokenizer"],
         cache_dir=TEXT_CACHE,
+        # english_phoneme's dictionary (made here from cmudict: a new one measures the texts again)
+        phoneme_dict=PHONEME_DICT_KEY,
     threads: threads_of("text")
     resources:
         mem_mb=RESOURCES.mem_mb("text"),

@@ -225,7 +225,10 @@ def test_the_card_and_the_end_of_the_run_say_which_train_cuts_lose_characters(tm
     clean = tmp_path / "clean.parquet"
     write_fragment(synthetic_rows(0, 3, tokenizer_dropped_chars=lambda i: 0), str(clean))
     warning = dropped_text_warning({"b": str(path), "a": str(clean)})
-    assert warning.startswith("2 train cuts lose characters to their tokenizers (b: 2 of 7)")
+    assert warning.startswith(
+        "not measured: 2 train cuts; of the others, 2 train cuts lose characters to their tokenizers "
+        "(b: 2 of 7)"
+    )
     assert "tokenizer_dropped_chars: {max: 0}" in warning
     assert dropped_text_warning({"a": str(clean)}) is None
     text = {
@@ -244,7 +247,14 @@ def test_the_card_and_the_end_of_the_run_say_which_train_cuts_lose_characters(tm
         text=text,
     )
     section = card.split("## Text the model reads")[1].split("##")[0]
-    assert "**2 of 7 train cuts lose characters to their tokenizers** (2 not measured)" in section
+    # the cuts not measured first: no figure of loss over them
+    assert "**not measured: 2 of 7 train cuts; 2 of 5 measured train cuts lose characters" in section
+    unmeasured = tmp_path / "unmeasured.parquet"  # a catalog without the column: none measured
+    write_fragment(synthetic_rows(0, 4), str(unmeasured))
+    assert text_loss(str(unmeasured)) == {"cuts": 4, "dropping": 0, "unmeasured": 4}
+    none = dataset_card("d", str(unmeasured), {"num_buckets": 2, "bucket_duration_bins": [2.0]},
+                        {"shards": 1, "fields": ["cuts"]}, text=text)  # fmt: skip
+    assert "- **not measured: 4 of 4 train cuts; 0 of 0 measured train cuts" in none
     assert "- 4 spoken forms of the manifest held digits or symbols and were normalized again" in section
     assert "- 1 spoken forms keep digits or symbols (normalizer 1)" in section
     assert (

@@ -25,7 +25,7 @@ from sharflow.core import containers, storage
 from sharflow.core.audio import probe_audio, read_span, resolve_audio_path
 from sharflow.core.config import validate_config
 from sharflow.core.errors import SharflowError
-from sharflow.prepare.lhotse_io import LhotseManifest, supervision_record
+from sharflow.prepare.readers.lhotse import LhotseManifest, supervision_record
 from sharflow.prepare.recipe import run_recipe
 from sharflow.shar.audio import EncodeSettings, copy_through
 from sharflow.shar.plan import recording_id

@@ -111,3 +111,31 @@ def test_the_mutation_selection_names_files_and_tests_that_exist():
         if arg.startswith("tests/"):
             source = (REPO / path).read_text()
             assert not test or re.search(rf"def {re.escape(test)}\(", source), arg
+
+
+def test_prepares_readers_are_siblings_behind_one_interface():
+    """Each corpus form is one module of sharflow.prepare.readers, registered once (FORMS), named as the
+    config's datasets.<name>.format says it, with every member of the Reader protocol; no reader
+    imports another (what they share is readers.common and core.containers)."""
+    from sharflow.core.config import load_yaml
+    from sharflow.prepare import readers
+
+    schema = load_yaml(REPO / "config" / "schema.yaml")
+    formats = schema["properties"]["datasets"]["additionalProperties"]["properties"]["format"]["enum"]
+    assert list(readers.FORMS) == formats
+    members = [m for m in vars(readers.Reader) if not m.startswith("_")]
+    assert {"open", "size", "chunks", "most_records"} <= set(members)
+    modules = {spec.reader.split(":")[0] for spec in readers.FORMS.values()}
+    assert modules == {m.name for m in pkgutil.iter_modules(readers.__path__)} - {"common"}
+    for form in readers.FORMS:
+        cls = readers.reader_class(form)
+        assert cls.format == form, f"{cls.__name__}.format is {cls.format!r}, its form {form!r}"
+        assert all(hasattr(cls, m) for m in [*members, "format", "unit", "first"]), form
+    for module in modules:
+        tree = ast.parse((SRC / "prepare" / "readers" / f"{module}.py").read_text(encoding="utf-8"))
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        siblings = {f"sharflow.prepare.readers.{m}" for m in modules - {module}} | {
+            "sharflow.prepare.readers"
+        }
+        assert not imported & siblings, f"reader {module} imports {imported & siblings}"

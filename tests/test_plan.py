@@ -227,6 +227,67 @@ def test_a_rule_asks_for_the_plans_figures_else_the_defaults(tmp_path):
     assert planned_figures(3000.0, 3600.0, 1.5) == {"mem_mb": 4500, "runtime": 90}
 
 
+def test_a_plan_is_used_only_for_the_config_corpus_and_code_it_was_made_for(tmp_path):
+    """PlannedResources takes the plan's figures only under the key a plan made now would have
+    (sharflow.plan.key); anything else in the key gives every rule the defaults, and says what."""
+    from sharflow.plan.key import code_version, key_now, plan_key
+
+    manifest = tmp_path / "m.json"
+    manifest.write_text('{"a": 1}\n{"a": 2}\n')
+    stats = tmp_path / "stats.json"
+    stats.write_text(json.dumps({"records_in": 2}))
+    config = {"shar": {"shard_size": 16}, "codecs": {"c": {"backend": "nemo"}},
+              "datasets": {"d": {"manifest": str(manifest), "weight": None, "tags": {}}},
+              "training": {"path_prefix": None}}  # fmt: skip
+    state = {"config": config, "inputs": {"d": [str(manifest)]}, "stats": {"d": str(stats)}}
+
+    def now():
+        return key_now(state["config"], state["inputs"], state["stats"])
+
+    resources, plan = tmp_path / "resources.yaml", tmp_path / "plan.json"
+    resources.write_text(yaml.safe_dump({"quality_part": {"mem_mb": 1200, "runtime": 25}}))
+    plan.write_text(json.dumps({"key": now()}))
+
+    def used():
+        r = PlannedResources(resources, plan, now)
+        return r.figures("quality_part"), r.stale, r.message()
+
+    assert used() == ((1200, 25), [], None)
+    # what changes no job's cost keeps the plan
+    state["config"] = {**config, "training": {"path_prefix": "s3://b/run"}}
+    state["config"]["datasets"] = {"d": {**config["datasets"]["d"], "weight": 2.0, "tags": {"x": 1}}}
+    assert used()[0] == (1200, 25)
+    changes = {
+        "a config value": lambda: state.update(config={**config, "shar": {"shard_size": 32}}),
+        "another codec": lambda: state.update(config={**config, "codecs": {"c": {}, "e": {"backend": "hf"}}}),
+        "the manifest": lambda: manifest.write_text('{"a": 1}\n{"a": 2}\n{"a": 3}\n'),
+        "the record count": lambda: stats.write_text(json.dumps({"records_in": 3})),
+        "another dataset": lambda: state.update(inputs={**state["inputs"], "e": []}),
+        "the code": lambda: state.update(code=True),
+    }
+    for what, change in changes.items():
+        state.update(config=config, inputs={"d": [str(manifest)]}, code=False)
+        manifest.write_text('{"a": 1}\n{"a": 2}\n')
+        stats.write_text(json.dumps({"records_in": 2}))
+        plan.write_text(json.dumps({"key": now()}))
+        assert used()[0] == (1200, 25), what
+        change()
+        if state.get("code"):
+            key = now()
+            plan.write_text(json.dumps({"key": {**key, "code": "sharflow 0.0.9 (source 000000000000)"}}))
+        figures, stale, message = used()
+        assert figures == DEFAULTS["quality_part"] and stale, what
+        assert "asks for the default mem_mb and runtime" in message and stale[0] in message, what
+    state.update(config=config, inputs={"d": [str(manifest)]})
+    said = PlannedResources(resources, plan, now).stale
+    assert said == [f"code: sharflow 0.0.9 (source 000000000000) -> {code_version()}"]
+    plan.write_text(json.dumps({"key": plan_key({**config, "shar": {"shard_size": 32}}, now()["corpus"])}))
+    assert PlannedResources(resources, plan, now).stale == ["shar.shard_size: 32 -> 16"]
+    plan.write_text(json.dumps({"stages": {}}))  # a plan of a sharflow before keys
+    assert "records no key" in PlannedResources(resources, plan, now).stale[0]
+    assert PlannedResources(tmp_path / "none.yaml", plan, now).stale == []  # no plan: nothing to say
+
+
 def test_a_job_writes_its_cost_beside_its_log(tmp_path):
     from sharflow.core.logs import model_load
 
@@ -304,6 +365,22 @@ def test_a_run_after_the_plan_asks_for_the_plans_resources(planned_demo):
             assert int(job["mem_mb"]) == table[rule]["mem_mb"], rule
             assert int(job["runtime"]) == table[rule]["runtime"], rule
     assert "quality_part" in jobs and "context_part" in jobs
+    assert "was made for another" not in dry.stderr + dry.stdout
+
+    # the same plan under another config (shard size, a second codec): not used, and said once
+    other = demo_config(plan={"sample_records": 24}, shar={"shard_size": 8})
+    other["codecs"]["second"] = dict(other["codecs"]["tiny_nemo"])
+    dry = run_snakemake(work, other, "-n")
+    said = dry.stderr + dry.stdout
+    assert said.count("was made for another config, corpus or code") == 1
+    assert "every rule asks for the default mem_mb and runtime" in said
+    assert "shar.shard_size: 16 -> 8" in said and "codecs.second.backend: (none) -> " in said
+    assert "sharflow: the cost plan (results/plan/plan.md)" not in said  # its stages are not this run's
+    jobs = slurm_dry_run(work, other)
+    for rule in ("quality_part", "context_part", "text"):
+        for job in jobs.get(rule, []):
+            assert (int(job["mem_mb"]), int(job["runtime"])) == DEFAULTS[rule], rule
+    assert "quality_part" in jobs
 
 
 def write_cost(logs: Path, rel: str, cpu: float, wall: float, rss: float) -> None:
@@ -380,9 +457,49 @@ def test_the_plans_stages_read_top_to_bottom_with_gpu_stages_marked():
     nodes, edges = parse_dot(plan_dot(plan))
     assert [label.splitlines()[0] for label in nodes.values()] == ["text", "quality (GPU)", "codes (GPU)"]
     assert edges == [("n0", "n1"), ("n1", "n2")]  # a chain, top to bottom: no transitive edges
-    # before a plan: the shard jobs from the prepared records (4,097 records: 2 shards of 4,096)
-    line = shard_jobs_summary({"a": 4097, "b": 100}, 4096, {"shar": 10, "codes": 1}, codecs=2)
-    assert "at most 3 shards of 4,096 cuts from 4,197 prepared records: 2 shar jobs and 6 codes jobs" in line
+    # before a plan: the most shard jobs from each dataset's most records (4,097 records: 2 shards
+    # of 4,096; over 5 Shar sets still 5: a sixth would need four more records)
+    rows = [
+        {"dataset": "a", "records": 4097, "source": "lines (nemo)", "sets": 1},
+        {"dataset": "b", "records": 4097, "source": "lines (nemo)", "sets": 5},
+        {"dataset": "c", "records": None, "source": "not known before prepare has read the corpus"},
+    ]
+    lines = shard_jobs_summary(rows, 4096, {"shar": 10, "codes": 1}, ["x", "y"], "GPU rules: q").splitlines()
+    assert lines[2].split() == ["a", "4,097", "lines", "(nemo)", "1", "2", "1", "2", "2"]
+    assert lines[3].split() == ["b", "4,097", "lines", "(nemo)", "5", "5", "5", "5", "5"]
+    assert lines[4].split()[:2] == ["c", "?"] and "GPU rules: q" in lines[5] and "snakemake plan" in lines[6]
+    assert "codes[x] (GPU)" in lines[1] and "codes[y] (GPU)" in lines[1]
+
+
+def test_the_most_shard_jobs_bound_every_way_the_records_can_fall_into_sets():
+    """most_shards and most_jobs are upper bounds of what the plan's jobs (sharflow.core.jobs.plan_jobs)
+    make however the records fall into Shar sets (every split of small corpora, random and worst-case
+    splits of larger ones), and most_shards is reached by some split (tight)."""
+    import itertools
+    import random
+
+    from sharflow.core.jobs import plan_jobs
+    from sharflow.plan.page import most_jobs, most_shards
+
+    rng = random.Random(7)
+    for records, sets, size in itertools.product((0, 1, 3, 17, 64, 250, 1234), (1, 2, 5), (1, 4, 16)):
+        if records <= 17:
+            splits = [c for c in itertools.product(range(records + 1), repeat=sets) if sum(c) <= records]
+        else:  # random splits, and the worst case: each set one record past a multiple of the size
+            splits = [sorted(rng.sample(range(records + sets), sets)) for _ in range(300)]
+            splits = [[b - a for a, b in zip([0, *cuts], cuts, strict=False)] for cuts in splits]
+            worst = [1 + size * ((records - sets) // size // sets)] * sets
+            splits.append([worst[0] + records - sum(worst), *worst[1:]])
+        shards = [[-(-n // size) for n in split if n > 0] for split in splits if sum(split) <= records]
+        assert max(map(sum, shards)) <= most_shards(records, sets, size), (records, sets, size)
+        if records <= 17:
+            assert max(map(sum, shards)) == most_shards(records, sets, size), (records, sets, size)
+        for per_job in (1, 10, 100):
+            made = max(sum(len(plan_jobs(s, per_job)) for s in counts) for counts in shards)
+            bound = most_jobs(most_shards(records, sets, size), sets, per_job)
+            assert made <= bound, (records, sets, per_job)
+    # a single set's bound is exact where the plan's job kinds make it so: 199 shards at 100 a job
+    assert most_jobs(199, 1, 100) == len(plan_jobs(199, 100)) == 11 and most_jobs(12, 1, 10) == 2
 
 
 def test_slurms_efficiency_report_stands_beside_the_plan(tmp_path):

@@ -110,9 +110,9 @@ def test_every_reason_and_nothing_lost(tmp_path):
 
 
 def test_serial_and_parallel_runs_are_byte_identical(tmp_path, monkeypatch):
-    import sharflow.prepare.manifest_io
+    import sharflow.prepare.readers.nemo
 
-    monkeypatch.setattr(sharflow.prepare.manifest_io, "CHUNK_LINES", 3)  # many chunks in flight
+    monkeypatch.setattr(sharflow.prepare.readers.nemo, "CHUNK_LINES", 3)  # many chunks in flight
     manifest, root = dirty_manifest(tmp_path)
     a, _ = run(tmp_path, manifest, root, "serial", workers=1)
     b, _ = run(tmp_path, manifest, root, "parallel", workers=2)
@@ -209,9 +209,9 @@ def test_gzip_and_parquet_manifests_prepare_like_json_lines(tmp_path, monkeypatc
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    import sharflow.prepare.manifest_io
+    import sharflow.prepare.readers.nemo
 
-    monkeypatch.setattr(sharflow.prepare.manifest_io, "CHUNK_LINES", 4)  # several batches per row group
+    monkeypatch.setattr(sharflow.prepare.readers.nemo, "CHUNK_LINES", 4)  # several batches per row group
     records, root = tabular_manifest(tmp_path)
     plain = write_jsonl(tmp_path / "m.json", records)
     with open(plain, "rb") as src, gzip.open(tmp_path / "m.jsonl.gz", "wb") as dst:

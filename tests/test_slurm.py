@@ -69,9 +69,9 @@ def run_on_slurm(tmp: Path, s3):
     state = Path(done.stdout.strip().splitlines()[-1])
     real = write_test_profile(tmp / "wp")
     work = tmp / "work"
-    write_small_plan(work)
     config = demo_config(shar=SMALL_SHARDS, publish={"url": PUBLISHED})
     config["datasets"]["demo"].update(upload_demo(s3, "slurm-corpus"))
+    write_small_plan(work, config)
     s3.bucket(storage.split_url(PUBLISHED)[0], versioned=True)
     proc = run_snakemake(
         work,
@@ -93,12 +93,20 @@ def run_on_slurm(tmp: Path, s3):
 PLANNED = {"mem_mb": 1500, "runtime": 37}
 
 
-def write_small_plan(work: Path) -> None:
-    """The plan's resources file (sharflow.plan.resources) in the run's folder, every rule at PLANNED:
+def write_small_plan(work: Path, config: dict) -> None:
+    """The plan's resources file (sharflow.plan.resources) in the run's folder, every rule at PLANNED,
+    and its key for this config, corpus and code (sharflow.plan.key: as `snakemake plan` records it):
     the Slurm run asks for its memory and time from a plan, as a run after `snakemake plan` does."""
+    from sharflow.core.config import validate_config
+    from sharflow.plan.key import key_now
+
     path = work / layout.PLAN_RESOURCES
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(dict.fromkeys(DEFAULTS, PLANNED)))
+    filled = validate_config(yaml.safe_load(yaml.safe_dump(config)), REPO / "config" / "schema.yaml")
+    inputs = {ds: [d["manifest"]] for ds, d in filled["datasets"].items()}
+    stats = {ds: str(work / layout.dataset_files(ds).prepare_stats) for ds in filled["datasets"]}
+    (work / layout.PLAN).write_text(json.dumps({"key": key_now(filled, inputs, stats)}))
 
 
 def write_test_profile(profile_dir: Path) -> dict:

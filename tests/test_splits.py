@@ -448,6 +448,16 @@ def test_contexts_of_ten_speakers_never_cross_into_train_nor_out_of_an_unseen_sp
             assert split_of[context] == TRAIN
 
 
+def test_a_fresh_dry_run_bounds_the_shard_jobs_of_every_split(split_run, tmp_path):
+    """With splits, a dataset's held-out splits are Shar sets of their own (5 for demo): the fresh dry
+    run's most shar and codes jobs still hold for what the run made."""
+    from test_workflow import assert_fresh_dry_run_bounds_the_run
+
+    work, config = split_run
+    most = assert_fresh_dry_run_bounds_the_run(work, config, tmp_path / "f")
+    assert most["demo"][0] == 5 and most["degraded"][0] == 1
+
+
 def test_the_report_counts_the_train_shar_from_the_train_split(split_run):
     work, _ = split_run
     summary = pd.read_csv(work / "results" / "report" / "summary.tsv", sep="\t")

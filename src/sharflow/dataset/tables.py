@@ -190,7 +190,10 @@ def text_loss(catalog: str) -> dict[str, int]:
     """Of the train cuts: how many (`cuts`), how many lose characters to their tokenizers
     (`dropping`: tokenizer_dropped_chars > 0) and how many were not measured (`unmeasured`: null)."""
     out = {"cuts": 0, "dropping": 0, "unmeasured": 0}
-    if "tokenizer_dropped_chars" not in column_names(catalog):
+    if "tokenizer_dropped_chars" not in column_names(catalog):  # none measured
+        for batch in iter_batches(catalog, ["cut_id"]):
+            out["cuts"] += len(batch)
+            out["unmeasured"] += len(batch)
         return out
     for batch in iter_batches(catalog, ["tokenizer_dropped_chars"]):
         column = batch.column(0)
@@ -208,8 +211,10 @@ def dropped_text_warning(catalogs: dict[str, str]) -> str | None:
     dropping = {name: n["dropping"] for name, n in losses.items() if n["dropping"]}
     if not dropping:
         return None
+    unmeasured = sum(n["unmeasured"] for n in losses.values())
     return (
-        f"{sum(dropping.values()):,} train cuts lose characters to their tokenizers ("
+        (f"not measured: {unmeasured:,} train cuts; of the others, " if unmeasured else "")
+        + f"{sum(dropping.values()):,} train cuts lose characters to their tokenizers ("
         + ", ".join(f"{name}: {n:,} of {losses[name]['cuts']:,}" for name, n in dropping.items())
         + "): the model never reads them; see each DATASET.md, or drop them with quality.filters: "
         "{tokenizer_dropped_chars: {max: 0}}"
@@ -221,14 +226,14 @@ def _text_section(catalog: str, text: dict | None) -> list[str]:
     the text stage found (sharflow.text.summary)."""
     if text is None:
         return []
-    from sharflow.text.summary import text_lines
+    from sharflow.text.summary import loss_line, text_lines
 
     loss = text_loss(catalog)
+    measured = loss["cuts"] - loss["unmeasured"]
     lines = [
         "## Text the model reads",
         "",
-        f"- **{loss['dropping']:,} of {loss['cuts']:,} train cuts lose characters to their tokenizers** "
-        f"({loss['unmeasured']:,} not measured)",
+        f"- **{loss_line(loss['dropping'], measured, loss['unmeasured'], 'train cuts')}**",
         *(f"- {line}" for line in text_lines(text)),
         "",
     ]

@@ -9,15 +9,22 @@ usable. NeMo's tokenizers skip a character (or phoneme) they have no token for w
 out of NeMo's in-memory log buffer (which never empties without a log file).
 
 Without `training.tokenizer`, the tokenizers that can be built from what sharflow installs are built
-by their MagpieTTS names (OFFLINE: NeMo's char tokenizer of each language, its class defaults), so
-coverage is measured by default. NeMo's phoneme tokenizers cannot be: their G2P reads a pronunciation
-dictionary (`scripts/tts_dataset_files/...` in NeMo's repository) that the nemo_toolkit wheel does not
-ship; a cut whose tokenizers are all of that kind is not measured, and the stage says how many and
-what to configure (`cannot_build`).
+by their MagpieTTS names, so coverage is measured by default: NeMo's char tokenizer of each language
+(OFFLINE, its class defaults) and MagpieTTS's English one, `english_phoneme` (NeMo's IPATokenizer over
+an IPA dictionary built from the CMU dictionary on PyPI: sharflow.models.phoneme_dict). NeMo's other
+phoneme tokenizers cannot be: their G2P reads a pronunciation dictionary (`scripts/tts_dataset_files/`
+in NeMo's repository) that the nemo_toolkit wheel does not ship; a cut whose tokenizers are all of
+that kind is not measured, and the stage says how many and what to configure (`cannot_build`).
+
+A phoneme tokenizer reads a word as letters at random (MagpieTTS trains with phoneme_probability
+0.8); `encode` measures with phonemes always (probability 1.0), so that the measure is the same every
+run. (NeMo's test mode means to do the same, but its setup_tokenizers calls the context manager
+set_phone_prob without entering it, so it has no effect in nemo_toolkit 3.0.0.)
 """
 
 import logging
 import re
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
@@ -38,6 +45,8 @@ OFFLINE: dict[str, dict] = {
         ("hindi", "Hindi"),
     )
 }
+# MagpieTTS's tokenizers built here from a dictionary sharflow makes (sharflow.models.phoneme_dict)
+BUILT_HERE = ("english_phoneme",)
 WHAT_TO_SET = (
     "set training.tokenizer to your model's tokenizer config (MagpieTTS's text_tokenizers, with the paths "
     "of its dictionaries) to measure them"
@@ -79,14 +88,17 @@ def build_tokenizer(name: str, config: dict):
 
 
 def encode(tokenizer, text: str) -> Encoded:
-    """`text` through `tokenizer`: its token count and what it skipped (NeMo's warnings, captured)."""
+    """`text` through `tokenizer`: its token count and what it skipped (NeMo's warnings, captured); a
+    phoneme tokenizer's words as phonemes wherever its dictionary knows them (not at random)."""
     logger = logging.getLogger(_NEMO_LOGGER)
     handlers, level = logger.handlers[:], logger.level
     collect = _Collect()
     logger.handlers = [collect]
     logger.setLevel(logging.WARNING)
+    phonemes = tokenizer.set_phone_prob(1.0) if hasattr(tokenizer, "set_phone_prob") else nullcontext()
     try:
-        ids = tokenizer.encode(text)
+        with phonemes:
+            ids = tokenizer.encode(text)
     finally:
         logger.handlers = handlers
         logger.setLevel(level)
@@ -100,6 +112,8 @@ def cannot_build(name: str, config: dict | None) -> str:
         return f"{name} of training.tokenizer cannot be built here (the text job's log says why)"
     if config:
         return f"{name} is not in training.tokenizer"
+    if name in BUILT_HERE:
+        return f"{name} cannot be built here (its dictionary, made from cmudict: the text job's log says why)"
     if "phoneme" in name:
         return (
             f"{name} is a phoneme tokenizer: NeMo's G2P reads a pronunciation dictionary that the "
@@ -113,9 +127,10 @@ class Tokenizers:
     that is not in the config or cannot be built here is None, and `why[name]` says why (logged once).
     """
 
-    def __init__(self, config: dict | None):
+    def __init__(self, config: dict | None, cache_dir: str | None = None):
         self.given = dict(config) if config else None
-        self.config = self.given or dict(OFFLINE)
+        self.config = self.given or {**OFFLINE, **dict.fromkeys(BUILT_HERE)}
+        self.cache_dir = cache_dir  # where a dictionary built here is kept (sharflow.core.cache)
         self.built: dict[str, object | None] = {}
         self.why: dict[str, str] = {}
 
@@ -130,6 +145,10 @@ class Tokenizers:
             log.warning("tokenizer %r: what it drops is not measured: %s", name, self.why[name])
             return None
         try:
+            if self.config[name] is None:  # english_phoneme, its dictionary built first (once)
+                from sharflow.models.phoneme_dict import english_phoneme_config
+
+                self.config[name] = english_phoneme_config(self.cache_dir)
             tokenizer = build_tokenizer(name, self.config)
         except Exception as e:  # a g2p file that is not here, a download with no network, ...
             self.why[name] = f"{name} cannot be built here ({type(e).__name__}: {e}); {WHAT_TO_SET}"

@@ -1,8 +1,6 @@
 """The plan as people read it: a Markdown page (results/plan/plan.md) and the same table in the terminal,
 the stages a dry run prints, and the plan as a picture."""
 
-import math
-
 from sharflow.plan.model import NOISE_FRACTION, NOISE_S
 from sharflow.plan.resources import MIN_RUNTIME
 
@@ -133,19 +131,61 @@ def plan_summary(plan: dict) -> str:
     return "\n".join(lines)
 
 
-def shard_jobs_summary(records: dict[str, int], shard_size: int, per_job: dict[str, int], codecs: int) -> str:
-    """Before a plan: the shar and codes jobs the prepared records make at most (the quality filter
-    and the held-out splits take some records away), which a dry run cannot count before the shard
-    plan (a checkpoint) exists."""
-    per_set = [math.ceil(n / shard_size) for n in records.values()]
-    shards = sum(per_set)
-    shar = sum(math.ceil(n / per_job["shar"]) for n in per_set)
-    codes = codecs * sum(math.ceil(n / per_job["codes"]) for n in per_set)
-    return (
-        f"sharflow: after the shard plan, at most {shards:,} shards of {shard_size:,} cuts from "
-        f"{sum(records.values()):,} prepared records: {shar:,} shar jobs and {codes:,} codes jobs "
-        "(GPU), not in the counts below until the plan exists; `snakemake plan` gives every stage's cost"
+def most_shards(records: int, sets: int, shard_size: int) -> int:
+    """The most shards `records` records can make over `sets` Shar sets (a dataset's train set and its
+    held-out splits'; every set's last shard may be part-full, an empty set has none)."""
+    if records <= 0:
+        return 0
+    return min(records, (records + min(sets, records) * (shard_size - 1)) // shard_size)
+
+
+def most_jobs(shards: int, sets: int, per_job: int) -> int:
+    """The most shard jobs (sharflow.core.jobs.plan_jobs) that `shards` shards over `sets` Shar sets
+    make at `per_job` shards a job: every job but a set's last makes at least 10 shards (or a full
+    block), so at most ceil(s/10) a set, and at most s // per_job full blocks plus, per set, nine
+    blocks of each smaller size and one tail."""
+    if shards <= 0:
+        return 0
+    if per_job == 1:
+        return shards
+    nonempty = min(sets, shards)
+    smaller_sizes = len(str(per_job)) - 2  # block sizes between 10 and per_job
+    by_tens = (shards + 9 * nonempty) // 10
+    by_blocks = shards // per_job + nonempty * (9 * smaller_sizes + 1)
+    return min(shards, by_tens, by_blocks)
+
+
+def shard_jobs_summary(
+    rows: list[dict], shard_size: int, per_job: dict[str, int], codecs: list[str], gpu_rules: str = ""
+) -> str:
+    """What a dry run cannot count before the shard plan (a checkpoint) exists: the most shar and codes
+    jobs per dataset and codec, from each dataset's most records (`rows`: dataset, records or None,
+    where the figure comes from, its Shar sets), the GPU rules marked (`gpu_rules`: a line on the
+    GPU rules of the run's other counts)."""
+    lines = [
+        "sharflow: the shar and codes jobs come after the shard plan (a checkpoint), so Snakemake's job "
+        "counts below leave them out. The most the run can make, from what the corpus holds "
+        "(the quality filter and the splits only take records away):",
+        f"  {'dataset':<16}{'records':>12}  {'from':<22}{'Shar sets':>10}{'shards':>9}{'shar jobs':>11}"
+        + "".join(f"  codes[{c}] (GPU)" for c in codecs),
+    ]
+    for row in rows:
+        if row["records"] is None:
+            lines.append(f"  {row['dataset']:<16}{'?':>12}  {row['source']}")
+            continue
+        shards = most_shards(row["records"], row["sets"], shard_size)
+        shar = most_jobs(shards, row["sets"], per_job["shar"])
+        codes = most_jobs(shards, row["sets"], per_job["codes"])
+        lines.append(
+            f"  {row['dataset']:<16}{row['records']:>12,}  {row['source']:<22}{row['sets']:>10}{shards:>9,}"
+            f"{shar:>11,}" + "".join(f"  {codes:>{len(f'codes[{c}] (GPU)')},}" for c in codecs)
+        )
+    if gpu_rules:
+        lines.append(f"  {gpu_rules}")
+    lines.append(
+        "  `snakemake plan` gives the calibrated bill: every stage's jobs, CPU- and GPU-hours (docs: cost)"
     )
+    return "\n".join(lines)
 
 
 def plan_dot(plan: dict) -> str:

@@ -8,15 +8,22 @@ figure for the rule, times the attempt. The plan's figures already hold its safe
 (plan.safety): a job that runs out of memory or time is retried (the profile's `retries`) with
 twice, then three times as much.
 
+The plan's figures are used only for what the plan was made for: its key (sharflow.plan.key: the
+config values that change cost, each dataset's inputs and record count, the code) must be the key
+a plan made now would have. A plan made for something else is not used, and the run says once what
+changed and that every rule asks for the defaults (`stale`).
+
 A profile's `set-resources` still wins over both: a user who knows better sets a rule's figure there.
 """
 
+import json
 import math
 from collections.abc import Callable
 from pathlib import Path
 
 from sharflow.core.config import load_yaml
 from sharflow.core.errors import SharflowError
+from sharflow.plan.key import differences, summarize
 
 SAFETY = 1.5  # the plan asks for this much more than it predicts (memory and time): plan.safety
 MIN_MEM_MB = 1000  # the least a planned job asks for: the interpreter and sharflow's imports
@@ -92,11 +99,33 @@ def read_planned(path: str | Path) -> dict[str, dict[str, int]]:
 
 
 class PlannedResources:
-    """The `mem_mb` and `runtime` of every rule: the plan's (read from `path` once) or DEFAULTS."""
+    """The `mem_mb` and `runtime` of every rule: the plan's (read from `path` once) or DEFAULTS.
 
-    def __init__(self, path: str | Path):
+    With `plan` (the plan's plan.json) and `key_now` (the key a plan made now would have, called only
+    where there is a plan), the figures are used only if the plan's key is that key; else `stale`
+    holds what changed, one line each, and every rule gets the defaults."""
+
+    def __init__(
+        self, path: str | Path, plan: str | Path | None = None, key_now: Callable[[], dict] | None = None
+    ):
         self.path = str(path)
         self.planned = read_planned(path)
+        self.stale: list[str] = []
+        if self.planned and key_now is not None:
+            recorded = _plan_key(plan)
+            self.stale = differences(recorded, key_now())
+            if self.stale:
+                self.planned = {}
+
+    def message(self) -> str | None:
+        """What a run says of a plan it does not use (None: no plan, or the plan is used)."""
+        if not self.stale:
+            return None
+        return (
+            f"the cost plan ({self.path}) was made for another config, corpus or code, so every rule "
+            f"asks for the default mem_mb and runtime (docs: cost). What changed: {summarize(self.stale)}. "
+            "Run `snakemake plan` again for figures of this run"
+        )
 
     def figures(self, rule: str) -> tuple[int, int]:
         """(mem_mb, runtime) of one attempt of `rule`'s jobs."""
@@ -114,6 +143,15 @@ class PlannedResources:
     def runtime(self, rule: str) -> Callable:
         minutes = self.figures(rule)[1]
         return lambda wildcards, attempt: minutes * attempt
+
+
+def _plan_key(plan: str | Path | None) -> dict | None:
+    """The key a plan.json records (None: no file, or a plan made before plans had keys)."""
+    try:
+        with open(plan, encoding="utf-8") as f:
+            return json.load(f).get("key")
+    except (TypeError, FileNotFoundError, json.JSONDecodeError):
+        return None
 
 
 def planned_figures(peak_rss_mb: float, job_seconds: float, safety: float = SAFETY) -> dict[str, int]:

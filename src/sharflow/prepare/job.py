@@ -1,9 +1,8 @@
 """The prepare stage: a raw manifest in, prepared records + per-reason rejects + stats out.
 
-The manifest is NeMo JSON lines, gzipped JSON lines or Parquet (sharflow.prepare.manifest_io), or
-lhotse's cuts, or supervisions over recordings (sharflow.prepare.lhotse_io), or WebDataset tars
-(sharflow.prepare.webdataset_io), or Parquet with the audio inside
-(sharflow.prepare.parquet_audio_io). Records stream through in chunks; with several workers, chunks
+The corpus is read by the reader of the dataset's form (sharflow.prepare.readers: a NeMo manifest in
+JSON lines, gzip or Parquet; lhotse's cuts, or supervisions over recordings; WebDataset tars; Parquet
+with the audio inside). Records stream through in chunks; with several workers, chunks
 are checked in worker processes and their results consumed in input order, so outputs are
 byte-identical for any worker count. Memory is bounded by the chunks in flight plus one small key
 per accepted record (duplicates).
@@ -24,11 +23,8 @@ from sharflow.core.errors import SharflowError
 from sharflow.core.ledger import Ledger, RejectWriter, reject_row
 from sharflow.core.parallel import ordered_map, resolve_workers
 from sharflow.core.speakers import parse_speaker
-from sharflow.prepare.lhotse_io import LhotseManifest
 from sharflow.prepare.manifest import REASONS, Accepted, CheckSettings, Refused, Rejected, check_line
-from sharflow.prepare.manifest_io import ManifestFile
-from sharflow.prepare.parquet_audio_io import ParquetAudio
-from sharflow.prepare.webdataset_io import Mapping, WebDatasetShards, expand_shards
+from sharflow.prepare.readers import Mapping, Source, open_reader
 
 log = logging.getLogger(__name__)
 
@@ -113,25 +109,11 @@ def prepare_dataset(
 
 
 def _source(form: str, manifest: str, recordings, settings: CheckSettings, fields, extra_fields):
-    """The reader of the dataset's form: chunks of record lines (and records its reader refused)."""
-    audio_root = settings.audio_root
+    """The reader of the dataset's form (sharflow.prepare.readers): chunks of record lines (and
+    records its reader refused)."""
     mapping = Mapping(fields or {}, None if extra_fields is None else tuple(extra_fields))
     required = ("text",) * settings.require_text + ("speaker",) * (settings.default_speaker is None)
-    if form == "parquet_audio":
-        files = expand_shards(manifest, audio_root, ".parquet")
-        if not files:
-            raise SharflowError(f"manifest {manifest!r}: no Parquet file there; fix datasets.<name>.manifest")
-        return ParquetAudio(tuple(files), mapping, required)
-    if form == "webdataset":
-        tars = expand_shards(manifest, audio_root)
-        if not tars:
-            raise SharflowError(
-                f"manifest {manifest!r}: no WebDataset tar there; fix datasets.<name>.manifest"
-            )
-        return WebDatasetShards(tuple(tars), mapping)
-    if form == "lhotse":
-        return LhotseManifest(storage.local_file(manifest), recordings and storage.local_file(recordings))
-    return ManifestFile(storage.local_file(manifest))
+    return open_reader(form, Source(manifest, settings.audio_root, recordings, mapping, required))
 
 
 def _check_inputs(dataset: str, manifest: str | None, audio_root: str, recordings: str | None = None) -> None:

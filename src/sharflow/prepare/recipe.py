@@ -3,7 +3,7 @@
 `datasets.<name>.recipe: ljspeech` runs lhotse's own `lhotse.recipes.prepare_ljspeech` over the
 dataset's audio_root (the corpus folder as the corpus ships it) and writes its RecordingSet and
 SupervisionSet, every part of the corpus in one (parts in sorted order: train-clean-100 before
-train-clean-360), as the lhotse manifests that prepare then reads (sharflow.prepare.lhotse_io). Only
+train-clean-360), as the lhotse manifests that prepare then reads (sharflow.prepare.readers.lhotse). Only
 the recipe's prepare function runs: never a download, never a shell. `recipe_options` are keyword
 arguments of that function (dataset_parts, mic_id, ...), values from the config, not code. The
 manifests are written sorted (recordings by id, supervisions by recording, start and id) and gzipped

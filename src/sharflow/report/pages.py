@@ -90,14 +90,14 @@ def text_html(datasets: list[DatasetStats]) -> str:
     """The summary's "text the model reads" section: per dataset, the train cuts that lose characters
     to their tokenizers and what the text stage found (sharflow.text.summary)."""
     from sharflow.dataset.tables import text_loss
-    from sharflow.text.summary import text_lines
+    from sharflow.text.summary import loss_line, text_lines
 
     parts = ["<h2>Text the model reads</h2>"]
     for ds in datasets:
         loss = text_loss(ds.catalog)
+        measured = loss["cuts"] - loss["unmeasured"]
         items = [
-            f"<b>{loss['dropping']:,} of {loss['cuts']:,} train cuts lose characters to their tokenizers</b> "
-            f"({loss['unmeasured']:,} not measured)",
+            f"<b>{html.escape(loss_line(loss['dropping'], measured, loss['unmeasured'], 'train cuts'))}</b>",
             *(html.escape(line) for line in text_lines(ds.text)),
         ]
         parts.append(

@@ -206,9 +206,10 @@ def plot_text(datasets: list[DatasetStats], path: str) -> None:
         left.set_title(f"{ds.name}: normalized_text from ({t['symbols_left']} with symbols left)", fontsize=9)
         dropped, cov = t["dropped_symbols"], t["coverage"]
         title = (
-            f"{ds.name}: {cov['records_dropping']} records lose {cov['symbols_dropped']} symbols to the "
-            f"tokenizer ({cov['unmeasured']} not measured)"
-        )
+            f"{ds.name}: not measured: {cov['unmeasured']}; of {cov['measured']} measured, "
+            if cov["unmeasured"]
+            else f"{ds.name}: "
+        ) + f"{cov['records_dropping']} records lose {cov['symbols_dropped']} symbols to the tokenizer"
         if dropped:
             labels = [repr(s) for s in list(dropped)[:15]]
             right.barh(labels, list(dropped.values())[:15], color="tab:red")

@@ -206,7 +206,9 @@ def reuses_page() -> str:
         "depends on has changed. A change of anything in *its key holds* computes the result again; a "
         "change of anything in *must not depend on* reuses it. `tests/test_reuses.py` changes each of "
         "them alone, and fails for a key made by code this table does not name "
-        "([long runs](../long-runs.md)).",
+        "([long runs](../long-runs.md)); for most entries it makes each change through the code that "
+        "keys and decides the reuse too, and finds the result rebuilt, not just keyed anew (the "
+        "entries it does not, and where their effect is tested, are named there).",
         "",
         *_table(("reused result", "its key holds", "must not depend on", "keyed by"), rows),
         "",

@@ -38,7 +38,7 @@ class TextTools:
 
     def __init__(self, cache_dir: str | None, tokenizer: dict | None):
         self.normalizers = Normalizers(cache_dir)
-        self.tokenizers = Tokenizers(tokenizer)
+        self.tokenizers = Tokenizers(tokenizer, cache_dir)
         self.phonemizer = Phonemizer()
 
     def spoken(self, text: str, language: str) -> str | None:

@@ -8,6 +8,15 @@ symbols kept, characters the tokenizers skip, records whose tokenizers cannot be
 MOST_COMMON = 10  # dropped symbols named
 
 
+def loss_line(dropping: int, measured: int, unmeasured: int, what: str = "records") -> str:
+    """How many of `what` lose characters to their tokenizers, the ones not measured first: no figure
+    of loss stands over records that were not measured ("not measured: 56 of 56 records")."""
+    lost = f"{dropping:,} of {measured:,} measured {what} lose characters to their tokenizers"
+    if not unmeasured:
+        return f"{dropping:,} of {measured:,} {what} lose characters to their tokenizers"
+    return f"not measured: {unmeasured:,} of {measured + unmeasured:,} {what}; " + lost
+
+
 def text_lines(stats: dict) -> list[str]:
     """The text stage's findings for one dataset (`stats`: its text/stats.json)."""
     sources = stats["normalized_text_source"]
@@ -25,10 +34,7 @@ def text_lines(stats: dict) -> list[str]:
             + "): datasets.<name>.unnormalizable: reject drops them"
         )
     cov = stats["coverage"]
-    lost = (
-        f"{cov['records_dropping']:,} of {cov['measured']:,} measured records lose characters to their "
-        "tokenizers"
-    )
+    lost = loss_line(cov["records_dropping"], cov["measured"], cov["unmeasured"])
     if cov["records_dropping"]:
         symbols = " ".join(repr(s) for s in list(stats["dropped_symbols"])[:MOST_COMMON])
         lost += f" ({cov['symbols_dropped']:,} in all; most often {symbols})"

@@ -19,22 +19,18 @@ the supervision (and its recording or cut id) as lhotse wrote it.
 import gzip
 import json
 import math
-import re
 import sqlite3
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from sharflow.core import storage
 from sharflow.core.errors import SharflowError
 from sharflow.prepare.manifest import Refused
+from sharflow.prepare.readers.common import LANGUAGE_CODE, RECORD_KEYS, Source, count_lines
 
 CHUNK_RECORDS = 2048
-# A supervision's language becomes the record's lang only when it is a language code (ISO 639,
-# maybe with a region): recipes that write names ("English") leave it to datasets.<name>.language.
-LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}([-_][A-Za-z0-9]+)?$")
-# What the record sets itself from the supervision; a custom field of these names is not carried over.
-RECORD_KEYS = ("audio_filepath", "offset", "duration", "text", "speaker", "lang", "source_audio")
 _SOURCE_TYPES = ("file", "url")
 # A supervision whose span is its recording's whole length within this is a whole-file record.
 _WHOLE_FILE = 1e-6
@@ -51,6 +47,22 @@ class LhotseManifest:
     format = "lhotse"
     unit = "supervision"
     first = 1
+
+    @classmethod
+    def open(cls, source: Source) -> "LhotseManifest":
+        """The manifest and its recordings, an object fetched into the object cache first."""
+        if not source.fetch:
+            return cls(source.manifest, source.recordings)
+        return cls(
+            storage.local_file(source.manifest), source.recordings and storage.local_file(source.recordings)
+        )
+
+    def most_records(self) -> int | None:
+        """A SupervisionSet's lines (a supervision a line); None for cuts (a cut may hold several
+        supervisions) and for an object (it is not fetched to count)."""
+        if self.recordings is None or storage.is_url(self.path):
+            return None
+        return count_lines(self.path)
 
     def size(self) -> tuple[int | None, str]:
         """(total, unit) for a progress bar: records, counted as they come (the total is not known)."""

@@ -1,22 +1,21 @@
-"""Manifest files in: NeMo JSON lines (plain or gzip) and Parquet, streamed as raw JSON lines.
+"""NeMo manifests in (format nemo): JSON lines (plain or gzip) and Parquet, streamed as raw JSON lines.
 
-Every format becomes the same thing, chunks of raw JSON object lines, so that one set of checks
+Every encoding becomes the same thing, chunks of raw JSON object lines, so that one set of checks
 (sharflow.prepare.manifest.check_line) gives the same prepared records and reject reasons whatever the
-file format. A Parquet manifest is read one batch of rows at a time (never the whole table): each
+file's encoding. A Parquet manifest is read one batch of rows at a time (never the whole table): each
 row becomes the JSON object of its non-null columns, so a null reads as an absent field, as it
 would in a JSON-lines manifest. Positions are 1-based line numbers for JSON lines and 0-based row
 numbers for Parquet (as `pandas.read_parquet(path).iloc[row]` finds the row).
 """
 
-import datetime
-import decimal
 import gzip
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from sharflow.core import storage
 from sharflow.core.errors import SharflowError
+from sharflow.prepare.readers.common import Source, count_lines, row_line
 
 CHUNK_LINES = 2048
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -24,12 +23,20 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 
 @dataclass(frozen=True)
 class ManifestFile:
-    """One manifest: its format (by suffix), how its records are numbered, and its chunks."""
+    """One NeMo manifest: its encoding (by suffix), how its records are numbered, and its chunks."""
 
     path: str
 
+    format = "nemo"
+
+    @classmethod
+    def open(cls, source: Source) -> "ManifestFile":
+        """The manifest; an object fetched into the object cache first."""
+        return cls(storage.local_file(source.manifest) if source.fetch else source.manifest)
+
     @property
-    def format(self) -> str:
+    def encoding(self) -> str:
+        """How the records are written: jsonl, jsonl.gz or parquet."""
         name = self.path.lower()
         if name.endswith(PARQUET_SUFFIXES):
             return "parquet"
@@ -38,29 +45,36 @@ class ManifestFile:
     @property
     def unit(self) -> str:
         """What a record is called in messages and reject entries: "line" or "row"."""
-        return "row" if self.format == "parquet" else "line"
+        return "row" if self.encoding == "parquet" else "line"
 
     @property
     def first(self) -> int:
         """The number of the first record: line 1, row 0."""
-        return 0 if self.format == "parquet" else 1
+        return 0 if self.encoding == "parquet" else 1
+
+    def most_records(self) -> int | None:
+        """The lines of a JSON-lines manifest, the rows in a Parquet one's footer; None for an object
+        (it is not fetched to count)."""
+        if storage.is_url(self.path):
+            return None
+        return self._parquet().metadata.num_rows if self.encoding == "parquet" else count_lines(self.path)
 
     def size(self) -> tuple[int, str]:
         """(total, unit) for a progress bar: rows of a Parquet file, else bytes of the file."""
-        if self.format == "parquet":
+        if self.encoding == "parquet":
             return self._parquet().metadata.num_rows, "row"
         return Path(self.path).stat().st_size, "B"
 
     def chunks(self, progress=None) -> Iterator[list[bytes]]:
         """Lists of at most CHUNK_LINES raw JSON lines (no line ends), in file order."""
-        if self.format == "parquet":
+        if self.encoding == "parquet":
             yield from self._parquet_chunks(progress)
         else:
             yield from self._line_chunks(progress)
 
     def _line_chunks(self, progress) -> Iterator[list[bytes]]:
         with open(self.path, "rb") as raw:
-            src = gzip.GzipFile(fileobj=raw, mode="rb") if self.format == "jsonl.gz" else raw
+            src = gzip.GzipFile(fileobj=raw, mode="rb") if self.encoding == "jsonl.gz" else raw
             chunk: list[bytes] = []
             done = 0
             try:
@@ -96,24 +110,6 @@ class ManifestFile:
             if progress is not None:
                 progress.update(len(rows))
             yield [row_line(row) for row in rows]
-
-
-def row_line(row: dict) -> bytes:
-    """A Parquet row as the JSON object line a JSON-lines manifest would hold (nulls left out)."""
-    record = {k: v for k, v in row.items() if v is not None}
-    return json.dumps(record, ensure_ascii=False, default=_json_value).encode("utf-8")
-
-
-def _json_value(value):
-    """JSON for the Parquet values json cannot write: decimals as numbers, dates and times as ISO
-    text, bytes as text."""
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    if isinstance(value, (datetime.date, datetime.time, datetime.timedelta)):
-        return str(value) if isinstance(value, datetime.timedelta) else value.isoformat()
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="replace")
-    return str(value)
 
 
 def _advance(progress, position: int, done: int) -> int:

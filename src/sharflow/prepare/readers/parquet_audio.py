@@ -16,6 +16,7 @@ the header. Rows are numbered from 0 over the files in order; a reject names the
 
 import io
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -24,8 +25,7 @@ import soundfile as sf
 from sharflow.core import containers, storage
 from sharflow.core.errors import SharflowError
 from sharflow.prepare.manifest import Refused
-from sharflow.prepare.manifest_io import row_line
-from sharflow.prepare.webdataset_io import MAPPED, Mapping
+from sharflow.prepare.readers.common import MAPPED, Mapping, Source, container_files, row_line
 
 CHUNK_RECORDS = 2048
 AUDIO_BATCH = 128  # rows whose audio is held at once when durations come from the audio
@@ -43,6 +43,21 @@ class ParquetAudio:
     format = "parquet_audio"
     unit = "row"
     first = 0
+
+    @classmethod
+    def open(cls, source: Source) -> "ParquetAudio":
+        return cls(
+            container_files(source, containers.PARQUET, "Parquet file"), source.mapping, source.required
+        )
+
+    def most_records(self) -> int | None:
+        """The rows of the files, from their footers; None where a file is an object (it is not
+        fetched to count) or not there."""
+        import pyarrow.parquet as pq
+
+        if any(storage.is_url(f) or not os.path.isfile(f) for f in self.files):
+            return None
+        return sum(pq.ParquetFile(f).metadata.num_rows for f in self.files)
 
     def size(self) -> tuple[int, str]:
         """(total, unit) for a progress bar: the rows of the files."""

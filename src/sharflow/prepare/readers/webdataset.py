@@ -18,12 +18,10 @@ tar's end cut off (truncated_container: the sample it cut, and the rest of that 
 there). Records are numbered by sample (1, 2, ... over the tars in order).
 """
 
-import glob
 import hashlib
 import json
 import os
 import posixpath
-import re
 import tarfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -31,71 +29,11 @@ from pathlib import Path
 
 from sharflow.core import containers, storage
 from sharflow.core.errors import SharflowError
-from sharflow.prepare.lhotse_io import LANGUAGE_CODE, RECORD_KEYS
 from sharflow.prepare.manifest import Refused
+from sharflow.prepare.readers.common import Mapping, Source, container_files
 
 CHUNK_RECORDS = 2048
 AUDIO_EXTENSIONS = ("flac", "wav", "mp3", "ogg", "opus")
-# the record fields a mapping names, and the JSON names they have by default (Emilia's)
-MAPPED = {"text": "text", "speaker": "speaker", "duration": "duration", "language": "language"}
-_BRACES = re.compile(r"\{(\d+)\.\.(\d+)\}")
-
-
-def expand_shards(pattern: str, audio_root: str, suffix: str = ".tar") -> list[str]:
-    """The files of `pattern`: a brace pattern (`EN-B{000000..000099}.tar`, WebDataset's), a folder
-    (every file with `suffix` under it, sorted) or one file; relative to the audio root, absolute paths
-    and URLs as given. Under an `s3://` root a name that does not end with `suffix` is a folder: every
-    object below it with `suffix`, sorted (one listing request per 1,000 objects)."""
-    if storage.is_url(pattern) or os.path.isabs(pattern):
-        base = pattern
-    else:
-        base = (
-            f"{audio_root.rstrip('/')}/{pattern}"
-            if storage.is_url(audio_root)
-            else os.path.join(audio_root, pattern)
-        )
-    match = _BRACES.search(base)
-    if storage.is_url(base):
-        if match is None and not base.endswith(suffix):
-            return storage.list_folder(base, suffix)
-    elif os.path.isdir(base):
-        return sorted(glob.glob(os.path.join(glob.escape(base), "**", f"*{suffix}"), recursive=True))
-    if match is None:
-        return [base]
-    first, last = match.group(1), match.group(2)
-    width = len(first) if first.startswith("0") or len(first) == len(last) else 0
-    names = [
-        base[: match.start()] + f"{i:0{width}d}" + base[match.end() :]
-        for i in range(int(first), int(last) + 1)
-    ]
-    return [name for expanded in names for name in expand_shards(expanded, audio_root, suffix)]
-
-
-@dataclass(frozen=True)
-class Mapping:
-    """Where a sample's JSON keeps each record field, and which of its other fields ride along (None:
-    all of them)."""
-
-    fields: dict = field(default_factory=dict)
-    extra_fields: tuple | None = None
-
-    def record(self, metadata: dict) -> dict:
-        names = {**MAPPED, **self.fields}
-        record = {}
-        for ours in ("text", "speaker", "duration"):
-            if metadata.get(names[ours]) is not None:
-                record[ours] = metadata[names[ours]]
-        language = metadata.get(names["language"])
-        if isinstance(language, str) and LANGUAGE_CODE.match(language):
-            record["lang"] = language
-        taken = set(names.values()) | {self.fields.get("audio", "audio")}
-        extra = (
-            metadata
-            if self.extra_fields is None
-            else {k: metadata[k] for k in self.extra_fields if k in metadata}
-        )
-        record.update({k: v for k, v in extra.items() if k not in taken and k not in RECORD_KEYS})
-        return record
 
 
 @dataclass(frozen=True)
@@ -104,11 +42,29 @@ class WebDatasetShards:
     relative to where they lie (`audio_root`-relative paths pass prepare's root check)."""
 
     tars: tuple
-    mapping: Mapping = Mapping()
+    mapping: Mapping = field(default_factory=Mapping)
 
     format = "webdataset"
     unit = "sample"
     first = 1
+
+    @classmethod
+    def open(cls, source: Source) -> "WebDatasetShards":
+        return cls(container_files(source, containers.TAR, "WebDataset tar"), source.mapping)
+
+    def most_records(self) -> int | None:
+        """The samples of the tars, from their headers (a 512-byte read per member); None where a tar
+        is an object (it is not fetched to count) or not there."""
+        keys = 0
+        for tar in self.tars:
+            if storage.is_url(tar) or not os.path.isfile(tar):
+                return None
+            try:
+                with tarfile.open(tar, "r:") as archive:
+                    keys += len({_split(info.name)[0] for info in archive if info.isfile()})
+            except tarfile.TarError:
+                return None
+        return keys
 
     def size(self) -> tuple[int, str]:
         """(total, unit) for a progress bar: the bytes of the tars."""
