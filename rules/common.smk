@@ -175,26 +175,22 @@ def dataset_inputs(dataset):
     return {"manifest": ds["manifest"], "recordings": ds["recordings"]}
 
 
-def get_manifest(wildcards):
-    """The prepare job's inputs: local manifests or tars (Snakemake watches their times); none for a URL.
-    (In a dry run, the first call also logs the stages the shard plan hides: summarize_dry_run.)"""
-    summarize_dry_run()
-    ds = config["datasets"][wildcards.dataset]
-    if container_suffix(ds["format"]):  # a new tar or Parquet file is a grown corpus: prepare runs again
-        files = expand_shards(ds["manifest"], ds["audio_root"], container_suffix(ds["format"]))
-        return [f for f in files if not storage.is_url(f)]
-    return [p for p in dataset_inputs(wildcards.dataset).values() if p is not None and not storage.is_url(p)]
-
-
+@functools.lru_cache(maxsize=None)
 def corpus_files(dataset):
-    """The files the dataset's corpus is read from (its manifest and recordings, or its containers),
-    as paths or URLs; none for a recipe's (they are made by the workflow from its config)."""
+    """The files prepare reads the dataset from, as paths or URLs: its containers (a folder or a
+    bucket listed once per parse), else its manifest and recordings (a recipe's own manifests)."""
     ds = config["datasets"][dataset]
-    if ds["recipe"] is not None:
-        return []
     if container_suffix(ds["format"]):
         return expand_shards(ds["manifest"], ds["audio_root"], container_suffix(ds["format"]))
     return [p for p in dataset_inputs(dataset).values() if p is not None]
+
+
+def get_manifest(wildcards):
+    """The prepare job's inputs: local manifests or tars (Snakemake watches their times: a new tar or
+    Parquet file is a grown corpus, and prepare runs again); none for a URL. (In a dry run, the first
+    call also logs the stages the shard plan hides: summarize_dry_run.)"""
+    summarize_dry_run()
+    return [f for f in corpus_files(wildcards.dataset) if not storage.is_url(f)]
 
 
 # Every rule's mem_mb and runtime: the cost plan's where one was made (snakemake plan) for this
@@ -220,12 +216,10 @@ if RESOURCES.message():
 
 def get_manifest_version(wildcards):
     """A URL manifest's ETag (one HEAD request): a param, so that a replaced object reruns prepare."""
-    ds = config["datasets"][wildcards.dataset]
-    if container_suffix(ds["format"]):  # each object's ETag: a tar or Parquet file replaced in the bucket
-        files = expand_shards(ds["manifest"], ds["audio_root"], container_suffix(ds["format"]))
+    files = corpus_files(wildcards.dataset)
+    if container_suffix(config["datasets"][wildcards.dataset]["format"]):  # each object's ETag
         return [storage.head(f).etag for f in files if storage.is_url(f)] or None
-    paths = [p for p in dataset_inputs(wildcards.dataset).values() if p is not None]
-    versions = [storage.head(p).etag if storage.is_url(p) else None for p in paths]
+    versions = [storage.head(p).etag if storage.is_url(p) else None for p in files]
     return versions[0] if len(versions) == 1 else versions
 
 

@@ -14,7 +14,7 @@ No reader imports another: what they share lives once, where every user reaches 
 sharflow.prepare.readers.common (what a reader is opened from, the field mapping, a row as a JSON
 line) and sharflow.core.containers (the containers' suffixes, shard-pattern expansion). To add a
 form: write its module with a class that has the members of `Reader`, and add a line to FORMS
-(tests/test_layout.py keeps the readers from importing each other).
+(tests/test_house.py keeps the readers from importing each other).
 """
 
 import importlib
