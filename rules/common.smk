@@ -804,7 +804,9 @@ def most_records(dataset):
     reader's cheap count (a line count, Parquet footers, tar headers; sharflow.prepare.readers), else
     what prepare counted last; records None where neither can be had without reading the corpus."""
     ds = config["datasets"][dataset]
-    if ds["recipe"] is None:
+    # containers on object storage are not fetched to count (nor listed again: corpus_files did)
+    objects = container_suffix(ds["format"]) and any(storage.is_url(f) for f in corpus_files(dataset))
+    if ds["recipe"] is None and not objects:
         inputs = dataset_inputs(dataset)
         source = Source(inputs["manifest"], ds["audio_root"], inputs["recordings"], fetch=False)
         try:

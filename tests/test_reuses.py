@@ -312,6 +312,33 @@ def tar_member_indexes(tmp: Path, monkeypatch) -> World:
     return w
 
 
+def object_tar_indexes(tmp: Path, monkeypatch) -> World:
+    """The version a job reads an object's members against: the index prepare's stream kept (over a
+    stubbed HEAD; the reads themselves run against the S3 server in test_object_reads)."""
+    monkeypatch.setenv("SHARFLOW_CACHE_DIR", str(tmp / "cache"))
+    info = {"url": "s3://bucket/a.tar", "etag": "e1", "size": 10240}
+    monkeypatch.setattr(storage, "head", lambda url: storage.ObjectInfo(info["size"], info["etag"]))
+
+    def key():  # prepare's pass over the tar as the parse lists it, then a job's look at the index
+        containers.remember_tar_index(info["url"], {"k.flac": (512, 100)})
+        containers._url_tar_index.cache_clear()
+        index = containers.tar_index(info["url"])
+        return info["url"], index.etag, index.size
+
+    def read_members():
+        containers._PREFETCHED.clear()
+        containers.tar_index(info["url"]).get("k.flac")
+
+    w = World(key)
+    w.change = {
+        "object URL": lambda: info.update(url="s3://bucket/b.tar"),
+        "object ETag": lambda: info.update(etag="e2"),
+        "object size": lambda: info.update(size=20480),
+        "a job reading its members": read_members,
+    }
+    return w
+
+
 def resumed_shard_jobs(tmp: Path, monkeypatch) -> World:
     a, b = a_file(tmp, "a.jsonl"), a_file(tmp, "b.jsonl")
     state = {"inputs": [str(a), str(b)], "settings": {"shard_size": 4}}
@@ -447,6 +474,7 @@ CASES: dict[str, Callable[[Path, pytest.MonkeyPatch], World]] = {
     "published objects": published_objects,
     "object cache": object_cache,
     "tar member indexes": tar_member_indexes,
+    "object tar indexes": object_tar_indexes,
     "resumed shard jobs": resumed_shard_jobs,
     "the plan's kept generations": plans_kept_generations,
     "job records": job_records,
@@ -800,6 +828,9 @@ EFFECTS: dict[str, Callable[[Path, pytest.MonkeyPatch], World]] = {
 }
 # Entries whose effect is proven elsewhere, or not yet: where, and what is left.
 EFFECTS_ELSEWHERE = {
+    "object tar indexes": "test_object_reads: a shar job reads every member by range against the "
+    "indexes prepare kept (no HEAD, no scan), and a tar replaced since fails its reader loudly, its "
+    "index dropped, and the rerun's prepare indexes the new one",
     "identity fingerprints and voices": "test_identity: a part's reuse key through the part itself "
     "(its record line and audio file); the packages' versions at key level only",
     "resumed shard jobs": "test_crash: a killed run resumes, and test_jobs: another key starts afresh; "

@@ -1,5 +1,6 @@
 """Audio files of a dataset: paths inside the audio root, headers, and the one reading of a span."""
 
+import io
 import os
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
@@ -74,8 +75,18 @@ def _root_prefix(audio_root: str) -> str:
 
 def probe_audio(path: str) -> AudioInfo:
     """Read the header of an audio file, object or container member (no samples are decoded)."""
-    with containers.audio_source(path) as source, sf.SoundFile(source) as f:  # not sf.info: it formats
-        return AudioInfo(int(f.samplerate), int(f.frames), int(f.channels))  # ten names we do not read
+    with containers.audio_source(path) as source:
+        return _header(source)
+
+
+def probe_bytes(data: bytes) -> AudioInfo:
+    """The header of audio a reader holds in memory (a member it streamed past, a Parquet cell)."""
+    return _header(io.BytesIO(data))
+
+
+def _header(source) -> AudioInfo:
+    with sf.SoundFile(source) as f:  # not sf.info: it formats ten names we do not read
+        return AudioInfo(int(f.samplerate), int(f.frames), int(f.channels))
 
 
 def compute_num_samples(duration: float, sampling_rate: int) -> int:

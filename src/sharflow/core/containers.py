@@ -9,18 +9,25 @@ and a member to its bytes inside the container, so nothing is extracted and a me
 only when its audio is.
 
 A tar member is read whole up to WHOLE_MEMBER_BYTES, else through a window over the tar. A tar's
-member index (name -> data offset and size, from its headers: a pass that reads a 512-byte header per
-member and seeks over the data) is built once per tar version and kept on disk in sharflow's cache
-(`tar-index/`, ~40 bytes a member; loading it costs 34-42x less than the pass in bench_corpora.py),
-keyed by the tar's local path, size, mtime and ctime (tar_index_key): prepare,
-which reads every tar through anyway, leaves it there, so no later job scans a tar's headers again.
-Each process also keeps the 64 most recent indexes in memory. An object is fetched whole into the
-object cache once (storage.local_file). Compressed tars (.tar.gz) are not seekable and are not read.
+member index (name -> data offset and size, from its headers) is built once per tar version and kept
+on disk in sharflow's cache (`tar-index/`, ~40 bytes a member; loading it costs 34-42x less than the
+pass in bench_corpora.py): a local tar's keyed by its path, size, mtime and ctime (tar_index_key), an
+object's by its URL, holding the size and ETag it is of. Prepare, which reads every tar through
+anyway (an object as one stream, never copied), leaves it there, so no later job scans a tar's
+headers again. A tar cut short keeps the index of its members before the cut, marked `truncated`.
+Each process also keeps recent indexes in memory.
+
+A member of a tar on object storage is fetched by range (one GET of its bytes, If-Match the ETag of
+the index: an object replaced since prepare fails loudly), never the whole tar; a job that knows its
+reading order fetches a batch at once (`prefetched`: adjacent members coalesced, GETs concurrent).
+Compressed tars (.tar.gz) are not seekable and are not read.
 
 A Parquet row's audio is the `bytes` of its audio column (a struct of bytes and path, as the Hub
 writes it): `train.parquet#123` reads row 123's column `audio`, `train.parquet#123:speech` its column
-`speech`. A row group's audio column is read once and kept while the next rows come from it (one row
-group a process: memory stays that of one row group's audio).
+`speech`. A row group's audio column is read once and kept while the next rows come from it (the
+GROUPS_KEPT last row groups a process read: memory stays that of a few row groups' audio). On object
+storage the footer and that column of that row group are read by range (RangeFile), never the whole
+file.
 """
 
 import bisect
@@ -32,6 +39,7 @@ import logging
 import os
 import re
 import tarfile
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -51,6 +59,12 @@ _BRACES = re.compile(r"\{(\d+)\.\.(\d+)\}")
 # A member up to this size is read whole into memory (one read; decoders then seek in C); a longer one
 # (an hour of WAV whose segments are records) is read through a window, a span at a time.
 WHOLE_MEMBER_BYTES = 8 << 20
+# Members of tars on object storage (prefetched): at most this many ranged GETs at once per process,
+# runs of adjacent members up to RUN_BYTES a GET, MAX_GAP bytes between two members of one run; a
+# tar's headers read by range where no index was kept, SCAN_BLOCK bytes a request at least.
+MAX_CONCURRENT, RUN_BYTES, MAX_GAP, SCAN_BLOCK = 8, 16 << 20, 64 << 10, 64 << 10
+# Row groups whose audio column a process keeps (a record and its context often lie in two)
+GROUPS_KEPT = 4
 
 
 class MemberError(FileNotFoundError):
@@ -74,7 +88,9 @@ def expand_shards(pattern: str, audio_root: str, suffix: str = TAR) -> list[str]
     """The container files of `pattern`: a brace pattern (`EN-B{000000..000099}.tar`, WebDataset's),
     a folder (every file with `suffix` under it, sorted) or one file; relative to the audio root,
     absolute paths and URLs as given. Under an `s3://` root a name that does not end with `suffix` is
-    a folder: every object below it with `suffix`, sorted (one listing request per 1,000 objects)."""
+    a folder: every object below it with `suffix`, sorted (one listing request per 1,000 objects), and
+    a brace pattern's objects are listed by the key before the brace: either way their sizes and ETags
+    come with the listing (storage.head asks no more)."""
     if storage.is_url(pattern) or os.path.isabs(pattern):
         base = pattern
     else:
@@ -87,6 +103,8 @@ def expand_shards(pattern: str, audio_root: str, suffix: str = TAR) -> list[str]
     if storage.is_url(base):
         if match is None and not base.endswith(suffix):
             return storage.list_folder(base, suffix)
+        if match is not None:  # their versions, one LIST per 1,000 objects (no HEAD each)
+            storage.list_prefix(base[: match.start()])
     elif os.path.isdir(base):
         return sorted(glob.glob(os.path.join(glob.escape(base), "**", f"*{suffix}"), recursive=True))
     if match is None:
@@ -101,16 +119,30 @@ def expand_shards(pattern: str, audio_root: str, suffix: str = TAR) -> list[str]
 
 
 def tar_index_key(local: str) -> tuple[str, int, int, int]:
-    """What a tar's member index is kept under: the local file's absolute path, size, mtime and ctime
+    """What a local tar's member index is kept under: the file's absolute path, size, mtime and ctime
     (ctime too: a tar rewritten at its size, as tars pad to 10 KiB, and given its old mtime back is
-    indexed again)."""
+    indexed again). An object's index is kept under its URL and holds the ETag it is of."""
     st = os.stat(local)
     return os.path.abspath(local), st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
-def tar_index(container: str) -> dict[str, tuple[int, int]]:
-    """{member name: (data offset, size)} of a tar's regular files (the first of a repeated name)."""
-    return _tar_index(tar_index_key(storage.local_file(container)))
+class TarIndex(dict):
+    """{member name: (data offset, size)} of a tar's complete regular files (the first of a repeated
+    name). `truncated`: the tar ends inside a member or a header, and the index holds the members
+    before the cut (no reader trusts past it, none scans it again); `size` and `etag`: the object's
+    bytes and version the offsets are of (an object's index; 0 and "" for a local file's)."""
+
+    truncated = False
+    size = 0
+    etag = ""
+
+
+def tar_index(container: str) -> TarIndex:
+    """The member index of a tar (a local file or an object): kept on disk by prepare's pass, else
+    built here from its headers and kept."""
+    if storage.is_url(container):
+        return _url_tar_index(container)
+    return _tar_index(tar_index_key(container))
 
 
 def add_member(members: dict[str, tuple[int, int]], info: tarfile.TarInfo, size: int) -> None:
@@ -119,21 +151,31 @@ def add_member(members: dict[str, tuple[int, int]], info: tarfile.TarInfo, size:
         members.setdefault(info.name, (info.offset_data, info.size))
 
 
-def remember_tar_index(local: str, members: dict[str, tuple[int, int]]) -> None:
-    """Keep the index a reader made in one whole pass over the tar at `local` (prepare's), so that no
-    later job scans the tar's headers again (unless a job that probed it meanwhile kept it)."""
-    key = tar_index_key(local)
+def remember_tar_index(tar: str, members: dict[str, tuple[int, int]], *, truncated: bool = False) -> None:
+    """Keep the index a reader made in one whole pass over the tar at `tar` (prepare's: a local file,
+    or an object it streamed, whose version storage.head knows), so that no later job scans the tar's
+    headers again; `truncated`: the pass ended at a cut."""
+    index = TarIndex(members)
+    index.truncated = truncated
+    if storage.is_url(tar):
+        info = storage.head(tar)
+        index.size, index.etag = info.size, info.etag
+        kept = kept_tar_index((tar,))
+        if kept is None or (kept.etag, kept.size) != (index.etag, index.size):
+            _keep((tar,), index)
+        return
+    key = tar_index_key(tar)
     if not _index_file(key).exists():
-        _keep(key, members)
+        _keep(key, index)
 
 
-def _index_file(key: tuple[str, int, int, int]) -> Path:
+def _index_file(key: tuple) -> Path:
     digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()
     return cache_root() / "tar-index" / digest[:2] / f"{digest[2:34]}.json"
 
 
 @lru_cache(maxsize=64)
-def _tar_index(key: tuple[str, int, int, int]) -> dict[str, tuple[int, int]]:
+def _tar_index(key: tuple[str, int, int, int]) -> TarIndex:
     members = kept_tar_index(key)
     if members is None:
         members = scan_tar(key[0], key[1])
@@ -141,36 +183,129 @@ def _tar_index(key: tuple[str, int, int, int]) -> dict[str, tuple[int, int]]:
     return members
 
 
-def kept_tar_index(key: tuple[str, int, int, int]) -> dict[str, tuple[int, int]] | None:
+@lru_cache(maxsize=64)  # an Emilia tar's index: ~3.3 MB in memory and 9 ms to load (14,000 members)
+def _url_tar_index(url: str) -> TarIndex:
+    """An object's index: the one kept under its URL (its reads ask for the ETag it is of: an object
+    replaced since fails loudly), else one HEAD and its headers read by range (RangeFile), kept."""
+    members = kept_tar_index((url,))
+    if members is None:
+        info = storage.head(url)
+        with storage.RangeFile(url, info, block=SCAN_BLOCK) as f:
+            members = _scan(f, info.size, url)
+        members.size, members.etag = info.size, info.etag
+        _keep((url,), members)
+    return members
+
+
+def forget_tar_index(url: str) -> None:
+    """Drop the index kept of an object (it was replaced since it was indexed): the next reader
+    indexes the object it finds, or prepare's pass over it keeps a new one."""
+    _index_file((url,)).unlink(missing_ok=True)
+    _url_tar_index.cache_clear()
+
+
+def kept_tar_index(key: tuple) -> TarIndex | None:
     """The index kept on disk under `key`, or None (not kept yet, or unreadable)."""
     try:
         value = read_json(_index_file(key))
         if value["tar"] == key[0]:
-            return {name: (offset, size) for name, offset, size in value["members"]}
+            index = TarIndex({name: (offset, size) for name, offset, size in value["members"]})
+            index.truncated = bool(value.get("truncated", False))
+            index.size, index.etag = int(value.get("size", 0)), str(value.get("etag", ""))
+            return index
     except (OSError, ValueError, KeyError, TypeError):
         pass
     return None
 
 
-def scan_tar(local: str, size: int) -> dict[str, tuple[int, int]]:
-    """A tar's member index from its headers (`size`: the tar's bytes)."""
-    members: dict[str, tuple[int, int]] = {}
+def scan_tar(local: str, size: int) -> TarIndex:
+    """A local tar's member index from its headers (`size`: the tar's bytes)."""
+    with open(local, "rb") as f:
+        return _scan(f, size, local)
+
+
+def _scan(f, size: int, name: str) -> TarIndex:
+    """The member index of the tar read through `f` (seekable, or a forward-only stream): the members
+    before a cut where the tar is cut short (`truncated`); MemberError where it is no tar at all."""
+    members = TarIndex()
     try:
-        with tarfile.open(local, "r:") as tar:
-            for info in tar:
-                add_member(members, info, size)
+        archive = tarfile.open(fileobj=f, mode="r:")  # noqa: SIM115 (closes nothing of `f`'s)
     except tarfile.TarError as e:
-        raise MemberError(f"{local} is not a readable uncompressed tar ({e})") from None
+        raise MemberError(f"{name} is not a readable uncompressed tar ({e})") from None
+    try:
+        for info in archive:
+            if info.offset_data + info.size > size:
+                members.truncated = True
+                break
+            add_member(members, info, size)
+    except tarfile.TarError:
+        members.truncated = True
     return members
 
 
-def _keep(key: tuple[str, int, int, int], members: dict[str, tuple[int, int]]) -> None:
-    value = {"tar": key[0], "members": [[name, *at] for name, at in members.items()]}
+def _keep(key: tuple, members: TarIndex) -> None:
+    value = {
+        "tar": key[0],
+        "members": [[name, *at] for name, at in members.items()],
+        "truncated": members.truncated,
+        **({"size": members.size, "etag": members.etag} if members.etag else {}),
+    }
     try:
         with atomic_file(_index_file(key), "w", encoding="utf-8") as f:
             json.dump(value, f, separators=(",", ":"))
     except OSError as e:  # a cache that cannot be written costs a scan per process, nothing else
         log.debug("tar index of %s not kept: %s", key[0], e)
+
+
+# ---- members of objects, fetched by range --------------------------------------------------------
+_PREFETCHED: dict[str, bytes] = {}
+
+
+@contextmanager
+def prefetched(paths):
+    """Within the block, the members among `paths` (addresses, in reading order) of tars on object
+    storage are read from memory: fetched on entry by range, members adjacent in `paths` and in their
+    tar coalesced into one GET (the bytes between them at most MAX_GAP and a tenth of the next
+    member), MAX_CONCURRENT GETs at once. Anything else in `paths` is read as without the block."""
+    runs: list[list] = []  # [url, etag, start, end, [(path, offset, length)]]
+    for path in dict.fromkeys(paths):
+        container, member = split_member(path)
+        if member is None or not storage.is_url(container) or _is_parquet(container) or path in _PREFETCHED:
+            continue
+        try:
+            index = tar_index(container)
+        except (MemberError, FileNotFoundError):
+            continue  # the read itself says what is wrong
+        if member not in index or index[member][1] > WHOLE_MEMBER_BYTES:
+            continue
+        offset, length = index[member]
+        last = runs[-1] if runs else None
+        gap = offset - last[3] if last and last[0] == container else -1
+        if last and 0 <= gap <= min(MAX_GAP, length // 10) and last[3] - last[2] + gap + length <= RUN_BYTES:
+            last[3] = offset + length
+            last[4].append((path, offset, length))
+        else:
+            runs.append([container, index.etag, offset, offset + length, [(path, offset, length)]])
+
+    def fetch(run):
+        url, etag, start, end, members = run
+        try:
+            data = storage.get_range(url, start, end - start, etag)
+        except (OSError, storage.StorageError):
+            return {}  # the read itself fails, naming what is wrong, for its record alone
+        return {path: data[offset - start : offset - start + length] for path, offset, length in members}
+
+    fetched: list[str] = []
+    try:
+        if runs:
+            with ThreadPoolExecutor(min(MAX_CONCURRENT, len(runs))) as pool:
+                for got in pool.map(fetch, runs):
+                    _PREFETCHED.update(got)
+                    fetched += got
+        yield
+    finally:
+        for path in fetched:
+            _PREFETCHED.pop(path, None)
 
 
 def parquet_member(row: int, column: str = "audio") -> str:
@@ -183,16 +318,15 @@ def _parquet_bytes(path: str) -> bytes:
     row, _, column = member.partition(":")
     if not row.isdigit():
         raise MemberError(f"{path}: a Parquet row is addressed by its number ({container}#<row>)")
-    local = storage.local_file(container)
-    st = os.stat(local)
-    starts, names = _row_groups(local, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    version = _version(container)
+    starts, names = _row_groups(container, version)
     group = bisect.bisect_right(starts, int(row)) - 1
     if not 0 <= group < len(starts) - 1:
         raise MemberError(f"{container} has {starts[-1]} rows, no row {row}")
     column = column or "audio"
     if column not in names:
         raise MemberError(f"{container} has no column {column!r} (it has {', '.join(names)})")
-    values = _group_audio(local, st.st_size, st.st_mtime_ns, st.st_ctime_ns, group, column)
+    values = _group_audio(container, version, group, column)
     value = values[int(row) - starts[group]]
     data = value.get("bytes") if isinstance(value, dict) else value
     if not isinstance(data, bytes):
@@ -200,46 +334,68 @@ def _parquet_bytes(path: str) -> bytes:
     return data
 
 
-@lru_cache(maxsize=64)
-def _row_groups(local: str, size: int, mtime_ns: int, ctime_ns: int) -> tuple[list[int], list[str]]:
-    """(first row of each row group, then the row count; the column names) of a Parquet file."""
+def _version(container: str) -> tuple:
+    """What a Parquet file's cached row groups depend on: an object's size and ETag, a file's size,
+    mtime and ctime."""
+    if storage.is_url(container):
+        info = storage.head(container)
+        return info.size, info.etag
+    st = os.stat(container)
+    return st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _parquet_file(container: str, version: tuple):
+    """pyarrow's reader of a Parquet file: an object's footer and row groups read by range."""
     import pyarrow.parquet as pq
 
+    if storage.is_url(container):
+        return pq.ParquetFile(storage.RangeFile(container, storage.ObjectInfo(*version)))
+    return pq.ParquetFile(container)
+
+
+@lru_cache(maxsize=64)
+def _row_groups(container: str, version: tuple) -> tuple[list[int], list[str]]:
+    """(first row of each row group, then the row count; the column names) of a Parquet file."""
     try:
-        meta = pq.ParquetFile(local).metadata
+        meta = _parquet_file(container, version).metadata
+    except storage.StorageError:
+        raise
     except Exception as e:
-        raise MemberError(f"{local} is not a readable Parquet file ({e})") from None
+        raise MemberError(f"{container} is not a readable Parquet file ({e})") from None
     starts = [0]
     for g in range(meta.num_row_groups):
         starts.append(starts[-1] + meta.row_group(g).num_rows)
     return starts, list(meta.schema.to_arrow_schema().names)
 
 
-@lru_cache(maxsize=1)
-def _group_audio(local: str, size: int, mtime_ns: int, ctime_ns: int, group: int, column: str) -> list:
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(local).read_row_group(group, columns=[column]).column(0).to_pylist()
+@lru_cache(maxsize=GROUPS_KEPT)
+def _group_audio(container: str, version: tuple, group: int, column: str) -> list:
+    return _parquet_file(container, version).read_row_group(group, columns=[column]).column(0).to_pylist()
 
 
 def _is_parquet(container: str) -> bool:
     return container.endswith(PARQUET)
 
 
-def _member(path: str) -> tuple[str, int, int]:
+def _member(path: str) -> tuple[str, int, int, TarIndex]:
+    """(container, data offset, size, its tar's index) of a tar member."""
     container, member = split_member(path)
-    found = tar_index(container).get(member)
+    index = tar_index(container)
+    found = index.get(member)
     if found is None:
-        raise MemberError(f"{container} holds no member {member!r}")
-    return storage.local_file(container), *found
+        cut = " (the tar is cut short before it)" if index.truncated else ""
+        raise MemberError(f"{container} holds no member {member!r}{cut}")
+    return container, *found, index
 
 
 @contextmanager
 def audio_source(path: str):
-    """What a decoder opens: a plain file's local path (libsndfile reads it in C), or a member's bytes
-    as a file object (closed after the block)."""
+    """What a decoder opens: a plain file's local path (libsndfile reads it in C; an object's copy in
+    the object cache, held while the block runs), or a member's bytes as a file object (closed after
+    the block)."""
     if split_member(path)[1] is None:
-        yield storage.local_file(path)
+        with storage.held_file(path) as local:
+            yield local
         return
     with open_audio(path) as f:
         yield f
@@ -249,14 +405,26 @@ def open_audio(path: str):
     """A binary file object over the audio at `path` (a file, an object, or a member): seekable."""
     container, member = split_member(path)
     if member is None:
-        return open(storage.local_file(path), "rb")
+        return storage.open_object(path)
     if _is_parquet(container):
         return io.BytesIO(_parquet_bytes(path))
-    local, offset, length = _member(path)
+    if path in _PREFETCHED:
+        return io.BytesIO(_PREFETCHED[path])
+    container, offset, length, index = _member(path)
+    if storage.is_url(container):
+        if length > WHOLE_MEMBER_BYTES:
+            return MemberFile(
+                storage.RangeFile(container, storage.ObjectInfo(index.size, index.etag)), offset, length
+            )
+        try:
+            return io.BytesIO(storage.get_range(container, offset, length, index.etag))
+        except storage.ObjectReplaced:
+            forget_tar_index(container)  # the next run indexes the object it finds
+            raise
     if length <= WHOLE_MEMBER_BYTES:
-        with open(local, "rb") as f:
+        with open(container, "rb") as f:
             return io.BytesIO(os.pread(f.fileno(), length, offset))
-    return MemberFile(local, offset, length)
+    return MemberFile(open(container, "rb"), offset, length)
 
 
 def size(path: str) -> int:
@@ -269,14 +437,16 @@ def size(path: str) -> int:
 
 def stamp(path: str) -> list:
     """[size, version] of the audio at `path`; a member's version is its container's and its offset
-    there, so that a container replaced under its name makes its members' results stale."""
+    there, so that a container replaced under its name makes its members' results stale (an object's
+    from its index: the version its reads ask for, no request)."""
     container, member = split_member(path)
     if member is None:
         return storage.stamp(path)
     if _is_parquet(container):
         return [len(_parquet_bytes(path)), [*storage.stamp(container), member]]
-    _, offset, length = _member(path)
-    return [length, [*storage.stamp(container), offset]]
+    _, offset, length, index = _member(path)
+    version = [index.size, index.etag] if storage.is_url(container) else storage.stamp(container)
+    return [length, [*version, offset]]
 
 
 def exists(path: str) -> bool:
@@ -284,20 +454,26 @@ def exists(path: str) -> bool:
     container, member = split_member(path)
     if member is None:
         return storage.exists(path)
-    if not storage.exists(container):
-        return False
+    if _is_parquet(container):
+        if not storage.exists(container):
+            return False
+        try:
+            return bool(_parquet_bytes(path))
+        except MemberError:
+            return False
     try:
-        return bool(_parquet_bytes(path)) if _is_parquet(container) else member in tar_index(container)
-    except MemberError:
+        return member in tar_index(container)
+    except (MemberError, FileNotFoundError):
         return False
 
 
 class MemberFile(io.RawIOBase):
-    """A read-only, seekable window [offset, offset + size) over a file: one tar member's bytes."""
+    """A read-only, seekable window [offset, offset + size) over a file object (a local file, or an
+    object's RangeFile): one tar member's bytes. Owns `file` (closes it)."""
 
-    def __init__(self, path: str, offset: int, size: int):
+    def __init__(self, file, offset: int, size: int):
         super().__init__()
-        self._file = open(path, "rb")  # noqa: SIM115 (closed by close(): the window owns it)
+        self._file = file
         self._start, self._size, self._pos = offset, size, 0
 
     def readable(self) -> bool:

@@ -109,7 +109,8 @@ REUSES: tuple[Reuse, ...] = (
     ),
     Reuse(
         "object cache",
-        "the local copy of an object (s3:// audio or manifest), downloaded once per object version",
+        "the local copy of a loose object (s3:// audio or manifest), downloaded once per object version"
+        " into the bounded cache (sharflow.core.object_cache evicts copies no job holds)",
         ("sharflow.core.storage.local_file",),
         ("object URL", "object ETag", "object size"),
         ("the local copy's mtime",),
@@ -125,6 +126,19 @@ REUSES: tuple[Reuse, ...] = (
         ),
         ("tar path", "tar size", "tar mtime", "tar ctime (a tar rewritten at its size and mtime)"),
         ("reading the tar (its access time)",),
+    ),
+    Reuse(
+        "object tar indexes",
+        "a tar's member index on object storage, kept under its URL with the size and ETag it is of:"
+        " prepare's stream over the tar keeps it (again when the ETag changed), a job reads members"
+        " against it asking for that ETag (If-Match: an object replaced since fails, and its index is"
+        " dropped)",
+        (
+            "sharflow.core.containers.tar_index",
+            "sharflow.core.containers.remember_tar_index",
+        ),
+        ("object URL", "object ETag", "object size"),
+        ("a job reading its members",),
     ),
     Reuse(
         "resumed shard jobs",

@@ -23,17 +23,20 @@ from sharflow.core.errors import SharflowError
 from sharflow.core.ledger import Ledger, RejectWriter, reject_row
 from sharflow.core.parallel import ordered_map, resolve_workers
 from sharflow.core.speakers import parse_speaker
-from sharflow.prepare.manifest import REASONS, Accepted, CheckSettings, Refused, Rejected, check_line
+from sharflow.prepare.manifest import REASONS, Accepted, CheckSettings, Probed, Refused, Rejected, check_line
 from sharflow.prepare.readers import Mapping, Source, open_reader
 
 log = logging.getLogger(__name__)
 
 
-def check_chunk(settings: CheckSettings, lines: list[bytes | Refused]) -> list[Accepted | Rejected]:
-    """Check a chunk of raw lines (runs in a worker process); a record its reader refused stays so."""
+def check_chunk(settings: CheckSettings, lines: list[bytes | Probed | Refused]) -> list[Accepted | Rejected]:
+    """Check a chunk of raw lines (runs in a worker process); a record its reader refused stays so, and
+    one whose audio its reader probed is checked with that header."""
     return [
         check_line(raw, settings)
         if isinstance(raw, bytes)
+        else check_line(raw.line, settings, raw)
+        if isinstance(raw, Probed)
         else Rejected(raw.reason, raw.detail, raw.duration)
         for raw in lines
     ]
@@ -43,7 +46,10 @@ def _checked_lines(chunks, settings: CheckSettings, workers: int) -> Iterator[tu
     """(raw line, result) in input order; with workers > 1 at most 2×workers chunks in flight."""
     for chunk, results in ordered_map(partial(check_chunk, settings), chunks, workers):
         for raw, result in zip(chunk, results, strict=True):
-            yield (raw if isinstance(raw, bytes) else raw.original), result
+            yield (
+                (raw if isinstance(raw, bytes) else raw.line if isinstance(raw, Probed) else raw.original),
+                result,
+            )
 
 
 def _stable_hash(key: tuple) -> int:

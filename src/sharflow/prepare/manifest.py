@@ -94,16 +94,28 @@ class Refused:
     duration: float | None = None
 
 
+@dataclass(frozen=True)
+class Probed:
+    """A record line whose audio its reader has read already (a tar streamed from object storage, whose
+    bytes are read once): the header it found (`info`), or why the audio does not decode (`error`),
+    so that the checks need not fetch the audio again."""
+
+    line: bytes
+    info: AudioInfo | None = None
+    error: str = ""
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def check_line(raw: bytes, settings: CheckSettings) -> Accepted | Rejected:
+def check_line(raw: bytes, settings: CheckSettings, probed: Probed | None = None) -> Accepted | Rejected:
     """Validate one manifest line and return the standardized record or the reject reason.
 
     The prepared record holds `audio_filepath` relative to the audio root, `offset` (0 when
     absent), `duration`, `text`, the standardized `speaker`, every other manifest field as it was,
-    and `source_audio` ({sampling_rate, num_samples, num_channels} from the header).
+    and `source_audio` ({sampling_rate, num_samples, num_channels} from the header; `probed`'s
+    where the reader read the audio already).
     """
     record = _parse(raw)
     if isinstance(record, Rejected):
@@ -111,7 +123,7 @@ def check_line(raw: bytes, settings: CheckSettings) -> Accepted | Rejected:
     fields = _check_fields(record, settings)
     if isinstance(fields, Rejected):
         return fields
-    audio = _check_audio(fields, "offset" in record, settings)
+    audio = _check_audio(fields, "offset" in record, settings, probed)
     if isinstance(audio, Rejected):
         return audio
     rel, info = audio
@@ -195,7 +207,7 @@ def _check_fields(record: dict, settings: CheckSettings) -> _Fields | Rejected:
 
 
 def _check_audio(
-    fields: _Fields, has_offset: bool, settings: CheckSettings
+    fields: _Fields, has_offset: bool, settings: CheckSettings, probed: Probed | None = None
 ) -> tuple[str, AudioInfo] | Rejected:
     """(path relative to the audio root, header) of the record's audio, if it is there and long enough."""
     duration = fields.duration
@@ -203,8 +215,10 @@ def _check_audio(
         full, rel = resolve_audio_path(settings.audio_root, fields.path)
     except PathEscapeError as e:
         return Rejected("path_escapes_root", str(e), duration)
+    if probed is not None and probed.error:
+        return Rejected("unreadable_audio", f"{full}: {probed.error}", duration)
     try:
-        info = _probe_cached(full)
+        info = probed.info if probed is not None and probed.info is not None else _probe_cached(full)
     except StorageError:
         raise  # the store, not the record: one error for the job
     except Exception as e:  # libsndfile reports missing, corrupt and unknown files alike

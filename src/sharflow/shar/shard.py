@@ -32,7 +32,9 @@ from typing import BinaryIO, NamedTuple
 
 from tqdm import tqdm
 
+from sharflow.core import containers
 from sharflow.core.atomic import atomic_file, read_json, write_json
+from sharflow.core.audio import resolve_audio_path
 from sharflow.core.errors import SharflowError
 from sharflow.core.jobs import finish_job, planned_jobs
 from sharflow.core.layout import DatasetFiles, ShardFiles, block_members, block_size, shard_key
@@ -264,7 +266,10 @@ def write_batch(
     """
     segment, records = task
     results: list = []
-    with _segment_files(segment) if fields is None else nullcontext(fields) as (target_f, context_f):
+    with (
+        _segment_files(segment) if fields is None else nullcontext(fields) as (target_f, context_f),
+        containers.prefetched(batch_audio(settings.audio_root, records)),
+    ):
         for record in records:
             result = encode_record(settings, record)
             if isinstance(result[0], str):
@@ -291,6 +296,20 @@ def write_batch(
             bare_target, bare_context = replace(target, data=b""), replace(context, data=b"")
             results.append(WrittenCut(cut["id"], line, language, bare_target, bare_context))
     return results
+
+
+def batch_audio(audio_root: str, records: list[dict]) -> list[str]:
+    """The audio a batch reads, in its reading order (each record's target, then its context): what
+    its members on object storage are fetched from (containers.prefetched: by range, adjacent ones in
+    one request)."""
+    paths = []
+    for record in records:
+        for key in ("audio_filepath", "context_audio_filepath"):
+            try:
+                paths.append(resolve_audio_path(audio_root, record[key])[0])
+            except Exception:
+                continue
+    return paths
 
 
 def _catalog_row(record: dict, cut: WrittenCut, shard: int, position: int) -> dict:

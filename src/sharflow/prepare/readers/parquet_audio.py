@@ -14,17 +14,15 @@ audio column too (in batches of AUDIO_BATCH rows) and each row's duration is its
 the header. Rows are numbered from 0 over the files in order; a reject names the file and its row.
 """
 
-import io
 import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-import soundfile as sf
-
 from sharflow.core import containers, storage
+from sharflow.core.audio import probe_bytes
 from sharflow.core.errors import SharflowError
-from sharflow.prepare.manifest import Refused
+from sharflow.prepare.manifest import Probed, Refused
 from sharflow.prepare.readers.common import MAPPED, Mapping, Source, container_files, row_line
 
 CHUNK_RECORDS = 2048
@@ -63,8 +61,9 @@ class ParquetAudio:
         """(total, unit) for a progress bar: the rows of the files."""
         return sum(self._file(f).metadata.num_rows for f in self.files), "row"
 
-    def chunks(self, progress=None) -> Iterator[list[bytes | Refused]]:
-        """Lists of at most CHUNK_RECORDS items, in order: a record line in NeMo form, or Refused."""
+    def chunks(self, progress=None) -> Iterator[list[bytes | Probed | Refused]]:
+        """Lists of at most CHUNK_RECORDS items, in order: a record line in NeMo form (Probed, with its
+        audio's header, where the reader read the audio for its duration), or Refused."""
         chunk: list[bytes | Refused] = []
         for path in self.files:
             for item in self._rows(path):
@@ -84,8 +83,10 @@ class ParquetAudio:
 
         if not storage.exists(path):
             raise SharflowError(f"Parquet file {path} is not there; fix datasets.<name>.manifest")
-        try:
-            return pq.ParquetFile(storage.local_file(path))  # an object: fetched whole, once
+        try:  # an object: its footer and the column chunks read, each by range (never copied)
+            return pq.ParquetFile(
+                storage.RangeFile(path, storage.head(path)) if storage.is_url(path) else path
+            )
         except Exception as e:
             raise SharflowError(f"{path}: not a readable Parquet file ({type(e).__name__}: {e})") from None
 
@@ -101,7 +102,7 @@ class ParquetAudio:
             )
         return mapped["audio"], mapped["duration"] if mapped["duration"] in names else None
 
-    def _rows(self, path: str) -> Iterator[bytes | Refused]:
+    def _rows(self, path: str) -> Iterator[bytes | Probed | Refused]:
         source = self._file(path)
         names = list(source.schema_arrow.names)
         audio, duration = self._columns(path, names)
@@ -121,7 +122,7 @@ class ParquetAudio:
 
     def _record(
         self, path: str, row: int, audio: str, values: dict, cell=None, read_audio=True
-    ) -> bytes | Refused:
+    ) -> bytes | Probed | Refused:
         original = row_line(values)
         record = {
             "audio_filepath": containers.address(path, containers.parquet_member(row, audio)),
@@ -134,9 +135,11 @@ class ParquetAudio:
                     "missing_audio", f"{path}, row {row}: column {audio!r} holds no audio", original
                 )
             try:
-                with sf.SoundFile(io.BytesIO(data)) as f:
-                    record["duration"] = f.frames / f.samplerate
+                info = probe_bytes(data)
             except Exception as e:
                 detail = f"{path}, row {row}: column {audio!r} does not decode ({e})"
                 return Refused("unreadable_audio", detail, original)
+            record["duration"] = info.num_samples / info.sampling_rate
+            # the header read here is the one prepare's checks would read again: handed over with the line
+            return Probed(json.dumps(record, ensure_ascii=False, default=str).encode("utf-8"), info)
         return json.dumps(record, ensure_ascii=False, default=str).encode("utf-8")

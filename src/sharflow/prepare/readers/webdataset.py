@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sharflow.core import containers, storage
+from sharflow.core.audio import AudioInfo, probe_bytes
 from sharflow.core.errors import SharflowError
-from sharflow.prepare.manifest import Refused
+from sharflow.prepare.manifest import Probed, Refused
 from sharflow.prepare.readers.common import Mapping, Source, container_files
 
 CHUNK_RECORDS = 2048
@@ -70,8 +71,9 @@ class WebDatasetShards:
         """(total, unit) for a progress bar: the bytes of the tars."""
         return sum(storage.size(t) for t in self.tars if storage.exists(t)), "B"
 
-    def chunks(self, progress=None) -> Iterator[list[bytes | Refused]]:
-        """Lists of at most CHUNK_RECORDS items, in order: a record line in NeMo form, or Refused."""
+    def chunks(self, progress=None) -> Iterator[list[bytes | Probed | Refused]]:
+        """Lists of at most CHUNK_RECORDS items, in order: a record line in NeMo form (Probed, with its
+        audio's header, where the tar is an object read as a stream), or Refused."""
         seen: dict[int, str] = {}
         chunk: list[bytes | Refused] = []
         for tar in self.tars:
@@ -83,16 +85,19 @@ class WebDatasetShards:
         if chunk:
             yield chunk
 
-    def _samples(self, tar: str, seen: dict[int, str], progress=None) -> Iterator[bytes | Refused]:
+    def _samples(self, tar: str, seen: dict[int, str], progress=None) -> Iterator[bytes | Probed | Refused]:
         if not storage.exists(tar):
             raise SharflowError(f"WebDataset shard {tar} is not there; fix datasets.<name>.manifest")
-        local = storage.local_file(tar)  # an object: fetched whole into the object cache, once
-        size = os.path.getsize(local)
+        remote = storage.is_url(tar)
+        # an object: one GET, read as a stream (never copied), its audio probed here as it goes by
+        size = storage.size(tar)
+        source = storage.ObjectStream(tar, storage.head(tar).etag) if remote else open(tar, "rb")  # noqa: SIM115
         group: _Sample | None = None
-        members: dict[str, tuple[int, int]] | None = {}  # the tar's member index, kept when whole
-        try:
-            with tarfile.open(local, "r:") as archive:
-                for info in archive:
+        members: dict[str, tuple[int, int]] = {}  # the tar's member index, kept (marked where cut)
+        truncated = False
+        with source:
+            try:
+                for info in tarfile.open(fileobj=source, mode="r:"):  # noqa: SIM115 (`source` is closed above)
                     containers.add_member(members, info, size)
                     if not info.isfile():
                         continue
@@ -103,19 +108,20 @@ class WebDatasetShards:
                     group = group or _Sample(key)
                     if info.offset_data + info.size > size:
                         group.truncated = info.name
-                        members = None
+                        truncated = True
                         break
                     if ext == "json":
-                        group.json = (info.name, archive.extractfile(info).read())
+                        group.json = (info.name, _member_bytes(source, info))
                     elif ext in AUDIO_EXTENSIONS and group.audio is None:
                         group.audio = info.name
-        except tarfile.ReadError as e:
-            if group is None:
-                group = _Sample("")
-            group.truncated = group.truncated or f"after {group.key or 'the start'} ({e})"
-            members = None
-        if members is not None:
-            containers.remember_tar_index(local, members)
+                        if remote:
+                            group.probed = _probe(_member_bytes(source, info))
+            except tarfile.ReadError as e:
+                if group is None:
+                    group = _Sample("")
+                group.truncated = group.truncated or f"after {group.key or 'the start'} ({e})"
+                truncated = True
+        containers.remember_tar_index(tar, members, truncated=truncated)
         if group is not None:
             yield self._record(tar, group, seen)
         if progress is not None:
@@ -148,7 +154,11 @@ class WebDatasetShards:
             detail = f"{named}: {sample.json[0]} has no audio member ({', '.join(AUDIO_EXTENSIONS)})"
             return Refused("missing_audio", detail, sample.json[1])
         record = {"audio_filepath": containers.address(tar, sample.audio), **self.mapping.record(metadata)}
-        return json.dumps(record, ensure_ascii=False).encode("utf-8")
+        line = json.dumps(record, ensure_ascii=False).encode("utf-8")
+        if sample.probed is None:
+            return line
+        info, error = sample.probed
+        return Probed(line, info, error)
 
 
 @dataclass
@@ -157,6 +167,22 @@ class _Sample:
     json: tuple | None = None  # (member name, bytes)
     audio: str | None = None
     truncated: str = ""
+    probed: tuple | None = None  # (AudioInfo or None, error): the header of audio read from a stream
+
+
+def _member_bytes(source, info: tarfile.TarInfo) -> bytes:
+    """A member's data, read where the tar's reader stands: just past its header."""
+    source.seek(info.offset_data)
+    return source.read(info.size)
+
+
+def _probe(data: bytes) -> tuple[AudioInfo | None, str]:
+    """The header of an audio member as the stream passes it (prepare's checks then need not fetch it
+    again): (AudioInfo, "") or (None, why it does not decode)."""
+    try:
+        return probe_bytes(data), ""
+    except Exception as e:  # libsndfile reports corrupt and unknown files alike
+        return None, str(e)
 
 
 def _split(name: str) -> tuple[str, str]:
