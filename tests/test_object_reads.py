@@ -13,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -268,9 +269,9 @@ def test_adjacent_members_in_reading_order_are_fetched_in_one_request(s3, tmp_pa
     tar = f"{url}/wds/{corpus['tars'][0].name}"
     new_process()
     index = containers.tar_index(tar)
-    audio = [name for name in index if name.endswith(".flac")]
+    audio = sorted((name for name in index if name.endswith(".flac")), key=lambda name: index[name][0])
     assert len(audio) >= 10
-    forward = [containers.address(tar, name) for name in audio[:6]]  # in the tar's order
+    forward = [containers.address(tar, name) for name in audio[:6]]  # in the tar's order (by offset)
     scattered = [containers.address(tar, name) for name in audio[::2][:5]]  # a sample skipped each time
     with storage.RequestCount() as n, containers.prefetched(forward):
         got = [containers.open_audio(p).read() for p in forward]
@@ -438,3 +439,46 @@ def test_a_tar_replaced_since_prepare_fails_its_reader_loudly_and_the_rerun_read
     assert index.etag != old_etag and index.etag == storage.head(tar).etag
     with containers.open_audio(first) as f, open(DEMO / "audio" / first.split("#")[1], "rb") as want:
         assert f.read() == want.read()
+
+
+def test_a_kept_index_is_read_in_place_and_finds_every_member_and_no_other(tmp_path, monkeypatch):
+    """Names that sort around each other's prefixes, quotes, tabs, newlines and non-ASCII: each found
+    by the binary search of the kept file, a name not there is not, and the index equals the dict."""
+    monkeypatch.setenv("SHARFLOW_CACHE_DIR", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    names = [
+        "a",
+        "a.flac",
+        "a.json",
+        "ab",
+        'quote".flac',
+        "tab\t.flac",
+        "new\nline.flac",
+        "é/ü.mp3",
+        "z" * 300,
+    ]
+    names += [
+        f"EN_B{i:06d}/EN_B{i:06d}_W{j:04d}.{ext}"
+        for i in range(20)
+        for j in range(50)
+        for ext in ("json", "mp3")
+    ]
+    members = containers.TarIndex(
+        {name: (int(rng.integers(0, 2**40)), int(rng.integers(0, 2**24))) for name in names}
+    )
+    members.truncated, members.size, members.etag = True, 2**41, "etag-1"
+    kept = containers._keep(("s3://b/x.tar",), members)
+    assert isinstance(kept, containers.KeptIndex) and kept == dict(members) and len(kept) == len(names)
+    assert (kept.truncated, kept.size, kept.etag) == (True, 2**41, "etag-1")
+    for name in names:
+        assert kept[name] == members[name] and name in kept
+    for absent in ["", "a.fla", "ab.flac", "b", "EN_B000000/EN_B000000_W0000.flac", "zz", "é"]:
+        assert absent not in kept and kept.get(absent) is None
+    assert sorted(kept) == sorted(names)
+    empty = containers._keep(("s3://b/empty.tar",), containers.TarIndex())
+    assert len(empty) == 0 and "a" not in empty
+    # a job holds the indexes of thousands of tars: none keeps a file open between lookups
+    before = len(os.listdir("/proc/self/fd"))
+    held = [containers._keep((f"s3://b/{i}.tar",), members) for i in range(50)]
+    assert all(index["a.json"] == members["a.json"] for index in held)
+    assert len(os.listdir("/proc/self/fd")) == before
