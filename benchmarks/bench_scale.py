@@ -1,0 +1,374 @@
+"""Whole-dataset jobs as the corpus grows (issue 61, first increment): CPU per record and peak RSS of
+each job that sees a whole dataset, on Emilia-shaped synthetic inputs at a ladder of sizes.
+
+Emilia's shape: speakers with a long-tailed count of utterances each (a Pareto draw: a few speakers
+with thousands, most with a handful), durations of 3 to 30 s (log-normal, clipped), about 2,000
+containers (the records address members of `EN-B000000.tar` ... like the WebDataset reader's), a
+few percent held out (dev/test splits by speaker). Each job runs its own code (the function its
+`workflow_scripts` entry calls) in a fresh Python process over the inputs made for its size, and
+that process reports its CPU seconds (user + system), wall seconds and peak RSS (VmHWM). The
+inputs are made once per size and kept for the jobs that read them.
+
+Jobs measured so far (the rest of issue 61's list is still to come): `context_plan` (groups the
+records by speaker, bin-packs the groups), `shar_plan` (the seeded shuffle into shards and each
+job's inputs file), `buckets` (the catalog's durations and lengths into bucket bins), `catalog` (the
+shards' catalog fragments, made by the shar job's own code, merged into the dataset's catalog) and
+`shar_merge` (the shards' stats summed, their rejects gathered, records in = out + rejected).
+
+Printed per job and size: records, wall, the job's CPU-µs per record (after its imports), the
+process's peak RSS and the job's own part of it (above the RSS before the job), the growth of CPU per
+record from the smallest size (bar: 1.5x) and the bytes a record adds to the job's own RSS from the
+smallest size (its per-record part: bar at most 2 KB a record, or 4 GB in all).
+
+    .venv/bin/python benchmarks/bench_scale.py [--sizes 10000 100000 1000000] [--jobs ...]
+"""
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+CONTAINERS = 2000
+HELD_OUT = 0.03  # the share of speakers held out (dev and test)
+SHARD_SIZE, SHARDS_PER_JOB = 4096, 10
+
+
+# ---- Emilia-shaped inputs ----------------------------------------------------------------------
+
+
+def corpus(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """`n` records' columns: speaker index (long-tailed counts), duration (3-30 s), container and
+    member index, split (0 train, 1 dev, 2 test)."""
+    rng = np.random.default_rng(seed)
+    speakers = max(1, n // 40)  # Emilia: ~40 utterances a speaker on average
+    weights = rng.pareto(1.2, speakers) + 1.0  # a long tail: few speakers with many utterances
+    speaker = rng.choice(speakers, size=n, p=weights / weights.sum())
+    duration = np.clip(rng.lognormal(np.log(8.0), 0.6, n), 3.0, 30.0).round(3)
+    container = rng.integers(0, CONTAINERS, n)
+    held = rng.random(speakers) < HELD_OUT
+    split = np.where(held[speaker], 1 + (speaker % 2), 0)
+    return {"speaker": speaker, "duration": duration, "container": container, "split": split}
+
+
+SPLITS = ("train", "dev", "test")
+
+
+def write_with_context(columns: dict[str, np.ndarray], path: Path) -> None:
+    """Records as the context stage writes them (with_context.jsonl): each with its split and a
+    same-speaker context (the record before it of its speaker, else itself)."""
+    last: dict[int, int] = {}
+    n = len(columns["duration"])
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(n):
+            s, d, c = int(columns["speaker"][i]), float(columns["duration"][i]), int(columns["container"][i])
+            audio = f"EN/EN-B{c:06d}.tar#EN_B{c:06d}_S{s:07d}_W{i:09d}.mp3"
+            j = last.get(s, i)
+            last[s] = i
+            cj = int(columns["container"][j])
+            context = f"EN/EN-B{cj:06d}.tar#EN_B{cj:06d}_S{s:07d}_W{j:09d}.mp3"
+            record = {
+                "audio_filepath": audio,
+                "offset": 0.0,
+                "duration": d,
+                "text": f"utterance {i} of speaker {s}, spoken for the benchmark",
+                "speaker": f"| Language:en Dataset:emilia Speaker:S{s:07d} |",
+                "source_audio": {"sampling_rate": 24000, "num_samples": round(d * 24000), "num_channels": 1},
+                "lang": "en",
+                "normalized_text": f"utterance {i} of speaker {s}, spoken for the benchmark",
+                "dnsmos_ovrl": 3.2,
+                "split": SPLITS[int(columns["split"][i])],
+                "context_audio_filepath": context,
+                "context_audio_offset": 0.0,
+                "context_audio_duration": float(columns["duration"][j]),
+            }
+            f.write(json.dumps(record) + "\n")
+
+
+def write_catalog(columns: dict[str, np.ndarray], path: Path) -> None:
+    """The dataset catalog's columns buckets reads (duration, text and normalized text lengths,
+    split), in row groups as the catalog job writes them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from sharflow.dataset.catalog import ROW_GROUP_ROWS
+
+    n = len(columns["duration"])
+    chars = 30 + (columns["duration"] * 14).astype(np.int64)
+    table = pa.table(
+        {
+            "duration": columns["duration"],
+            "text_chars": chars,
+            "normalized_text_chars": chars + 2,
+            "split": pa.array([SPLITS[s] for s in columns["split"]]).dictionary_encode(),
+        }
+    )
+    pq.write_table(table, path, row_group_size=min(ROW_GROUP_ROWS, max(1, n)))
+
+
+def write_shard_files(with_context: Path, folder: Path) -> None:
+    """What each shar job leaves for the merges, as the shar job writes them (its code): a catalog
+    fragment (sharflow.dataset.catalog.catalog_row, write_fragment) and stats per shard of
+    SHARD_SIZE train records, beside an empty rejects file; and the context stage's stats."""
+    from sharflow.core.layout import rejected_beside
+    from sharflow.dataset.catalog import catalog_row, write_fragment
+    from sharflow.shar.plan import cut_id
+
+    (folder / "shards").mkdir(parents=True, exist_ok=True)
+    shard, rows, seconds, records = 0, [], 0.0, 0
+
+    def flush():
+        fragment = folder / "shards" / f"shard-{shard:06d}.catalog.parquet"
+        write_fragment(rows, str(fragment))
+        stats = str(folder / "shards" / f"shard-{shard:06d}.stats.json")
+        summary = {
+            "shard": shard,
+            "records_in": len(rows),
+            "cuts": len(rows),
+            "rejected": {},
+            "target_seconds": round(seconds, 3),
+            "context_seconds": round(seconds, 3),
+            **dict.fromkeys(("clipped_samples", "clipped_cuts", "padded_cuts", "copied_spans"), 0),
+            "encoded_spans": 2 * len(rows),
+            "bytes": {
+                "cuts": 300 * len(rows),
+                "target_audio": 48_000 * len(rows),
+                "context_audio": 48_000 * len(rows),
+            },
+            "seconds": 1.0,
+        }
+        Path(stats).write_text(json.dumps(summary))
+        Path(rejected_beside(stats)).write_text("")
+
+    with open(with_context, encoding="utf-8") as f:
+        for line in f:
+            record = json.loads(line)
+            records += 1
+            if record["split"] != "train":
+                continue
+            rate = record["source_audio"]["sampling_rate"]
+            rows.append(
+                catalog_row(
+                    record,
+                    cut_id=cut_id(record),
+                    shard=shard,
+                    position=len(rows),
+                    language="en",
+                    target=(rate, record["source_audio"]["num_samples"]),
+                    context=(rate, round(record["context_audio_duration"] * rate)),
+                )
+            )
+            seconds += record["duration"]
+            if len(rows) == SHARD_SIZE:
+                flush()
+                shard, rows, seconds = shard + 1, [], 0.0
+    if rows:
+        flush()
+    (folder / "context_stats.json").write_text(json.dumps({"records_out": records}))
+    (folder / "codes_stats.json").write_text(json.dumps({"sample_rate": 24000, "samples_per_frame": 1024}))
+
+
+def make_inputs(n: int, folder: Path) -> None:
+    """Every input file the measured jobs read, for `n` records, in `folder` (kept: made once)."""
+    done = folder / "inputs.done"
+    if done.exists():
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    columns = corpus(n)
+    write_with_context(columns, folder / "with_context.jsonl")
+    write_catalog(columns, folder / "catalog.parquet")
+    write_shard_files(folder / "with_context.jsonl", folder)
+    done.write_text(str(n))
+
+
+# ---- the jobs, each run in a fresh process ------------------------------------------------------
+
+
+def job_context_plan(folder: Path, out: Path) -> None:
+    from sharflow.context.plan import plan_context
+
+    plan_context(
+        str(folder / "with_context.jsonl"),
+        plan=str(out / "context_plan.json"),
+        parts=64,
+        grouping={"preset": "speaker"},
+        cost_per_audio_second=0.01,
+    )
+
+
+def job_shar_plan(folder: Path, out: Path) -> None:
+    from sharflow.shar.plan import plan_shards
+
+    plan_shards(
+        str(folder / "with_context.jsonl"),
+        plan=str(out / "shard_plan.json"),
+        inputs_dir=str(out / "shar_inputs"),
+        shard_size=SHARD_SIZE,
+        seed=7,
+        shards_per_job=SHARDS_PER_JOB,
+        split="train",
+    )
+
+
+def job_buckets(folder: Path, out: Path) -> None:
+    from sharflow.dataset.buckets import write_buckets
+
+    write_buckets(str(folder / "catalog.parquet"), str(out / "buckets.yaml"), num_buckets=8, sub_buckets=2)
+
+
+def job_catalog(folder: Path, out: Path) -> None:
+    from sharflow.dataset.catalog import build_catalog
+
+    build_catalog(
+        "emilia",
+        fragments=sorted(str(p) for p in (folder / "shards").glob("*.catalog.parquet")),
+        plan=str(folder / "plan-unused.json"),
+        codes_stats={"codec": str(folder / "codes_stats.json")},
+        out=str(out / "catalog.parquet"),
+    )
+
+
+def job_shar_merge(folder: Path, out: Path) -> None:
+    from sharflow.shar.merge import merge_shar_stats
+
+    stats = sorted(str(p) for p in (folder / "shards").glob("*.stats.json"))
+    records = json.loads((folder / "context_stats.json").read_text())["records_out"]
+    cuts = sum(json.loads(Path(p).read_text())["cuts"] for p in stats)
+    plan = out / "plan.json"
+    plan.write_text(json.dumps({"held_out": {"dev+test": records - cuts}}))
+    merge_shar_stats(
+        stats,
+        context_stats=str(folder / "context_stats.json"),
+        plan=str(plan),
+        stats=str(out / "stats.json"),
+        rejected_dir=str(out / "rejected"),
+        dataset="emilia",
+    )
+
+
+JOBS = {
+    "context_plan": job_context_plan,
+    "shar_plan": job_shar_plan,
+    "buckets": job_buckets,
+    "catalog": job_catalog,
+    "shar_merge": job_shar_merge,
+}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS since its exec (VmHWM): not ru_maxrss, which on Linux keeps the peak of
+    the process it was forked from (the benchmark's own, holding the largest size's corpus)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_job(name: str, folder: Path) -> dict:
+    """Run job `name` over `folder`'s inputs here (a fresh process): its figures, as JSON on stdout.
+    The modules are imported first, so that CPU and RSS above `base_mb` are the job's own."""
+    import sharflow.context.plan
+    import sharflow.dataset.buckets
+    import sharflow.dataset.catalog
+    import sharflow.shar.merge
+    import sharflow.shar.plan  # noqa: F401
+
+    out = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=folder))
+    base = peak_rss_mb()
+    start, cpu = time.perf_counter(), time.process_time()
+    JOBS[name](folder, out)
+    return {
+        "wall": time.perf_counter() - start,
+        "cpu": time.process_time() - cpu,
+        "rss_mb": peak_rss_mb(),
+        "base_mb": base,
+    }
+
+
+def measure(name: str, folder: Path) -> dict:
+    """The job in a fresh process: {wall, cpu, rss_mb, base_mb} (CPU: the job's own, after its
+    imports; peak RSS of the process, and its RSS before the job)."""
+    cmd = [sys.executable, __file__, "--run-job", name, "--folder", str(folder)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    if proc.returncode != 0:
+        sys.exit(f"{name} at {folder} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def ladder(sizes: list[int], jobs: list[str], work: Path) -> dict[str, dict[int, dict]]:
+    """{job: {size: figures}} over the ladder (the inputs made once per size)."""
+    rows: dict[str, dict[int, dict]] = {job: {} for job in jobs}
+    for n in sizes:
+        folder = work / f"n{n}"
+        t = time.perf_counter()
+        make_inputs(n, folder)
+        print(f"inputs for {n:,} records: {time.perf_counter() - t:.1f} s", flush=True)
+        for job in jobs:
+            rows[job][n] = measure(job, folder)
+    return rows
+
+
+def growth(rows: dict[int, dict]) -> dict[int, tuple[float, float]]:
+    """{size: (CPU per record / the smallest size's, the job's own RSS (above the process's before it)
+    grown from the smallest size's, in bytes per record added: the per-record part of its memory)}."""
+    first = min(rows)
+    base = rows[first]
+
+    def own(row):
+        return row["rss_mb"] - row["base_mb"]
+
+    return {
+        n: (
+            (row["cpu"] / n) / (base["cpu"] / first),
+            max(0.0, own(row) - own(base)) * 2**20 / (n - first) if n > first else 0.0,
+        )
+        for n, row in rows.items()
+    }
+
+
+def report(rows: dict[str, dict[int, dict]]) -> bool:
+    """Print the ladder; whether every job meets the bars (1.5x CPU per record; memory a fixed part
+    plus at most 2 KB a record, or 4 GB in all)."""
+    ok = True
+    print(
+        f"{'job':14} {'records':>10} {'wall s':>8} {'CPU-µs/rec':>11} {'peak RSS MB':>12} "
+        f"{'own MB':>7} {'CPU/rec x':>10} {'+B/rec':>8}"
+    )
+    for job, by_size in rows.items():
+        g = growth(by_size)
+        for n, row in sorted(by_size.items()):
+            per, added = g[n]
+            print(
+                f"{job:14} {n:>10,} {row['wall']:>8.2f} {row['cpu'] / n * 1e6:>11.1f} "
+                f"{row['rss_mb']:>12.0f} {row['rss_mb'] - row['base_mb']:>7.0f} {per:>10.2f} {added:>8.0f}"
+            )
+            ok &= per <= 1.5 and (added <= 2048 or row["rss_mb"] <= 4096)
+    return ok
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--jobs", nargs="+", default=list(JOBS), choices=list(JOBS))
+    parser.add_argument("--work", help="where the inputs are made and kept (default: a temp folder)")
+    parser.add_argument("--run-job", help=argparse.SUPPRESS)
+    parser.add_argument("--folder", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.run_job:
+        print(json.dumps(run_job(args.run_job, Path(args.folder))))
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        rows = ladder(sorted(args.sizes), args.jobs, Path(args.work or tmp))
+    ok = report(rows)
+    print("every job within the bars" if ok else "a job is over a bar (CPU per record 1.5x, or RSS)")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

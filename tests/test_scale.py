@@ -1,0 +1,44 @@
+"""The small ladder of benchmarks/bench_scale.py on every change: each whole-dataset job it measures, at
+10^3 and 10^4 Emilia-shaped records, in a fresh process; a job whose CPU per record grows by more than
+3x from one to the other has a step that grows faster than its records (a quadratic one, say)."""
+
+import sys
+from collections import Counter
+
+from testkit import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import bench_scale
+
+SIZES = (1_000, 10_000)
+MOST_GROWTH = 3.0
+
+
+def test_the_growth_check_catches_a_step_that_grows_faster_than_its_records():
+    linear = {
+        1_000: {"cpu": 0.010, "rss_mb": 130, "base_mb": 125},
+        10_000: {"cpu": 0.100, "rss_mb": 131, "base_mb": 125},
+    }
+    quadratic = {
+        1_000: {"cpu": 0.010, "rss_mb": 130, "base_mb": 125},
+        10_000: {"cpu": 1.0, "rss_mb": 131, "base_mb": 125},
+    }
+    assert bench_scale.growth(linear)[10_000][0] == 1.0
+    assert bench_scale.growth(quadratic)[10_000][0] == 10.0 > MOST_GROWTH
+    assert bench_scale.growth(linear)[10_000][1] == 2**20 / 9_000  # the bytes each record added
+
+
+def test_whole_dataset_jobs_cost_no_more_per_record_at_ten_thousand_than_at_a_thousand(tmp_path):
+    rows = bench_scale.ladder(list(SIZES), list(bench_scale.JOBS), tmp_path)
+    columns = bench_scale.corpus(SIZES[-1])
+    # the inputs carry information: speakers of many sizes, durations over the range, held-out speakers
+    counts = sorted(Counter(columns["speaker"].tolist()).values())
+    assert counts[0] <= 3 and counts[-1] >= 100
+    assert columns["duration"].min() >= 3.0 and columns["duration"].max() <= 30.0
+    assert 0 < (columns["split"] > 0).mean() < 0.1
+    for job, by_size in rows.items():
+        per, _ = bench_scale.growth(by_size)[SIZES[-1]]
+        assert per <= MOST_GROWTH, (
+            f"{job}: CPU per record {per:.1f}x from {SIZES[0]:,} to {SIZES[-1]:,} records"
+        )
+        assert all(row["cpu"] > 0 for row in by_size.values())
