@@ -13,7 +13,8 @@ Jobs measured so far (the rest of issue 61's list is still to come): `context_pl
 records by speaker, bin-packs the groups), `shar_plan` (the seeded shuffle into shards and each
 job's inputs file), `buckets` (the catalog's durations and lengths into bucket bins), `catalog` (the
 shards' catalog fragments, made by the shar job's own code, merged into the dataset's catalog) and
-`shar_merge` (the shards' stats summed, their rejects gathered, records in = out + rejected).
+`shar_merge` (the shards' stats summed, their rejects gathered, records in = out + rejected) and
+`context_merge` (the context parts' keyed records merged k-way into with_context.jsonl, by split).
 
 Printed per job and size: records, wall, the job's CPU-µs per record (after its imports), the
 process's peak RSS and the job's own part of it (above the RSS before the job), the growth of CPU per
@@ -174,6 +175,52 @@ def write_shard_files(with_context: Path, folder: Path) -> None:
     (folder / "codes_stats.json").write_text(json.dumps({"sample_rate": 24000, "samples_per_frame": 1024}))
 
 
+CONTEXT_PARTS = 8
+
+
+def write_context_parts(with_context: Path, folder: Path) -> None:
+    """The context parts' files as their jobs leave them for context_merge (sharflow.context.
+    keyed_lines: records keyed by (group, line), each part sorted so; groups by speaker onto
+    CONTEXT_PARTS parts), an empty rejects file and the stats of each part, and quality's stats."""
+    from sharflow.context.keyed_lines import keyed_line
+    from sharflow.context.part import HIST_EDGES
+
+    parts: list[list[tuple[str, int, dict]]] = [[] for _ in range(CONTEXT_PARTS)]
+    with open(with_context, encoding="utf-8") as f:
+        for line, text in enumerate(f, start=1):
+            record = json.loads(text)
+            group = record["speaker"]
+            parts[int(group.rsplit(":S", 1)[1].split()[0]) % CONTEXT_PARTS].append((group, line, record))
+    folder = folder / "context_parts"
+    folder.mkdir(parents=True, exist_ok=True)
+    for p, rows in enumerate(parts):
+        rows.sort(key=lambda row: (row[0], row[1]))
+        with open(folder / f"part-{p:03d}.records.jsonl", "w", encoding="utf-8") as out:
+            out.writelines(keyed_line(group, line, record=record) for group, line, record in rows)
+        (folder / f"part-{p:03d}.rejected.jsonl").write_text("")
+        rank = {
+            "rank": 0,
+            "device": "cpu",
+            "groups": len({row[0] for row in rows}),
+            "records_in": len(rows),
+            "planned_cost": float(len(rows)),
+            "seconds": 1.0,
+            "audio_seconds": sum(row[2]["duration"] for row in rows),
+            "widened_rows": 0,
+            "similarity_hist": [len(rows) // (len(HIST_EDGES) - 1)] * (len(HIST_EDGES) - 1),
+        }
+        stats = {
+            "part": p,
+            "groups": rank["groups"],
+            "records_in": len(rows),
+            "planned_cost": float(len(rows)),
+        }
+        (folder / f"part-{p:03d}.stats.json").write_text(
+            json.dumps({**stats, "seconds": 1.0, "ranks": [rank]})
+        )
+    (folder / "records_stats.json").write_text(json.dumps({"records_out": sum(map(len, parts))}))
+
+
 def make_inputs(n: int, folder: Path) -> None:
     """Every input file the measured jobs read, for `n` records, in `folder` (kept: made once)."""
     done = folder / "inputs.done"
@@ -184,6 +231,7 @@ def make_inputs(n: int, folder: Path) -> None:
     write_with_context(columns, folder / "with_context.jsonl")
     write_catalog(columns, folder / "catalog.parquet")
     write_shard_files(folder / "with_context.jsonl", folder)
+    write_context_parts(folder / "with_context.jsonl", folder)
     done.write_text(str(n))
 
 
@@ -252,12 +300,29 @@ def job_shar_merge(folder: Path, out: Path) -> None:
     )
 
 
+def job_context_merge(folder: Path, out: Path) -> None:
+    from sharflow.context.merge import merge_context
+
+    parts = folder / "context_parts"
+    merge_context(
+        part_records=sorted(str(p) for p in parts.glob("part-*.records.jsonl")),
+        part_rejected=sorted(str(p) for p in parts.glob("part-*.rejected.jsonl")),
+        part_stats=sorted(str(p) for p in parts.glob("part-*.stats.json")),
+        records_stats=str(parts / "records_stats.json"),
+        with_context=str(out / "with_context.jsonl"),
+        rejected_dir=str(out / "rejected"),
+        stats=str(out / "stats.json"),
+        dataset="emilia",
+    )
+
+
 JOBS = {
     "context_plan": job_context_plan,
     "shar_plan": job_shar_plan,
     "buckets": job_buckets,
     "catalog": job_catalog,
     "shar_merge": job_shar_merge,
+    "context_merge": job_context_merge,
 }
 
 
@@ -273,6 +338,7 @@ def peak_rss_mb() -> float:
 def run_job(name: str, folder: Path) -> dict:
     """Run job `name` over `folder`'s inputs here (a fresh process): its figures, as JSON on stdout.
     The modules are imported first, so that CPU and RSS above `base_mb` are the job's own."""
+    import sharflow.context.merge
     import sharflow.context.plan
     import sharflow.dataset.buckets
     import sharflow.dataset.catalog
