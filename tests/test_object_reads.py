@@ -373,7 +373,8 @@ def test_the_cache_evicts_the_least_recently_used_copy_that_no_reader_holds(tmp_
         os.utime(copies[-1], ns=(i * 10**9, i * 10**9))  # 0 is the least recently used
     held = object_cache.hold(copies[0])  # a reader holds the oldest
     object_cache.reserve(root, root / "b" / f"{object_cache.PART}x", 1024)
-    assert copies[0].exists() and not copies[1].exists() and copies[2].exists()  # the next oldest went
+    # room made down to 90 % of the bound (2,764 bytes): the oldest copies no one holds went
+    assert copies[0].exists() and not copies[1].exists() and not copies[2].exists()
     assert object_cache.peak(root) == 3072
     held.close()
     object_cache.settle(root, root / "b" / f"{object_cache.PART}x")

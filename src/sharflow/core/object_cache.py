@@ -11,9 +11,11 @@ most `$SHARFLOW_OBJECT_CACHE_SIZE` bytes (`20G`, `500M`, a number of bytes; DEFA
   file a running job holds is never removed; a reader that opened a copy just as it was evicted sees
   that the name no longer leads to its file and fetches the object again (`hold` says so).
 - **The bound counts what will be there.** Before a download its bytes are reserved in the ledger
-  (`.ledger.json`, under the cache-wide lock `.lock`), evicting the least recently used copies (by
-  mtime: every hit touches its copy) until the reservation fits; the copy is written under a temp
-  name beside its final one and renamed when complete (jobs never see a partial file). The ledger
+  (`.ledger.json`, under the cache-wide lock `.lock`, which keeps a running count of the bytes); when
+  the reservation does not fit, the cache is walked for its true bytes and the least recently used
+  copies (by mtime: every hit touches its copy) are evicted down to LOW_WATER of the bound. The copy
+  is written under a temp name beside its final one and renamed when complete (jobs never see a
+  partial file). The ledger
   keeps the peak it has reserved, which the tests and bench_storage compare to the bound: it counts
   file bytes (what `ls` sums), not the file system's blocks (up to one block more per file).
 - **Too big or all held.** An object larger than the bound is an error that says which variable to
@@ -35,6 +37,7 @@ DEFAULT_BOUND = 20 << 30  # 20 GiB: a compute node's scratch holds it; see docs/
 LEDGER, LOCK, PART = ".ledger.json", ".lock", ".part-"
 STALE_PART_S = 3600  # a partial download this old was left by a killed process: removed by eviction
 HELD_WAIT_S = 300
+LOW_WATER = 0.9  # an eviction makes room down to this share of the bound
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -70,13 +73,20 @@ def _locked(root: Path):
 
 
 def _ledger(root: Path) -> dict:
+    """{reserved: {part: bytes}, peak, bytes}: `bytes` the cache's files and promises as the ledger
+    counts them (None where it has not counted yet: the next reservation walks the cache)."""
     try:
         value = json.loads((root / LEDGER).read_text())
         if isinstance(value, dict):
-            return {"reserved": dict(value.get("reserved", {})), "peak": int(value.get("peak", 0))}
+            known = value.get("bytes")
+            return {
+                "reserved": dict(value.get("reserved", {})),
+                "peak": int(value.get("peak", 0)),
+                "bytes": int(known) if known is not None else None,
+            }
     except (OSError, ValueError, TypeError):
         pass
-    return {"reserved": {}, "peak": 0}
+    return {"reserved": {}, "peak": 0, "bytes": None}
 
 
 def _write_ledger(root: Path, ledger: dict) -> None:
@@ -101,22 +111,18 @@ def _copies(root: Path) -> list[tuple[int, int, Path]]:
     return out
 
 
-def _in_use(root: Path, ledger: dict) -> int:
-    """Bytes the cache holds or has promised: its files, and what each download still has to write."""
+def _evict(root: Path, ledger: dict, need: int, limit: int) -> int:
+    """Walk the cache for its true bytes (its files, and what each download still has to write), then
+    remove least recently used copies no one holds until `need` more bytes fit under LOW_WATER of the
+    bound (a walk comes once per tenth of the bound fetched, not once per download); bytes in use after."""
     files = _copies(root)
     sizes = {str(p): n for _, n, p in files}
     ledger["reserved"] = {p: n for p, n in ledger["reserved"].items() if p in sizes}
-    return sum(sizes.values()) + sum(max(0, n - sizes[p]) for p, n in ledger["reserved"].items())
-
-
-def _evict(root: Path, ledger: dict, need: int, limit: int) -> int:
-    """Remove least recently used copies no one holds until `need` more bytes fit; bytes in use after."""
-    used = _in_use(root, ledger)
-    if used + need <= limit:
-        return used
+    used = sum(sizes.values()) + sum(max(0, n - sizes[p]) for p, n in ledger["reserved"].items())
+    low = max(int(limit * LOW_WATER), need)
     now = time.time_ns()
-    for mtime, n, path in sorted(_copies(root)):
-        if used + need <= limit:
+    for mtime, n, path in sorted(files):
+        if used + need <= low:
             break
         if path.name.startswith(PART):
             if now - mtime < STALE_PART_S * 10**9:
@@ -156,9 +162,12 @@ def reserve(root: Path, part: Path, size: int) -> None:
     while True:
         with _locked(root):
             ledger = _ledger(root)
-            used = _evict(root, ledger, size, limit)
+            used = ledger["bytes"]
+            if used is None or used + size > limit:
+                used = _evict(root, ledger, size, limit)
             if used + size <= limit:
                 ledger["reserved"][str(part)] = size
+                ledger["bytes"] = used + size
                 ledger["peak"] = max(ledger["peak"], used + size)
                 _write_ledger(root, ledger)
                 return
@@ -171,12 +180,14 @@ def reserve(root: Path, part: Path, size: int) -> None:
         time.sleep(0.5)
 
 
-def settle(root: Path, part: Path) -> None:
-    """The download into `part` is over (renamed into place, or failed): its promise is dropped (the
-    file, where it was kept, now counts by its size)."""
+def settle(root: Path, part: Path, kept: bool = True) -> None:
+    """The download into `part` is over: renamed into place (`kept`: its bytes now count as the
+    copy's), or failed (its promise is given back)."""
     with _locked(root):
         ledger = _ledger(root)
-        ledger["reserved"].pop(str(part), None)
+        promised = ledger["reserved"].pop(str(part), 0)
+        if not kept and ledger["bytes"] is not None:
+            ledger["bytes"] = max(0, ledger["bytes"] - promised)
         _write_ledger(root, ledger)
 
 

@@ -298,6 +298,7 @@ def _download(url: str, info: ObjectInfo, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=bounded.PART)
     os.close(fd)
+    kept = False
     try:
         bounded.reserve(root, Path(tmp), info.size)
         with open(tmp, "wb") as out:
@@ -309,10 +310,11 @@ def _download(url: str, info: ObjectInfo, target: Path) -> None:
             except Exception as e:
                 raise storage_error(url, e) from e
         os.replace(tmp, target)
+        kept = True
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-        bounded.settle(root, Path(tmp))
+        bounded.settle(root, Path(tmp), kept)
 
 
 def open_object(path: str):
