@@ -11,7 +11,11 @@ run: every shard file of every job and every job's record (sharflow.core.jobs) w
 their sizes recorded), so that every run checks 120,000 files against 3,000 records; a dry run of
 that, and of it with one shard file missing (which must plan exactly its shar job and what follows).
 
-    .venv/bin/python benchmarks/bench_dag.py [--shards 10000]
+With `--records N` (issue 61: 4,500,000, 10,000 hours of Emilia) the plan is not rewritten: the
+demo's record files are replaced by N Emilia-shaped records (bench_scale.py's), their modification
+times kept, and the shar plan's own code plans them into shards of 4,096; the rest is the same.
+
+    .venv/bin/python benchmarks/bench_dag.py [--shards 10000 | --records 4500000]
 """
 
 import argparse
@@ -32,8 +36,10 @@ from sharflow.core.layout import DatasetFiles, block_members, block_size, datase
 REPO = Path(__file__).resolve().parents[1]
 
 
-def config(work: Path) -> dict:
+def config(work: Path, shard_size: int | None = None) -> dict:
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    if shard_size:
+        cfg["shar"]["shard_size"] = shard_size
     for dataset in cfg["datasets"].values():  # every dataset the shipped config has, paths made absolute
         for key in ("manifest", "audio_root"):
             dataset[key] = str(REPO / dataset[key])
@@ -67,6 +73,61 @@ def finish_every_job(work: Path, codecs: list[str]) -> int:
     return written
 
 
+def synthesize_plan(work: Path, shards: int) -> None:
+    """The demo's plan rewritten to say `shards` shards of one record each, and each shar job's inputs
+    file (no records: the shard jobs are only planned here, or their files made empty)."""
+    plan_path = work / dataset_files("demo").shard_plan
+    plan = json.loads(plan_path.read_text())
+    plan.update(
+        num_shards=shards,
+        generations=[{"first": 0, "shards": shards, "records": shards}],
+        shards=[{"index": i, "records": 1, "seconds": 1.0} for i in range(shards)],
+    )
+    plan_path.write_text(json.dumps(plan))
+    inputs = DatasetFiles(str(work / "results" / "demo"))
+    for block, count in plan_jobs(shards, 10):  # each shar job's records, as the plan writes them
+        path = Path(inputs.shar_input(block, block_size(block), count))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"shards": []}) + "\n")
+
+
+def synthesize_records(work: Path, n: int, shard_size: int) -> int:
+    """The demo's record files of a finished run replaced by `n` Emilia-shaped records (benchmarks/
+    bench_scale.py's corpus and writer): with_context.jsonl, and the same lines as its prepared, text,
+    quality and splits records, each file keeping its modification time (nothing is out of date); then
+    the shard plan made for them by its own code (sharflow.shar.plan.plan_shards: the plan and every
+    shar job's inputs file, as the checkpoint writes them). The number of shards planned."""
+    import os
+    import shutil
+
+    import bench_scale
+
+    from sharflow.shar.plan import plan_shards
+
+    files = DatasetFiles(str(work / "results" / "demo"))
+    paths = [files.prepared, files.text_records, files.quality_kept, files.split_records, files.with_context]
+    stamps = {p: os.stat(p) for p in paths if os.path.exists(p)}
+    t = time.perf_counter()
+    bench_scale.write_with_context(bench_scale.corpus(n), Path(files.with_context))
+    for path in stamps:
+        if path != files.with_context:
+            shutil.copyfile(files.with_context, path)
+    for path, st in stamps.items():
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    plan = plan_shards(
+        files.with_context,
+        plan=files.shard_plan,
+        inputs_dir=files.shar_inputs,
+        shard_size=shard_size,
+        seed=0,
+        shards_per_job=10,
+        grow="rebuild",
+    )
+    seconds = time.perf_counter() - t
+    print(f"({n:,} records and their plan synthesized in {seconds:.0f} s: {plan['num_shards']:,} shards)")
+    return plan["num_shards"]
+
+
 def snakemake(work: Path, *args: str) -> tuple[float, float, subprocess.CompletedProcess]:
     """(seconds, peak RSS in MB of the snakemake process, result): one process per call."""
     cmd = snakemake_command(work, *args)
@@ -88,28 +149,26 @@ def snakemake(work: Path, *args: str) -> tuple[float, float, subprocess.Complete
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shards", type=int, default=10_000)
+    parser.add_argument(
+        "--records",
+        type=int,
+        help="instead of --shards: this many synthetic Emilia-shaped records, planned into shards of 4,096 "
+        "by the plan's own code (4,500,000: 10,000 hours of Emilia)",
+    )
     args = parser.parse_args()
+    shard_size = 4096 if args.records else None
     with tempfile.TemporaryDirectory(prefix="bench_dag-") as tmp:
         work = Path(tmp)
-        config(work)
+        config(work, shard_size)
         floor_s, floor_mb, _ = snakemake(work, "-n")
         print(f"floor: dry run before the plan exists: {floor_s:.1f} s, {floor_mb:.0f} MB")
         t0 = time.perf_counter()
         snakemake(work, dataset_files("demo").shard_plan)
         print(f"(prepare + context + shar_plan of the demo for real: {time.perf_counter() - t0:.0f} s)")
-        plan_path = work / dataset_files("demo").shard_plan
-        plan = json.loads(plan_path.read_text())
-        plan.update(
-            num_shards=args.shards,
-            generations=[{"first": 0, "shards": args.shards, "records": args.shards}],
-            shards=[{"index": i, "records": 1, "seconds": 1.0} for i in range(args.shards)],
-        )
-        plan_path.write_text(json.dumps(plan))
-        inputs = DatasetFiles(str(work / "results" / "demo"))
-        for block, count in plan_jobs(args.shards, 10):  # each shar job's records, as the plan writes them
-            path = Path(inputs.shar_input(block, block_size(block), count))
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({"shards": []}) + "\n")
+        if args.records:
+            args.shards = synthesize_records(work, args.records, shard_size)
+        else:
+            synthesize_plan(work, args.shards)
 
         dry_s, dry_mb, proc = snakemake(work, "-n")
         jobs = (
@@ -132,7 +191,7 @@ def main() -> None:
             f"dry run of the finished run ({written} shard files and records, each checked): {done_s:.1f} s, "
             f"{done_mb:.0f} MB (bar: < 30 s)"
         )
-        (work / dataset_files("demo").shard(4321).target).unlink()
+        (work / dataset_files("demo").shard(min(4321, args.shards // 2)).target).unlink()
         lost_s, lost_mb, proc = snakemake(work, "-n")
         planned = proc.stderr.split("Job stats:")[1].split("total")[0] if "Job stats:" in proc.stderr else ""
         counts = dict(line.split()[:2] for line in planned.splitlines()[3:] if line.strip())

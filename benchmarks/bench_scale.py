@@ -1,5 +1,5 @@
-"""Whole-dataset jobs as the corpus grows (issue 61, first increment): CPU per record and peak RSS of
-each job that sees a whole dataset, on Emilia-shaped synthetic inputs at a ladder of sizes.
+"""Whole-dataset jobs as the corpus grows (issue 61): CPU per record and peak RSS of each job that sees
+a whole dataset, on Emilia-shaped synthetic inputs at a ladder of sizes, and the plan's memory for them.
 
 Emilia's shape: speakers with a long-tailed count of utterances each (a Pareto draw: a few speakers
 with thousands, most with a handful), durations of 3 to 30 s (log-normal, clipped), about 2,000
@@ -12,14 +12,19 @@ inputs are made once per size and kept for the jobs that read them.
 Jobs measured so far (the rest of issue 61's list is still to come): `context_plan` (groups the
 records by speaker, bin-packs the groups), `shar_plan` (the seeded shuffle into shards and each
 job's inputs file), `buckets` (the catalog's durations and lengths into bucket bins), `catalog` (the
-shards' catalog fragments, made by the shar job's own code, merged into the dataset's catalog) and
-`shar_merge` (the shards' stats summed, their rejects gathered, records in = out + rejected) and
-`context_merge` (the context parts' keyed records merged k-way into with_context.jsonl, by split).
+shards' catalog fragments, made by the shar job's own code, merged into the dataset's catalog),
+`shar_merge` (the shards' stats summed, their rejects gathered, records in = out + rejected),
+`context_merge` (the context parts' keyed records merged k-way into with_context.jsonl, by split),
+`quality_merge` (the parts' metrics in line order), `quality_filter` (records and metrics read in
+step, thresholds applied) and `codes_merge` (the codes shards' stats summed).
 
 Printed per job and size: records, wall, the job's CPU-µs per record (after its imports), the
 process's peak RSS and the job's own part of it (above the RSS before the job), the growth of CPU per
 record from the smallest size (bar: 1.5x) and the bytes a record adds to the job's own RSS from the
-smallest size (its per-record part: bar at most 2 KB a record, or 4 GB in all).
+smallest size (its per-record part: bar at most 2 KB a record, or 4 GB in all). Then the plan check:
+each job also runs on 300 records (the cost plan's sample), and the peak the plan predicts from that
+run for the largest size (sharflow.plan.model.predicted_peak_mb) is set beside the peak measured
+there (bar: within 25 %, or over by at most 2x).
 
     .venv/bin/python benchmarks/bench_scale.py [--sizes 10000 100000 1000000] [--jobs ...]
 """
@@ -146,6 +151,24 @@ def write_shard_files(with_context: Path, folder: Path) -> None:
         }
         Path(stats).write_text(json.dumps(summary))
         Path(rejected_beside(stats)).write_text("")
+        codes = {  # what a codes job writes for the shard (sharflow.codes.shard._write_shard)
+            "codec": "codec",
+            "shard": shard,
+            "cuts": len(rows),
+            "items": 2 * len(rows),
+            "batches": max(1, len(rows) // 16),
+            "padding_efficiency": 0.97,
+            "audio_seconds": round(2 * seconds, 3),
+            "sample_rate": 24000,
+            "samples_per_frame": 1024,
+            "num_codebooks": 8,
+            "codebook_size": 1024,
+            "dtype": "int16",
+            "devices": ["cuda:0"],
+            "rank_seconds": [10.0],
+            "seconds": 10.0,
+        }
+        (folder / "shards" / f"shard-{shard:06d}.codes.json").write_text(json.dumps(codes))
 
     with open(with_context, encoding="utf-8") as f:
         for line in f:
@@ -176,6 +199,49 @@ def write_shard_files(with_context: Path, folder: Path) -> None:
 
 
 CONTEXT_PARTS = 8
+QUALITY_PARTS = 16
+
+
+def write_quality_inputs(with_context: Path, folder: Path) -> None:
+    """The quality stage's inputs as its jobs leave them: the text stage's records (records.jsonl, the
+    records without split and context) and its stats; each of QUALITY_PARTS parts' metrics lines (a
+    run of lines each, keyed as sharflow.quality.part writes them) and stats, and their merge."""
+    from sharflow.core.metrics import MEASURED
+
+    rng = np.random.default_rng(1)
+    folder = folder / "quality"
+    folder.mkdir(parents=True, exist_ok=True)
+    drop = (
+        "split",
+        "context_audio_filepath",
+        "context_audio_offset",
+        "context_audio_duration",
+        "dnsmos_ovrl",
+    )
+    n = 0
+    with (
+        open(with_context, encoding="utf-8") as f,
+        open(folder / "records.jsonl", "w", encoding="utf-8") as out,
+    ):
+        for text in f:
+            record = json.loads(text)
+            out.write(json.dumps({k: v for k, v in record.items() if k not in drop}) + "\n")
+            n += 1
+    (folder / "records_stats.json").write_text(json.dumps({"records_out": n}))
+    bounds = np.linspace(0, n, QUALITY_PARTS + 1).astype(int)
+    for p in range(QUALITY_PARTS):
+        first, last = int(bounds[p]), int(bounds[p + 1])
+        values = rng.normal(3.0, 0.4, (last - first, len(MEASURED))).round(4)
+        with open(folder / f"part-{p:04d}.jsonl", "w", encoding="utf-8") as out:
+            for i, row in enumerate(values):
+                m = {"line": first + i + 1, **dict(zip(MEASURED, row.tolist(), strict=True))}
+                m["speech_ratio"] = round(min(1.0, abs(m["speech_ratio"]) / 4), 4)
+                out.write(json.dumps({**m, "key": f"{first + i:020x}"}) + "\n")
+        stats = {"part": p, "records": last - first, "audio_seconds": 8.0 * (last - first), "seconds": 1.0}
+        (folder / f"part-{p:04d}.stats.json").write_text(json.dumps({**stats, "ranks": [], "unreadable": 0}))
+    with open(folder / "metrics.jsonl", "wb") as merged:  # what quality_merge makes of them
+        for p in range(QUALITY_PARTS):
+            merged.write((folder / f"part-{p:04d}.jsonl").read_bytes())
 
 
 def write_context_parts(with_context: Path, folder: Path) -> None:
@@ -232,6 +298,7 @@ def make_inputs(n: int, folder: Path) -> None:
     write_catalog(columns, folder / "catalog.parquet")
     write_shard_files(folder / "with_context.jsonl", folder)
     write_context_parts(folder / "with_context.jsonl", folder)
+    write_quality_inputs(folder / "with_context.jsonl", folder)
     done.write_text(str(n))
 
 
@@ -316,6 +383,44 @@ def job_context_merge(folder: Path, out: Path) -> None:
     )
 
 
+def job_quality_merge(folder: Path, out: Path) -> None:
+    from sharflow.quality.merge import merge_quality
+
+    quality = folder / "quality"
+    merge_quality(
+        part_metrics=sorted(str(p) for p in quality.glob("part-*[0-9].jsonl")),
+        part_stats=sorted(str(p) for p in quality.glob("part-*.stats.json")),
+        records_stats=str(quality / "records_stats.json"),
+        metrics=str(out / "metrics.jsonl"),
+        stats=str(out / "stats.json"),
+    )
+
+
+def job_quality_filter(folder: Path, out: Path) -> None:
+    from sharflow.quality.filter import filter_quality
+
+    quality = folder / "quality"
+    filter_quality(
+        records=str(quality / "records.jsonl"),
+        metrics=str(quality / "metrics.jsonl"),
+        records_stats=str(quality / "records_stats.json"),
+        kept=str(out / "kept.jsonl"),
+        rejected_dir=str(out / "rejected"),
+        stats=str(out / "stats.json"),
+        filters={"speech_ratio": {"min": 0.5}, "dnsmos_ovrl": {"min": 2.5}},
+        action="drop",
+        dataset="emilia",
+    )
+
+
+def job_codes_merge(folder: Path, out: Path) -> None:
+    from sharflow.codes.merge import merge_codes_stats
+
+    merge_codes_stats(
+        sorted(str(p) for p in (folder / "shards").glob("*.codes.json")), str(out / "stats.json")
+    )
+
+
 JOBS = {
     "context_plan": job_context_plan,
     "shar_plan": job_shar_plan,
@@ -323,6 +428,9 @@ JOBS = {
     "catalog": job_catalog,
     "shar_merge": job_shar_merge,
     "context_merge": job_context_merge,
+    "quality_merge": job_quality_merge,
+    "quality_filter": job_quality_filter,
+    "codes_merge": job_codes_merge,
 }
 
 
@@ -338,10 +446,13 @@ def peak_rss_mb() -> float:
 def run_job(name: str, folder: Path) -> dict:
     """Run job `name` over `folder`'s inputs here (a fresh process): its figures, as JSON on stdout.
     The modules are imported first, so that CPU and RSS above `base_mb` are the job's own."""
+    import sharflow.codes.merge
     import sharflow.context.merge
     import sharflow.context.plan
     import sharflow.dataset.buckets
     import sharflow.dataset.catalog
+    import sharflow.quality.filter
+    import sharflow.quality.merge
     import sharflow.shar.merge
     import sharflow.shar.plan  # noqa: F401
 
@@ -418,6 +529,36 @@ def report(rows: dict[str, dict[int, dict]]) -> bool:
     return ok
 
 
+CALIBRATION = 300  # the cost plan's sample (plan.sample_records): what a plan's memory is predicted from
+
+
+def plan_check(rows: dict[str, dict[int, dict]], calibration: dict[str, dict[int, dict]]) -> bool:
+    """Print, per job, the peak RSS the cost plan predicts for the ladder's largest size from the job's
+    run on a CALIBRATION-record sample (sharflow.plan.model.predicted_peak_mb: that run's peak plus the
+    rule's per-record part), against the peak measured there; whether every one is within the bar
+    (within 25 %, or over by at most 2x)."""
+    from sharflow.plan.model import RSS_PER_RECORD, predicted_peak_mb
+
+    ok = True
+    print(f"\nplan check: peak RSS predicted from a {CALIBRATION}-record run (plan.model.predicted_peak_mb)")
+    print(
+        f"{'job':14} {'sample MB':>10} {'B/rec':>6} {'records':>10} {'predicted MB':>13} "
+        f"{'measured MB':>12} {'ratio':>6}"
+    )
+    for job, by_size in rows.items():
+        n = max(by_size)
+        sample = calibration[job][CALIBRATION]["rss_mb"]
+        predicted = predicted_peak_mb(job, sample, CALIBRATION, n)
+        measured = by_size[n]["rss_mb"]
+        ratio = predicted / measured
+        print(
+            f"{job:14} {sample:>10.0f} {RSS_PER_RECORD.get(job, 0):>6} {n:>10,} {predicted:>13.0f} "
+            f"{measured:>12.0f} {ratio:>6.2f}"
+        )
+        ok &= 0.75 <= ratio <= 2.0
+    return ok
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
@@ -430,10 +571,15 @@ def main() -> None:
         print(json.dumps(run_job(args.run_job, Path(args.folder))))
         return
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        calibration = ladder([CALIBRATION], args.jobs, Path(args.work or tmp))
         rows = ladder(sorted(args.sizes), args.jobs, Path(args.work or tmp))
     ok = report(rows)
     print("every job within the bars" if ok else "a job is over a bar (CPU per record 1.5x, or RSS)")
-    sys.exit(0 if ok else 1)
+    planned = plan_check(rows, calibration)
+    print(
+        "every prediction within the bar (0.75x to 2x)" if planned else "a prediction is outside 0.75x to 2x"
+    )
+    sys.exit(0 if ok and planned else 1)
 
 
 if __name__ == "__main__":

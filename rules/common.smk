@@ -21,6 +21,7 @@ from sharflow.plan.calibrate import passed_options
 from sharflow.plan.key import key_now
 from sharflow.plan.resources import PlannedResources
 from sharflow.prepare.readers import Source, container_suffix, open_reader
+from sharflow.shar.plan import correction_notes
 from sharflow.text.normalizer import normalizer_key
 
 try:
@@ -462,13 +463,16 @@ def get_encode_settings(wildcards):
 
 @functools.lru_cache(maxsize=None)
 def _plan_jobs(plan_path, mtime, shards_per_job):
-    planned = jobs.planned_jobs(read_json(plan_path), shards_per_job)
+    plan = read_json(plan_path)
+    planned = jobs.planned_jobs(plan, shards_per_job)
     of_shard = {
         int(shard): job
         for job in planned
         for shard in layout.block_members(job[0], layout.block_size(job[0]), job[1])
     }
-    return SimpleNamespace(jobs=planned, set=frozenset(planned), of_shard=of_shard)
+    return SimpleNamespace(
+        jobs=planned, set=frozenset(planned), of_shard=of_shard, corrected=plan.get("corrected", [])
+    )
 
 
 def plan_jobs(dataset, stage):
@@ -520,9 +524,24 @@ def get_shar_block_inputs(shards):
     """Input function of the shar jobs of `shards` shards: the records and the plan (get_block_inputs)."""
 
     def inputs(wildcards, files, block):
-        return {"inputs": files.shar_input(block, layout.block_size(block), shards)}
+        found = files.shar_input(block, layout.block_size(block), shards)
+        say_corrections(wildcards.dataset, files, block, shards, found)
+        return {"inputs": found}
 
     return get_block_inputs(shards, "shar", inputs)
+
+
+def say_corrections(dataset, files, block, shards, inputs):
+    """Log once which of a shar job's shards are written again for records corrected since the job ran
+    (the plan's `corrected`), and what of them is kept: a look names what the run will remake."""
+    record = files.shar_job(block, layout.block_size(block), shards)
+    if not os.path.exists(record) or os.path.getmtime(record) >= os.path.getmtime(inputs):
+        return
+    members = {int(m) for m in layout.block_members(block, layout.block_size(block), shards)}
+    for note in correction_notes(plan_jobs(dataset, "shar").corrected, members):
+        if note not in _SAID:
+            _SAID.add(note)
+            logger.warning(f"sharflow: {dataset}: {note}")
 
 
 def job_records(name, stage, codec=None):

@@ -150,7 +150,7 @@ EFFECTS: dict[str, str] = {
     "context.cost_per_audio_second": f"{HERE}::test_cost_per_audio_second_moves_groups_between_parts",
     "shar.shard_size": "test_shar.py::test_shard_plans_cover_every_record_once_for_any_size",
     "shar.seed": f"{HERE}::test_shar_seed_orders_the_shards",
-    "shar.grow": "test_grow.py::test_a_record_that_changed_under_its_cut_id_stops_the_plan",
+    "shar.grow": "test_grow.py::test_other_audio_under_a_planned_cut_id_stops_the_plan",
     "shar.leaks": "test_grow.py::"
     "test_a_record_in_a_shard_found_to_be_held_out_is_reported_and_remade_only_when_asked",
     "shar.audio_format": "test_shar.py::test_other_formats_and_rates_read_back",

@@ -104,19 +104,19 @@ def mid_context(work: Path) -> bool:
 def mid_shar(work: Path) -> bool:
     """The block of shards 0-9 has finished some of its shards and has not written its record (its
     ten shards of five cuts take ~0.3 s: a narrower point could be missed on a busy machine)."""
-    done = count(work, "results/demo/shar_jobs/.shards-000000-000009.finished/*.done")
+    done = count(work, "results/demo/shar_jobs/.shards-000000-000009.kept/*.json")
     return done > 0 and not (work / "results/demo/shar_jobs/shards-000000-000009.json").exists()
 
 
 def mid_codes(work: Path) -> bool:
     """The demo's codes block (shards 0-9) encoding: its ranks' scratch folder there, some of its
     shards written and kept for a rerun, not all."""
-    done = count(work, "results/demo/codes_jobs/tiny_nemo/.shards-000000-000009.finished/*.done")
+    done = count(work, "results/demo/codes_jobs/tiny_nemo/.shards-000000-000009.kept/*.json")
     return count(work, "results/demo/codes_jobs/tiny_nemo/.ranks.*") > 0 and 0 < done < 10
 
 
 def kept(work: Path, folder: str) -> set[tuple[int, str]]:
-    """(inode, sha256) of every file of the shards a killed job finished (its .finished folder holds a
+    """(inode, sha256) of every file of the shards a killed job finished (its .kept folder holds a
     hard link to each)."""
     return {(p.stat().st_ino, sha256(p)) for p in (work / folder).glob("*/*") if p.is_file()}
 
@@ -165,13 +165,13 @@ def crash_run(reference_work: Path, tmp: Path) -> dict:
 
         run_and_kill(work, config, mid_shar, "shar", again=shar_block_again)
         seen["shar_cuts_after_kill"] = count(work, "results/demo/shar/cuts/*")
-        seen["shar_kept"] = kept(work, "results/demo/shar_jobs/.shards-000000-000009.finished")
+        seen["shar_kept"] = kept(work, "results/demo/shar_jobs/.shards-000000-000009.kept")
         run_snakemake(work, config, "--unlock")
         dry = run_snakemake(work, config, "-n")
         seen["planned_after_shar_kill"] = dry.stdout + dry.stderr
 
         run_and_kill(work, config, mid_codes, "codes")
-        seen["codes_kept"] = kept(work, "results/demo/codes_jobs/tiny_nemo/.shards-000000-000009.finished")
+        seen["codes_kept"] = kept(work, "results/demo/codes_jobs/tiny_nemo/.shards-000000-000009.kept")
         run_snakemake(work, config, "--unlock")
         dry = run_snakemake(work, config, "-n")
         seen["planned_after_codes_kill"] = dry.stdout + dry.stderr
@@ -210,10 +210,9 @@ def test_kill_9_mid_stage_then_rerun_is_byte_identical(two_datasets, crash):
         assert f"rule {stage}_block:" in crash[f"planned_after_{stage}_kill"]  # not "Nothing to be done"
         assert crash[f"{stage}_kept"] and crash[f"{stage}_kept"] <= crash["final"], stage
     assert (
-        "resume: "
-        in (crash["work"] / "logs" / "codes_block" / "demo" / "tiny_nemo" / "00000.log").read_text()
+        "kept: " in (crash["work"] / "logs" / "codes_block" / "demo" / "tiny_nemo" / "00000.log").read_text()
     )
-    assert crash["leftovers"] == []  # no temp, scratch or kept-shard folder is left
+    assert crash["leftovers"] == []  # no temp or scratch folder is left (the .kept folders stay: resume.py)
 
     # every file ever seen under a final name already had its final size
     watched = crash["watched"]

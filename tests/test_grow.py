@@ -2,6 +2,7 @@
 are, new ones go to a new generation of shards, and only the jobs whose records changed run again."""
 
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from sharflow.core.errors import SharflowError
 from sharflow.core.jobs import plan_jobs, planned_jobs
 from sharflow.core.layout import DatasetFiles, block_members, block_size, shard_numbers
 from sharflow.dataset.tables import identity_section
-from sharflow.shar.plan import plan_shards
+from sharflow.shar.plan import correction_notes, plan_shards
 from testkit import planned_lines, write_jsonl
 
 
@@ -133,11 +134,92 @@ def test_a_record_in_a_shard_found_to_be_held_out_is_reported_and_remade_only_wh
     assert "Held-out audio in shards made before: 2 record(s)" in card and "shard 1: `s" in card
 
 
-def test_a_record_that_changed_under_its_cut_id_stops_the_plan(tmp_path):
-    plan(tmp_path, spans(12))
-    changed = spans(12)
-    changed[3]["text"] = "something else"
-    with pytest.raises(SharflowError, match=r"s0-u3-0-130000 is in a shard already, and its text changed"):
+def with_contexts(records: list[dict], shift: int = 1, speaker: str = "a") -> list[dict]:
+    """Each record with a speaker and the next record's span as its context (and that one's text)."""
+    out = []
+    for i, r in enumerate(records):
+        c = records[(i + shift) % len(records)]
+        context = {"audio_filepath": c["audio_filepath"], "offset": 0.0, "duration": c["duration"]}
+        out.append(
+            {
+                **r,
+                "speaker": speaker,
+                "source_audio": {"sampling_rate": 16000},
+                **{f"context_audio_{k}": v for k, v in context.items() if k != "audio_filepath"},
+                "context_audio_filepath": context["audio_filepath"],
+                "context_audio_text": c["text"],
+            }
+        )
+    return out
+
+
+def planned_records(files) -> dict[str, dict]:
+    return {
+        json.loads(line)["audio_filepath"]: json.loads(line) for _, line in planned_lines(files.shar_inputs)
+    }
+
+
+def test_a_corrected_record_takes_its_new_line_in_its_shard_and_only_its_job_runs_again(tmp_path, caplog):
+    """Two records' texts are corrected (one in each job of ten shards): each job's inputs file has
+    the new line in the old one's place, and nothing else changes; a record whose context choice alone
+    moved keeps its old line; one whose speaker changed takes its new context too."""
+    caplog.set_level(logging.INFO, logger="sharflow.shar.plan")
+    first, files = plan(tmp_path, with_contexts(spans(40)), shard_size=2)  # 20 shards: two jobs of 10
+    before, lines = stamps(files), planned_lines(files.shar_inputs)
+    assert len({json.loads(line)["context_audio_filepath"] for _, line in lines}) == 40  # contexts vary
+    fixed = with_contexts(spans(40))
+    fixed[3]["text"] = "t3, corrected"
+    fixed[2]["context_audio_text"] = "t3, corrected"  # record 2's context is record 3
+    second, _ = plan(tmp_path, fixed, shard_size=2)
+    corrected = {c["cut_id"]: c["fields"] for c in second["corrected"]}
+    assert corrected == {"s2-u2-0-120000": ["context_audio_text"], "s0-u3-0-130000": ["text"]}
+    shard_of = {json.loads(line)["audio_filepath"]: int(shard) for shard, line in lines}
+    jobs = {
+        f"shards-0000{shard_of[p] // 10}0-0000{shard_of[p] // 10}9.jsonl" for p in ("s0/u3.wav", "s2/u2.wav")
+    }
+    changed = {name for name, stamp in stamps(files).items() if stamp != before[name]}
+    assert changed == jobs
+    now = planned_lines(files.shar_inputs)
+    assert [shard for shard, _ in now] == [shard for shard, _ in lines]  # every record in its place
+    assert planned_records(files)["s0/u3.wav"] == fixed[3]
+    assert "2 record(s) in shards made before changed under their cut ids" in caplog.text
+    assert second["records"] == first["records"] and second["shards"] == first["shards"]
+    notes = correction_notes(second["corrected"], set(range(20)))
+    assert len(notes) == len({c["shard"] for c in second["corrected"]}) and all(
+        "its audio and codes are kept" in n for n in notes
+    )
+    assert (
+        f"shard {shard_of['s0/u3.wav']} is written again: 1 record(s) changed since it was made "
+        in "".join(notes)
+    )
+
+    # the context stage chose other clips (the corpus grew, say): made shards keep theirs
+    moved = with_contexts(spans(40), shift=2)
+    moved[3]["text"] = "t3, corrected"
+    moved[1]["context_audio_text"] = "t3, corrected"
+    before = stamps(files)
+    third, _ = plan(tmp_path, moved, shard_size=2)
+    assert "corrected" not in third and stamps(files) == before
+    # a speaker changed: the record takes its new context with its new speaker
+    relabelled = [dict(r) for r in moved]
+    relabelled[5]["speaker"] = "b"
+    fourth, _ = plan(tmp_path, relabelled, shard_size=2)
+    assert "its audio and codes are made again" in correction_notes(fourth["corrected"], set(range(20)))[0]
+    assert fourth["corrected"][0]["fields"] == [
+        "speaker",
+        "context_audio_filepath",
+        "context_audio_duration",
+        "context_audio_text",
+    ]
+    assert planned_records(files)["s2/u5.wav"] == relabelled[5]
+    assert planned_records(files)["s0/u6.wav"]["context_audio_filepath"] == "s1/u7.wav"  # kept, not moved
+
+
+def test_other_audio_under_a_planned_cut_id_stops_the_plan(tmp_path):
+    plan(tmp_path, with_contexts(spans(12)))
+    changed = with_contexts(spans(12))
+    changed[3]["source_audio"] = {"sampling_rate": 48000}
+    with pytest.raises(SharflowError, match=r"s0-u3-0-130000 is in a shard already, and its source_audio"):
         plan(tmp_path, changed)
     rebuilt, files = plan(tmp_path, changed, grow="rebuild")  # asked for: every shard planned afresh
     fresh, fresh_files = plan(tmp_path, changed, name="fresh")

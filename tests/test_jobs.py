@@ -21,7 +21,7 @@ from sharflow.core.jobs import (
     write_job_record,
 )
 from sharflow.core.layout import shard_key
-from sharflow.core.resume import ResumableJob, job_key
+from sharflow.core.resume import ResumableJob, kept_folder
 
 
 def members(jobs) -> list[str]:
@@ -141,81 +141,96 @@ def test_a_killed_job_resumes_with_the_shards_it_finished(tmp_path):
     outs = {s: [str(tmp_path / f / f"x.{s}") for f in ("cuts", "audio")] for s in ("000000", "000001")}
     made = []
 
-    def run(key, kill_after=None):
-        with ResumableJob(record, key) as resume:
+    def run(keys, kill_after=None):
+        with ResumableJob(record, list(outs)) as resume:
             for shard, files in outs.items():
-                if resume.restore(shard, files):
+                if resume.restore(shard, files, keys[shard]):
                     continue
                 for i, path in enumerate(files):
                     Path(path).parent.mkdir(parents=True, exist_ok=True)
-                    Path(path).write_text(f"{shard}-{i}")
+                    Path(path).unlink(missing_ok=True)
+                    Path(path).write_text(f"{shard}-{i}-{keys[shard]}")
                 made.append(shard)
-                resume.keep(shard, files)
+                resume.keep(shard, files, keys[shard])
                 if shard == kill_after:
                     raise KeyboardInterrupt  # the kill: the block ends without its record
             write_job_record(record, list(outs), [f for fs in outs.values() for f in fs])
 
+    def snakemake_deletes_outputs():  # before it runs a job again
+        for files in outs.values():
+            for f in files:
+                Path(f).unlink(missing_ok=True)
+
+    k1 = {"000000": "a", "000001": "b"}
     with pytest.raises(KeyboardInterrupt):
-        run("k1", kill_after="000000")
+        run(k1, kill_after="000000")
     inode = os.stat(outs["000000"][0]).st_ino
-    for files in outs.values():  # Snakemake deletes a job's outputs before it runs it again
-        for f in files:
-            Path(f).unlink(missing_ok=True)
-    run("k1")
+    snakemake_deletes_outputs()
+    run(k1)
     assert made == ["000000", "000001"]  # shard 000000 was not made again
-    assert os.stat(outs["000000"][0]).st_ino == inode and Path(outs["000000"][1]).read_text() == "000000-1"
-    assert sorted(p.name for p in Path(record).parent.iterdir()) == [Path(record).name]  # nothing left
-    with pytest.raises(KeyboardInterrupt):
-        run("k1", kill_after="000000")
-    run("k2")  # other inputs or settings: nothing of the killed run is used
-    assert made == ["000000", "000001", "000000", "000000", "000001"]
+    assert os.stat(outs["000000"][0]).st_ino == inode and Path(outs["000000"][1]).read_text() == "000000-1-a"
+    kept = kept_folder(record)
+    assert sorted(p.name for p in kept.iterdir()) == ["000000", "000000.json", "000001", "000001.json"]
+    # the job runs again for its second shard's new records: the first is put back, the same inode
+    snakemake_deletes_outputs()
+    run({"000000": "a", "000001": "c"})
+    assert made == ["000000", "000001", "000001"]
+    assert os.stat(outs["000000"][0]).st_ino == inode and Path(outs["000001"][0]).read_text() == "000001-0-c"
+    assert [p.stat().st_nlink for p in sorted((kept / "000001").iterdir())] == [2, 2]  # the old ones let go
+    # a key not known (None) never puts a shard back
+    snakemake_deletes_outputs()
+    run({"000000": None, "000001": "c"})
+    assert made == ["000000", "000001", "000001", "000000"]
 
 
-def test_the_key_changes_with_any_input_or_setting(tmp_path):
-    a, b = tmp_path / "a", tmp_path / "b"
-    a.write_text("1")
-    b.write_text("2")
-    key = job_key([str(a), str(b)], {"rate": 16000})
-    assert key == job_key([str(b), str(a)], {"rate": 16000})
-    assert key != job_key([str(a), str(b)], {"rate": 22050})
-    a.write_text("11")
-    assert key != job_key([str(a), str(b)], {"rate": 16000})
-    assert len(key) == 32 and int(key, 16) >= 0  # 16 bytes, hex
-    settings = {"rate": 16000, "root": tmp_path, "codec": {"name": "x", "frames": 25}}
-    reordered = {"codec": {"frames": 25, "name": "x"}, "root": tmp_path, "rate": 16000}
-    assert job_key([str(a)], settings) == job_key([str(a)], reordered)  # settings by value, any order
-    assert job_key([str(a)], settings) != job_key([str(a)], {**settings, "root": tmp_path / "other"})
+def test_a_kept_file_damaged_in_place_is_never_put_back(tmp_path):
+    """Both names are one inode: a file damaged in place under its final name (the same size, other
+    bytes: a bad disk block) is damaged in the kept folder too. Its digest is not the one it was kept
+    with, so no file of the shard is put back."""
+    record = str(tmp_path / "jobs" / "shards-000000-000001.json")
+    files = [str(tmp_path / "out" / "x.tar"), str(tmp_path / "out" / "x.json")]
+    Path(files[0]).parent.mkdir(parents=True)
+    for f in files:
+        Path(f).write_text("made whole")
+    with ResumableJob(record, ["000000"]) as job:
+        job.keep("000000", files, "k", audio="a")
+    with open(files[0], "r+") as f:
+        f.write("damaged!")  # the same size, other bytes
+    for f in files:
+        Path(f).unlink()
+    with ResumableJob(record, ["000000"]) as job:
+        assert not job.restore("000000", files, "k") and not job.restore_part(
+            "000000", files, [1], "audio", "a"
+        )
+        assert not Path(files[1]).exists()
 
 
 def test_a_resumed_job_says_what_it_kept_and_what_it_threw_away(tmp_path, caplog):
     """The log of a resumed job (what a user reads after a kill), a shard restored into a folder that
-    is gone, a shard kept twice (a kill between its links and its mark), a folder already removed."""
+    is gone, a shard kept twice (a kill between its links and its mark), a part put back."""
     record = str(tmp_path / "jobs" / "shards-000000-000002.json")
-    files = {s: [str(tmp_path / "out" / "cuts" / f"x.{s}.tar")] for s in ("000000", "000001", "000002")}
-    Path(tmp_path / "out" / "cuts").mkdir(parents=True)
+    shards = ("000000", "000001", "000002")
+    files = {s: [str(tmp_path / "out" / f / f"x.{s}.tar") for f in ("cuts", "audio")] for s in shards}
     for shard in ("000000", "000001"):
-        Path(files[shard][0]).write_text(f"made {shard}")
-    with pytest.raises(KeyboardInterrupt), ResumableJob(record, "k1") as job:
-        job.keep("000000", files["000000"])
-        job.keep("000000", files["000000"])  # again: the same links, no error
-        job.keep("000001", files["000001"])
+        for f in files[shard]:
+            Path(f).parent.mkdir(parents=True, exist_ok=True)
+            Path(f).write_text(f"made {shard}")
+    with pytest.raises(KeyboardInterrupt), ResumableJob(record, shards) as job:
+        job.keep("000000", files["000000"], "k0", audio="a0")
+        job.keep("000000", files["000000"], "k0", audio="a0")  # again: the same links, no error
+        job.keep("000001", files["000001"], "k1", audio="a1")
         raise KeyboardInterrupt
-    folder = tmp_path / "jobs" / ".shards-000000-000002.finished"
     shutil.rmtree(tmp_path / "out")  # restored into folders that no longer exist
-    with caplog.at_level(logging.INFO, logger="sharflow.core.resume"), ResumableJob(record, "k1") as job:
-        for shard in ("000000", "000001"):
-            assert job.restore(shard, files[shard]) and Path(files[shard][0]).read_text() == f"made {shard}"
-        assert not job.restore("000002", files["000002"])
-    assert caplog.messages == ["resume: 2 shard(s) a killed run finished were kept: 000000, 000001"]
-    first = files["000000"]
-    with pytest.raises(KeyboardInterrupt), ResumableJob(record, "k1") as job:
-        job.keep("000000", first)
-        raise KeyboardInterrupt
-    caplog.clear()
-    with caplog.at_level(logging.INFO, logger="sharflow.core.resume"), ResumableJob(record, "k2") as job:
-        assert not job.restore("000000", first)
-        shutil.rmtree(folder)  # removed under the job: its end does not fail on it
+    with caplog.at_level(logging.INFO, logger="sharflow.core.resume"), ResumableJob(record, shards) as job:
+        assert job.restore("000000", files["000000"], "k0")
+        assert Path(files["000000"][0]).read_text() == "made 000000"
+        assert not job.restore("000001", files["000001"], "k1 corrected")
+        assert job.restore_part("000001", files["000001"], [1], "audio", "a1")
+        assert Path(files["000001"][1]).read_text() == "made 000001" and not Path(files["000001"][0]).exists()
+        Path(files["000001"][0]).write_text("written again 000001")
+        job.keep("000001", files["000001"], "k1 corrected", audio="a1")
+        assert not job.restore("000002", files["000002"], "k2")
     assert caplog.messages == [
-        f"resume: {folder} holds another run's shards (other inputs or settings): unused"
+        "kept: 1 shard(s) made before were put back: 000000",
+        "kept: 1 shard(s) kept their audio and were written again: 000001",
     ]
-    assert not folder.exists()

@@ -178,6 +178,21 @@ def test_each_rule_scales_by_what_drives_it_per_dataset():
     assert q.job_wall_s == pytest.approx(10.0)
 
 
+def test_a_whole_dataset_jobs_memory_grows_by_its_benchmarked_bytes_a_record():
+    """The calibration's peak, plus RSS_PER_RECORD for each record more the job sees in the full run
+    (its dataset's: one job); a part rule's memory is its calibration peak (bounded by its part)."""
+    from sharflow.plan.model import RSS_PER_RECORD
+
+    scales = {"a": Scale(4_500_000, 3.6e7, 300, 2400.0, 75, 600.0)}
+    sample = [cost("shar_plan", "a", cpu=1.0, rss=90.0), cost("quality_part", "a", cpu=5.0, rss=700.0)]
+    small = [cost("shar_plan", "a", cpu=0.9, rss=89.0), cost("quality_part", "a", cpu=2.0, rss=690.0)]
+    rules = plan_rules(sample, small, [], scales, CONFIG, shards={})
+    grown = RSS_PER_RECORD["shar_plan"] * (4_500_000 - 300) / 2**20
+    assert RSS_PER_RECORD["shar_plan"] > 0 and rules["shar_plan"].peak_rss_mb == pytest.approx(90.0 + grown)
+    assert rules["shar_plan"].peak_rss_mb > 1000  # the 4.5 M records' plan: ~1 GB, over the 1,000 MB floor
+    assert rules["quality_part"].peak_rss_mb == 700.0
+
+
 def test_shard_jobs_are_planned_per_shard_and_sized_per_kind():
     """The calibration's shard jobs of a stage give a per-shard cost; the full run's jobs are its
     blocks of shards_per_job, per codec; each kind of shard job asks for its own number of shards."""
@@ -344,6 +359,12 @@ def test_snakemake_plan_calibrates_on_a_sample_and_plans_every_stage(planned_dem
         f"noise (0.2 s or 10 %) from the small sample to the sample: {', '.join(plan['not_grown'])}." in page
     )
     assert "| quality (GPU) |" in proc.stdout  # printed in the terminal
+    path = plan["critical_path"]  # the spine's jobs for this corpus, summed, its longest named
+    assert [rule for rule, _ in path["steps"]][:3] == ["prepare", "text", "quality_merge"]
+    assert path["longest"] in dict(path["steps"]) and path["wall_s"] == round(
+        sum(w for _, w in path["steps"]), 1
+    )
+    assert f"the longest is {path['longest']}" in proc.stdout
     table = yaml.safe_load((work / "results/plan/resources.yaml").read_text())
     assert {"quality_part", "context_part", "codes_block", "shar_block", "text", "verify"} <= set(table)
 
@@ -453,7 +474,8 @@ def test_the_plans_stages_read_top_to_bottom_with_gpu_stages_marked():
     summary = plan_summary(plan).splitlines()
     assert summary[2].split() == ["text", "2", "1.00", "0.00", "0.50"]
     assert summary[3].split() == ["quality", "(GPU)", "40", "20.00", "10.00", "0.25"]
-    assert summary[-1].split() == ["total", "23.00", "12.00", "0.92"]
+    assert summary[-2].split() == ["total", "23.00", "12.00", "0.92"]
+    assert summary[-1].strip().startswith("critical path: not planned")  # a plan from before it was
     nodes, edges = parse_dot(plan_dot(plan))
     assert [label.splitlines()[0] for label in nodes.values()] == ["text", "quality (GPU)", "codes (GPU)"]
     assert edges == [("n0", "n1"), ("n1", "n2")]  # a chain, top to bottom: no transitive edges
@@ -469,6 +491,45 @@ def test_the_plans_stages_read_top_to_bottom_with_gpu_stages_marked():
     assert lines[3].split() == ["b", "4,097", "lines", "(nemo)", "5", "5", "5", "5", "5"]
     assert lines[4].split()[:2] == ["c", "?"] and "GPU rules: q" in lines[5] and "snakemake plan" in lines[6]
     assert "codes[x] (GPU)" in lines[1] and "codes[y] (GPU)" in lines[1]
+
+
+def test_the_critical_path_sums_the_spines_jobs_and_names_the_longest():
+    """The jobs that wait each for the one before, summed, side by side ones as their longest; the part
+    and shard jobs (side by side over the cluster) are not on it."""
+    from sharflow.plan.critical import critical_path
+    from sharflow.plan.model import RulePlan
+    from sharflow.plan.page import critical_line
+
+    walls = {
+        "prepare": 600.0,
+        "text": 5400.0,
+        "quality_part": 9000.0,  # a part job: not on the spine
+        "quality_merge": 30.0,
+        "shar_plan": 90.0,
+        "codes_jobs": 20000.0,  # the codes jobs: GPU, side by side
+        "codes_merge": 2.0,
+        "shar_merge": 5.0,
+        "catalog": 40.0,
+        "verify": 1800.0,
+        "buckets": 3.0,
+        "report": 60.0,
+    }
+    rules = {r: RulePlan(r, "records", 1, job_wall_s=w) for r, w in walls.items()}
+    path = critical_path(rules)
+    assert path["steps"] == [
+        ["prepare", 600.0],
+        ["text", 5400.0],
+        ["quality_merge", 30.0],
+        ["shar_plan", 90.0],
+        ["shar_merge", 5.0],
+        ["catalog", 40.0],
+        ["verify", 1800.0],
+        ["report", 60.0],
+    ]
+    assert path["wall_s"] == 8025.0 and path["longest"] == "text"
+    line = critical_line({"critical_path": path})
+    assert line.startswith("critical path: 2.23 h of jobs") and "the longest is text (1.50 h)" in line
+    assert "prepare 0.17 -> text 1.50 -> quality_merge 0.01 -> shar_plan 0.03" in line
 
 
 def test_the_most_shard_jobs_bound_every_way_the_records_can_fall_into_sets():

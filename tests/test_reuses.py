@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from sharflow.core import containers, jobs, resume, storage
+from sharflow.core import containers, jobs, storage
+from sharflow.core.errors import SharflowError
 from sharflow.core.reuses import KEY_MAKERS, REUSES, Reuse
 from sharflow.identity.part import VoiceEmbedding, entry_key, measure_signature
 from sharflow.identity.voices import VoiceRules
@@ -339,18 +340,88 @@ def object_tar_indexes(tmp: Path, monkeypatch) -> World:
     return w
 
 
-def resumed_shard_jobs(tmp: Path, monkeypatch) -> World:
-    a, b = a_file(tmp, "a.jsonl"), a_file(tmp, "b.jsonl")
-    state = {"inputs": [str(a), str(b)], "settings": {"shard_size": 4}}
-    w = World(lambda: resume.job_key(state["inputs"], state["settings"]))
+def shard_records() -> list[dict]:
+    return [
+        {
+            "audio_filepath": f"a{i}.wav",
+            "offset": 0.0,
+            "duration": 1.5,
+            "text": f"t{i}",
+            "speaker": "s",
+            "dnsmos_ovrl": 3.1,
+            "context_audio_filepath": f"a{i + 1}.wav",
+            "context_audio_offset": 0.0,
+            "context_audio_duration": 2.0,
+        }
+        for i in range(3)
+    ]
+
+
+def shard_world(tmp: Path, part: int) -> World:
+    """A shar shard's keys (shar.shard.shard_keys): the whole shard's (part 0) or its audio's (1)."""
+    from sharflow.shar.audio import EncodeSettings
+    from sharflow.shar.shard import shard_keys
+
+    state = {"records": shard_records(), "settings": EncodeSettings(str(tmp))}
+
+    def key():
+        lines = [(json.dumps(r) + "\n").encode() for r in state["records"]]
+        return shard_keys(lines, state["records"], state["settings"])[part]
+
+    def record(i=1, **kw):
+        return lambda: state["records"].__setitem__(i, {**state["records"][i], **kw})
+
+    w = World(key)
     w.change = {
-        "input paths": lambda: state.update(inputs=[str(a), str(a_file(tmp, "c.jsonl"))]),
-        "input sizes": lambda: a.write_bytes(b"0123456789a") or touch(a),
-        "input mtimes": lambda: touch(b, 2 * 10**18),
-        "job settings": lambda: state.update(settings={"shard_size": 5}),
-        "the order inputs are given in": lambda: state.update(inputs=[str(b), str(a)]),
+        "a record's line": record(text="other"),
+        "a record's audio span": record(offset=0.5),
+        "a record's context clip": record(context_audio_filepath="b.wav"),
+        "the records' order": lambda: state["records"].reverse(),
+        "a record added": lambda: state["records"].append({**state["records"][0], "audio_filepath": "n.wav"}),
+        "encode settings": lambda: state.update(settings=replace(state["settings"], audio_format="wav")),
+        "another shard's records": lambda: None,  # a shard's key is made of its own records alone
+        "the job's inputs file's time": lambda: None,
+        "the audio root": lambda: state.update(
+            settings=replace(state["settings"], audio_root="s3://b/corpus")
+        ),
+        "a record's text": record(text="other"),
+        "a record's speaker": record(speaker="t"),
+        "a record's quality metrics": record(dnsmos_ovrl=2.0),
     }
     return w
+
+
+def kept_shar_shards(tmp: Path, monkeypatch) -> World:
+    w = shard_world(tmp, 0)
+    w.change = {k: w.change[k] for k in (*REUSE["kept shar shards"].key, *REUSE["kept shar shards"].free)}
+    return w
+
+
+def kept_shard_audio(tmp: Path, monkeypatch) -> World:
+    w = shard_world(tmp, 1)
+    w.change = {k: w.change[k] for k in (*REUSE["kept shard audio"].key, *REUSE["kept shard audio"].free)}
+    return w
+
+
+def kept_codes_shards(tmp: Path, monkeypatch) -> World:
+    from sharflow.codes.shard import codes_key
+    from sharflow.codes.spec import CodecSpec
+
+    model = a_file(tmp, "codec.nemo")
+    state = {"audio": "k1", "codec": CodecSpec("tiny", "nemo", str(model)), "batch": 60.0}
+    w = World(lambda: codes_key(state["codec"], state["batch"], state["audio"]))
+    w.change = {
+        "the shard's audio key": lambda: state.update(audio="k2"),
+        "the codec spec": lambda: state.update(codec=replace(state["codec"], precision="bf16")),
+        "the codec model file": lambda: rewrite(model, b"other weights"),
+        "codes.batch_seconds": lambda: state.update(batch=30.0),
+        "the shard's cuts": lambda: None,  # the key holds no cut: a corrected text keeps the codes
+        "the shar job's record": lambda: None,
+    }
+    return w
+
+
+REUSE = {r.name: r for r in REUSES}
 
 
 def plans_kept_generations(tmp: Path, monkeypatch) -> World:
@@ -361,6 +432,9 @@ def plans_kept_generations(tmp: Path, monkeypatch) -> World:
     tmp.mkdir(parents=True, exist_ok=True)
     plan.write_text(json.dumps({**settings, "generations": [{"first": 0}]}))
     rec = {
+        "audio_filepath": "a.wav",
+        "offset": 0.0,
+        "duration": 2.0,
         "text": "a",
         "normalized_text": "a",
         "speaker": "s",
@@ -369,12 +443,21 @@ def plans_kept_generations(tmp: Path, monkeypatch) -> World:
         "source_audio": "a.wav",
         "metrics": {"dnsmos_ovrl": 3.1},
         "context_audio_filepath": "b.wav",
+        "context_audio_text": "y",
     }
     state = {"settings": dict(settings), "grow": "append", "record": rec}
 
     def key():
+        """Whether the plan is kept, and the line the record's shard is made from: the old one, the
+        new one (a correction), or none (other audio under its cut id: refused)."""
         kept = shar_plan._earlier_plan(str(plan), state["settings"], state["grow"]) is not None
-        return kept, shar_plan.content_key(state["record"])
+        if shar_plan.content_key(state["record"]) == shar_plan.content_key(rec):
+            return kept, "the old line"
+        try:
+            corrected = shar_plan._correction(rec, json.dumps(state["record"]).encode())
+        except SharflowError:
+            return kept, "refused"
+        return kept, "the old line" if corrected is None else corrected[0]
 
     def setting(**kw):
         return lambda: state.update(settings={**state["settings"], **kw})
@@ -394,6 +477,7 @@ def plans_kept_generations(tmp: Path, monkeypatch) -> World:
         "a record's lang": record(lang="de"),
         "a record's tokenizer_names": record(tokenizer_names=["y"]),
         "a record's source_audio": record(source_audio="c.wav"),
+        "its context clip's text": record(context_audio_text="z"),
         "a record's quality metrics": record(metrics={"dnsmos_ovrl": 2.0}),
         "a record's context choice": record(context_audio_filepath="c.wav"),
     }
@@ -475,7 +559,9 @@ CASES: dict[str, Callable[[Path, pytest.MonkeyPatch], World]] = {
     "object cache": object_cache,
     "tar member indexes": tar_member_indexes,
     "object tar indexes": object_tar_indexes,
-    "resumed shard jobs": resumed_shard_jobs,
+    "kept shar shards": kept_shar_shards,
+    "kept shard audio": kept_shard_audio,
+    "kept codes shards": kept_codes_shards,
     "the plan's kept generations": plans_kept_generations,
     "job records": job_records,
     "the cost plan's resources": cost_plans_resources,
@@ -550,8 +636,6 @@ def test_every_key_made_in_the_code_is_an_entry_of_the_table():
     named = {w for r in REUSES for w in r.where}
     defining = {  # callers that pass a key on or record one, keying nothing of their own
         "sharflow.shar.plan._read_records",  # reads content_key into the plan (the entry's key)
-        "sharflow.shar.shard.run_shar_job",  # calls job_key (the resumed shard jobs' entry)
-        "sharflow.codes.shard.run_codes_job",
         "sharflow.text.normalizer.normalizer_grammars",  # cached_build of normalizer_key's key
         "sharflow.publish.job.publish",  # writes the digests _digests reads
         "sharflow.identity.part._Earlier.find",  # stamp for entry_key
@@ -601,10 +685,10 @@ def test_a_changed_spoken_text_recomputes_exactly_that_records_speaking_rate(tmp
 def test_a_world_is_built_fresh_per_change(tmp_path):
     """The worlds above are independent: a change in one never reaches another's files."""
     with pytest.MonkeyPatch.context() as mp:
-        a = resumed_shard_jobs(tmp_path / "a", mp)
-        b = resumed_shard_jobs(tmp_path / "b", mp)
+        a = kept_codes_shards(tmp_path / "a", mp)
+        b = kept_codes_shards(tmp_path / "b", mp)
         key_b = b.key()
-        a.change["input sizes"]()
+        a.change["the codec model file"]()
         assert b.key() == key_b and a.key() != key_b
 
 
@@ -833,8 +917,13 @@ EFFECTS_ELSEWHERE = {
     "index dropped, and the rerun's prepare indexes the new one",
     "identity fingerprints and voices": "test_identity: a part's reuse key through the part itself "
     "(its record line and audio file); the packages' versions at key level only",
-    "resumed shard jobs": "test_crash: a killed run resumes, and test_jobs: another key starts afresh; "
-    "each input's size and time at key level only",
+    "kept shar shards": "test_crash: a killed run resumes; test_shar's corrected demo: the shards of "
+    "a block whose records did not change are put back (same inodes); test_jobs: another key makes "
+    "the shard again, a kept file of another size is never put back",
+    "kept shard audio": "test_shar's corrected demo: a corrected text rewrites its shard's cuts and "
+    "keeps its audio files (same inodes)",
+    "kept codes shards": "test_crash: a killed run resumes; test_shar's corrected demo: every codes file "
+    "keeps its inode; the model file's size and time at key level only",
     "the plan's kept generations": "its settings through shar.plan._earlier_plan, the decision itself (the "
     "world above); a record's content through content_key at key level, and test_workflow's grown corpus "
     "end to end",

@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import matplotlib.image
@@ -17,7 +18,9 @@ import yaml
 from sharflow.core import jobs, layout
 from sharflow.core.config import validate_config
 from sharflow.core.layout import DatasetFiles
+from sharflow.core.resume import kept_folder
 from sharflow.report.dag import parse_dot, render_dag
+from sharflow.shar.plan import cut_id
 from testkit import (
     README,
     REPO,
@@ -527,11 +530,17 @@ def test_a_fresh_dry_run_says_how_many_shard_jobs_will_come_after_the_plan(two_d
     )
 
 
-def test_a_grown_corpus_keeps_every_shard_it_had_and_makes_only_the_new_ones(two_datasets, tmp_path):
-    """The demo's manifest grown by six records (new spans of its own files, so new cut ids) after a
-    finished run: every shard file of the run stays as it was (same inode, same bytes), no job of an
-    old shard runs, the new records are a new generation of shards (from shard 20), and NeMo's
-    dataloader reads every cut of both generations through the new input_cfg."""
+def test_a_grown_and_corrected_corpus_remakes_only_the_new_shards_and_the_corrected_cuts(
+    two_datasets, tmp_path
+):
+    """The demo's manifest, after a finished run, grown by six records (new spans of its own files, so
+    new cut ids) and with two records' texts corrected (one in the block job of shards 0-9, one in
+    the job of shards 10-11). The new records are a new generation of shards (from shard 20). The
+    corrected records' shards, and those of the records that hold one of them as context (its text
+    is in their cuts), get new cuts files, catalog fragments and stats; every other file of the
+    run's Shar stays as it was (same inode, same bytes), and so does every audio and codes file: no
+    audio is encoded again, no codes are. Only the new records and the corrected ones are measured
+    again, and NeMo's dataloader reads every cut of both generations, with the new texts."""
     import torch
     from lhotse import CutSet
     from nemo.collections.common.data.lhotse.dataloader import get_lhotse_dataloader_from_config
@@ -539,36 +548,61 @@ def test_a_grown_corpus_keeps_every_shard_it_had_and_makes_only_the_new_ones(two
 
     work, _, _ = two_datasets
     copy = tmp_path / "copy"
-    shutil.copytree(work, copy, symlinks=True)  # keeps mtimes, so nothing is out of date
+    subprocess.run(["cp", "-a", str(work), str(copy)], check=True)  # mtimes and hard links (.kept) kept
     config = yaml.safe_load((work / "config.yaml").read_text())
     records = read_jsonl(Path(config["datasets"]["demo"]["manifest"]))
     longer = [r for r in records if "offset" not in r and r["duration"] > 4.0][:6]
     grown = [{**r, "offset": 0.25, "duration": round(r["duration"] - 0.5, 3)} for r in longer]
+    results = copy / "results" / "demo"
+    catalog = pd.read_parquet(results / "catalog.parquet")
+    shard_of = {(row.source_file, row.offset): row.shard for row in catalog.itertuples()}
+    first = next(r for r in records if shard_of.get((r["audio_filepath"], 0.0), 99) < 10)
+    second = next(r for r in records if shard_of.get((r["audio_filepath"], 0.0)) in (10, 11))
+    fixed = {}
+    for r in (first, second):
+        r["text"] = fixed[r["audio_filepath"]] = r["text"].rstrip(".") + "!"
     manifest = write_jsonl(tmp_path / "grown.json", records + grown)
     config["datasets"]["demo"]["manifest"] = str(manifest)
-    results = copy / "results" / "demo"
-    old = {p: (p.stat().st_ino, p.read_bytes()) for p in (results / "shar").rglob("*") if p.is_file()}
-    old_jobs = {p: p.stat().st_ino for p in results.glob("*_jobs/**/shards-*.json")}
+    corrected = {shard_of[(f, 0.0)] for f in fixed}
+    corrected |= {row.shard for row in catalog.itertuples() if row.context_file in fixed}
+    shar = {p: (p.stat().st_ino, p.read_bytes()) for p in (results / "shar").rglob("*") if p.is_file()}
+    run_snakemake(copy, config, "--until", "shar_plan")  # the plan made: a look names what will be remade
+    dry = run_snakemake(copy, config, "-n")
+    for shard in corrected:
+        assert f"sharflow: demo: shard {shard} is written again" in dry.stdout + dry.stderr
+    assert "its cuts file, catalog fragment and stats only: its audio and codes are kept" in dry.stdout
     proc = run_snakemake(copy, config)
-    ran = re.findall(r"^(?:local)?rule (\w+):", proc.stdout + proc.stderr, re.M)  # (also after the plan)
+    log = proc.stdout + proc.stderr
+    ran = re.findall(r"^(?:local)?rule (\w+):", log, re.M)  # (also after the plan)
     made = sorted(r for r in ran if r.startswith(("shar_block", "shar_tail", "shar_shard", "codes_")))
-    assert made == ["codes_merge", "codes_tail2", "shar_tail2"], ran  # shards 20-21 only
+    # the new shards 20-21; the corrected blocks 0-9 and 10-11, shar and codes, all kept but the cuts
+    assert made == [
+        "codes_block",
+        "codes_merge",
+        "codes_tail2",
+        "codes_tail2",
+        "shar_block",
+        "shar_tail2",
+        "shar_tail2",
+    ]
     parts = [json.loads(p.read_text()) for p in (results / "quality" / "parts").glob("*.stats.json")]
-    assert sum(p["measured"] for p in parts) == 6  # only the new records are measured
-    assert sum(p["reused"] for p in parts) == sum(p["records"] for p in parts) - 6 > 0
-    assert all((p.stat().st_ino, p.read_bytes()) == v for p, v in old.items()) and len(old) == 12 * 5
-    assert all(p.stat().st_ino == v for p, v in old_jobs.items())
+    assert sum(p["measured"] for p in parts) == 6 + 2  # the new records and the corrected ones
+    assert sum(p["reused"] for p in parts) == sum(p["records"] for p in parts) - 8 > 0
+    changed = {p for p, v in shar.items() if (p.stat().st_ino, p.read_bytes()) != v}
+    assert changed and {p.parent.name for p in changed} <= {"cuts"}, changed
+    assert {int(p.name.split(".")[1]) for p in changed} == corrected and len(shar) == 12 * 5
     plan = json.loads((results / "shard_plan.json").read_text())
     assert [(g["first"], g["shards"]) for g in plan["generations"]] == [(0, 12), (20, 2)]
+    assert {c["shard"] for c in plan["corrected"]} == corrected
     assert sorted(p.name for p in (results / "shar" / "cuts").iterdir())[-2:] == [
         "cuts.000020.jsonl.gz",
         "cuts.000021.jsonl.gz",
     ]
 
-    class Ids(torch.utils.data.Dataset):
+    class Texts(torch.utils.data.Dataset):
         def __getitem__(self, batch: CutSet):
             assert all(c.has_custom("target_codes") and c.has_custom("context_audio") for c in batch)
-            return [c.id for c in batch]
+            return [(c.id, c.supervisions[0].text) for c in batch]
 
     cfg = yaml.safe_load((copy / "results" / "input_cfg.yaml").read_text())
     loader_cfg = {
@@ -580,11 +614,15 @@ def test_a_grown_corpus_keeps_every_shard_it_had_and_makes_only_the_new_ones(two
         "use_bucketing": False,
     }
     loader = get_lhotse_dataloader_from_config(
-        OmegaConf.create(loader_cfg), global_rank=0, world_size=1, dataset=Ids()
+        OmegaConf.create(loader_cfg), global_rank=0, world_size=1, dataset=Texts()
     )
-    seen = sorted(cut for batch in loader for cut in batch)
+    seen = [cut for batch in loader for cut in batch]
     catalogs = [pd.read_parquet(copy / "results" / ds / "catalog.parquet") for ds in ("demo", "dirty")]
-    assert seen == sorted(cut for c in catalogs for cut in c.cut_id) and len(catalogs[0]) == 56 + 6
+    assert sorted(c[0] for c in seen) == sorted(cut for c in catalogs for cut in c.cut_id)
+    assert len(catalogs[0]) == 56 + 6
+    texts = dict(seen)
+    assert [texts[cut_id({"offset": 0.0, **r})] for r in (first, second)] == list(fixed.values())
+    assert all(t.endswith("!") for t in fixed.values())
     assert json.loads((results / "verify.json").read_text())["shards"] == 14
 
 
@@ -682,8 +720,11 @@ def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
         expected |= {files.shar_job(key, layout.block_size(key), n) for key, n in planned}
         expected |= {files.shar_input(key, layout.block_size(key), n) for key, n in planned}  # its records
         expected |= {f"{files.shar_inputs}/plan.json"}  # the plan's copy, kept for a grown corpus's plan
+        records = [files.shar_job(key, layout.block_size(key), n) for key, n in planned]
         planned = jobs.plan_jobs(len(shards), config["codes"]["shards_per_job"])
-        expected |= {files.codes_job(c, key, layout.block_size(key), n) for c in codecs for key, n in planned}
+        records += [files.codes_job(c, key, layout.block_size(key), n) for c in codecs for key, n in planned]
+        expected |= set(records)
+        folders += [str(kept_folder(record)) for record in records]  # each job's kept shards (core.resume)
         folders += [
             files.prepare_rejected,
             files.text_rejected,

@@ -32,7 +32,7 @@ import shutil
 import tarfile
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +48,7 @@ from sharflow.core.logs import seconds_since_process_start
 from sharflow.core.memory import release_freed_memory
 from sharflow.core.parallel import ahead
 from sharflow.core.ranks import Rank, RankResult, rank_job
-from sharflow.core.resume import ResumableJob, job_key
+from sharflow.core.resume import ResumableJob, content_key
 
 log = logging.getLogger(__name__)
 KINDS = ("target", "context")
@@ -62,6 +62,7 @@ class ShardCodes:
     target_tar: str
     context_tar: str
     out: CodesFiles
+    audio_key: str | None = None  # what its audio is made of, from its shar stats (shar.shard.shard_keys)
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,10 @@ def job_shards(members: list[str], shar_files, outputs) -> list[ShardCodes]:
     for m, shard in enumerate(members):
         files = shar_files(shard)
         require_made((files.target, files.context))
-        shards.append(ShardCodes(int(shard), files.target, files.context, CodesFiles.of_member(outputs, m)))
+        audio_key = read_json(files.stats).get("audio_key") if os.path.exists(files.stats) else None
+        shards.append(
+            ShardCodes(int(shard), files.target, files.context, CodesFiles.of_member(outputs, m), audio_key)
+        )
     return shards
 
 
@@ -110,7 +114,8 @@ def encode_shards(
     """Encode the shards' target and context audio with `codec`, the model loaded once per rank; write
     each shard's two code tars atomically and its stats as soon as its last batch is encoded (by
     the rank that encodes it). With `resume`, a shard a killed run of the job finished is put back
-    instead, and each shard written is kept for a later resume. Returns the stats of each shard."""
+    instead, and so is a shard whose audio and codec are what they were when it was made (codes_key); each
+    shard written is kept. Returns the stats of each shard."""
     start, before_job = time.perf_counter(), seconds_since_process_start()
     what = f"codes {codec.name}, {_span(shards)}"
     with rank_job(what, device=device, workers=workers, gpus=gpus, scratch_beside=shards[0].out.stats) as job:
@@ -119,9 +124,14 @@ def encode_shards(
             before_job, time.perf_counter() - start, LOAD_TIMES.get((codec.name, job.devices[0]))
         )
         _log_codec(codec, model)
-        todo = [s for s in shards if resume is None or not resume.restore(shard_key(s.shard), _files(s))]
+        keys = {s.shard: codes_key(codec, batch_seconds, s.audio_key) for s in shards}
+        todo = [
+            s
+            for s in shards
+            if resume is None or not resume.restore(shard_key(s.shard), _files(s), keys[s.shard])
+        ]
         works, costs = _works(todo, model, batch_seconds, len(job.devices))
-        out = _Out(codec.name, _dtype(model), tuple(job.devices), resume)
+        out = _Out(codec.name, _dtype(model), tuple(job.devices), resume, keys)
         ranks = job.run(
             encode_batches,
             costs,
@@ -155,6 +165,7 @@ class _Out:
     dtype: object
     devices: tuple[str, ...]
     resume: ResumableJob | None
+    keys: dict[int, str | None]  # each shard's codes_key
 
 
 def _works(shards: list[ShardCodes], model, batch_seconds: float, ranks: int) -> tuple[list[_Work], dict]:
@@ -195,9 +206,9 @@ def run_codes_job(
 ) -> list[dict]:
     """A codes job (sharflow.core.jobs): its shards' codes with the codec of the spec file `codec`
     (encode_shards), each kept as it is written so that a rerun of a killed job with the same inputs
-    makes only the rest; then its record. `shar_jobs`: the records of the shar jobs of its shards."""
-    key = job_key([codec, *shar_jobs], {})
-    with ResumableJob(outputs["job"], key) as resume:
+    makes only the rest, and a rerun for another shard's new audio makes only that shard's; then its
+    record. `shar_jobs`: the records of the shar jobs of its shards."""
+    with ResumableJob(outputs["job"], members) as resume:
         stats = encode_shards(
             job_shards(members, shar_files, outputs),
             codec=read_codec_spec(codec),
@@ -209,6 +220,17 @@ def run_codes_job(
         )
         finish_job(outputs, members)
     return stats
+
+
+def codes_key(codec: CodecSpec, batch_seconds: float, audio_key: str | None) -> str | None:
+    """What a shard's codes are made of: the codec (its spec, and its model file's size and time where
+    it is a file), the batching and the shard's audio (its audio key); None where the audio key is not
+    known (a shard made by sharflow before it was kept: its codes are made again)."""
+    if audio_key is None:
+        return None
+    model = os.stat(codec.model) if os.path.isfile(codec.model) else None
+    stamp = (model.st_size, model.st_mtime_ns) if model else None
+    return content_key(asdict(codec), stamp, batch_seconds, audio_key)
 
 
 def _span(shards: list[ShardCodes]) -> str:
@@ -255,7 +277,7 @@ def _write_shard(work: _Work, scratch: str, model, out: _Out) -> dict:
     }
     write_json(shard.out.stats, stats)
     if out.resume is not None:
-        out.resume.keep(shard_key(shard.shard), _files(shard))
+        out.resume.keep(shard_key(shard.shard), _files(shard), out.keys[shard.shard])
     log.info(
         "codes %s, shard %s: %d cuts, %.0f s of audio in %d batches (padding efficiency %.3f) in %.1f rank-s",
         stats["codec"],

@@ -29,8 +29,9 @@ and the tests ask it.
   rerun_if_damaged), so a dry run plans exactly that job and what follows, and its rerun writes the
   same bytes again. Nothing here removes or writes a file: the check runs on every look (a dry run,
   --dag, a Slurm job's own parse), and looking changes nothing; the rerun replaces the record.
-- **A killed job resumes** (sharflow.core.resume): the shards a job finishes are kept under its
-  `.finished` folder until it is done; its rerun puts them back instead of making them again.
+- **A job run again keeps what did not change** (sharflow.core.resume): the shards a job makes are
+  kept, by key, in its `.kept` folder; its rerun (killed, or run for another shard's corrected
+  records) puts back each shard whose key is the same instead of making it again.
 """
 
 import json

@@ -141,19 +141,38 @@ REUSES: tuple[Reuse, ...] = (
         ("a job reading its members",),
     ),
     Reuse(
-        "resumed shard jobs",
-        "the shards a killed shar or codes job finished, put back by its rerun",
-        ("sharflow.core.resume.job_key",),
-        ("input paths", "input sizes", "input mtimes", "job settings"),
-        ("the order inputs are given in",),
+        "kept shar shards",
+        "a shar shard's files, put back by its job's rerun (killed, or run again for another shard of "
+        "its block) when its records and settings are what it was made from",
+        ("sharflow.shar.shard.shard_keys",),
+        ("a record's line", "the records' order", "a record added", "encode settings"),
+        ("another shard's records", "the job's inputs file's time", "the audio root"),
+    ),
+    Reuse(
+        "kept shard audio",
+        "a shar shard's target and context audio, kept when only its records' text or other metadata "
+        "changed (its cuts, catalog fragment and stats are written again)",
+        ("sharflow.shar.shard.shard_keys",),
+        ("a record's audio span", "a record's context clip", "the records' order", "encode settings"),
+        ("a record's text", "a record's speaker", "a record's quality metrics", "the audio root"),
+    ),
+    Reuse(
+        "kept codes shards",
+        "a shard's codes of one codec, put back by its codes job's rerun when its audio and codec are "
+        "what they were made from",
+        ("sharflow.codes.shard.codes_key",),
+        ("the shard's audio key", "the codec spec", "the codec model file", "codes.batch_seconds"),
+        ("the shard's cuts", "the shar job's record"),
     ),
     Reuse(
         "the plan's kept generations",
-        "the shards of records already planned, kept as the corpus grows (grow: append)",
+        "the shards of records already planned, kept as the corpus grows (grow: append), each record's "
+        "line in its shard kept unless the record was corrected",
         (
             "sharflow.shar.plan._earlier_plan",
             "sharflow.shar.plan.content_key",
-            "sharflow.shar.plan._Lookup.find",
+            "sharflow.shar.plan._keep",
+            "sharflow.shar.plan._correction",
         ),
         (
             "shard_size",
@@ -166,6 +185,7 @@ REUSES: tuple[Reuse, ...] = (
             "a record's lang",
             "a record's tokenizer_names",
             "a record's source_audio",
+            "its context clip's text",
         ),
         ("a record's quality metrics", "a record's context choice"),
     ),
@@ -202,7 +222,6 @@ KEY_MAKERS = (
     "cached_build",
     "stamp",
     "_stamp",  # the publish job's and core.resume's own
-    "job_key",
     "file_identity",
     "package_versions",
     "content_key",

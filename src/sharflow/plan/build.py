@@ -8,6 +8,7 @@ import yaml
 
 from sharflow.core.atomic import atomic_file, read_json, write_json
 from sharflow.plan.calibrate import RUNS
+from sharflow.plan.critical import critical_path
 from sharflow.plan.model import (
     ACTUAL,
     STAGES,
@@ -79,6 +80,7 @@ def make_plan(
             "jobs": len(measured) + len(small),
             "share_of_plan": round(cal_cpu / total_cpu, 4) if total_cpu else None,
         },
+        "critical_path": critical_path(rules),
         "knobs": knobs(rules, config),
         "not_scaled": sorted(name for name, p in rules.items() if p.driver in ("one_off", "actual")),
         "not_grown": sorted(

@@ -16,8 +16,12 @@ cost is its full-run job count times the fixed part plus the per-unit part times
 corpus's units, per dataset (the sample keeps the corpus's mix of durations, sharflow.plan.sample).
 A rule whose cost grew by no more than noise between the two runs (the merges, the cards, the
 report's figures) is planned per job at the sample's cost, and the plan names it (RulePlan.grew).
-Memory is the calibration's peak, not scaled: every stage's memory is bounded by design (a shard,
-a batch, a part's buffers), whatever the corpus's size.
+Memory is the calibration's peak plus, for a job that sees a whole dataset, a part per record
+(RSS_PER_RECORD, measured by benchmarks/bench_scale.py from 10^4 to 10^6 records: predicted_peak_mb).
+The calibration's two runs cannot show that part: 225 records more at ~200 bytes each is ~45 KB,
+under the few MB a process's peak varies by between runs; a line through them would scale that
+noise by the corpus (16 MB over 225 records is 320 GB at 4.5 M). The other rules' memory is bounded
+by design (a shard, a batch, a part's buffers): their peak is the calibration's.
 """
 
 import math
@@ -261,6 +265,30 @@ def full_jobs(rule: str, sample_jobs: int, dataset: str | None, config: dict, sh
     return sample_jobs
 
 
+# Bytes of peak RSS each record adds to a job that sees a whole dataset: the peak at 10^6 records less
+# the peak at 300, per record added, rounded up to 10 (benchmarks/bench_scale.py, Emilia-shaped,
+# 2026-11-28; docs: performance). 0: flat from 300 to 10^6 records. A rule not here is bounded by
+# design (its part, shard or batch) or not measured yet: its calibration peak.
+RSS_PER_RECORD = {
+    "shar_plan": 220,  # four 8-byte columns a record (id, content key, offset, seconds) and the plan
+    "catalog": 150,
+    "buckets": 110,
+    "context_plan": 20,
+    "context_merge": 0,
+    "shar_merge": 0,
+    "quality_merge": 0,
+    "quality_filter": 0,
+    "codes_merge": 0,
+}
+
+
+def predicted_peak_mb(rule: str, sample_peak_mb: float, sample_records: float, full_records: float) -> float:
+    """A job's peak RSS in the full run: its calibration peak (on `sample_records` records a job) plus
+    the rule's per-record part (RSS_PER_RECORD) for each record more a job sees in the full run."""
+    added = max(0.0, full_records - sample_records)
+    return sample_peak_mb + RSS_PER_RECORD.get(rule, 0) * added / 2**20
+
+
 def _group(jobs: list[JobCost]) -> dict[str | None, list[JobCost]]:
     out: dict[str | None, list[JobCost]] = defaultdict(list)
     for j in jobs:
@@ -344,6 +372,16 @@ def _plan_one(rule, jobs, small_jobs, scales, total, config, shards) -> RulePlan
         variable_wall += wall.per_unit * full_units
         plan.fixed_wall_s = max(plan.fixed_wall_s, wall.fixed)
         plan.job_wall_s = max(plan.job_wall_s, wall.fixed + wall.per_unit * full_units / max(1, n))
+        scale = scales.get(dataset) or total
+        plan.peak_rss_mb = max(
+            plan.peak_rss_mb,
+            predicted_peak_mb(
+                rule,
+                max(j.peak_rss_mb for j in group),
+                scale.units("records", "sample") / len(group),
+                scale.units("records", "full") / max(1, n),
+            ),
+        )
     if rule.endswith("_jobs"):  # one shard's wall time; a job of each kind: fixed + its shards
         n_shards = sum(shards.values()) * (
             max(1, len(config.get("codecs", {}))) if rule.startswith("codes") else 1

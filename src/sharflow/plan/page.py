@@ -34,6 +34,7 @@ def plan_markdown(plan: dict) -> str:
             f"{hours(d['sample_seconds'])} |"
         )
     lines += stage_rows(plan)
+    lines += ["", critical_line(plan, bold=True)]
     lines += [
         "",
         f"Most of the bill: **{plan['dominant']}**.",
@@ -128,7 +129,22 @@ def plan_summary(plan: dict) -> str:
     lines.append(
         f"  {'total':<16}{'':>8}{hours(t['cpu_s']):>10}{hours(t['gpu_s']):>10}{hours(t['wall_s']):>10}"
     )
+    lines.append("  " + critical_line(plan))
     return "\n".join(lines)
+
+
+def critical_line(plan: dict, bold: bool = False) -> str:
+    """The critical path in a line (sharflow.plan.critical): its hours, its longest job, its steps."""
+    path = plan.get("critical_path")
+    if not path or not path["steps"]:
+        return "critical path: not planned (a plan made before sharflow planned it: run plan again)"
+    total = f"**{hours(path['wall_s'])} h**" if bold else f"{hours(path['wall_s'])} h"
+    longest = dict(path["steps"])[path["longest"]]
+    return (
+        f"critical path: {total} of jobs that run one after another whatever the cluster; the longest "
+        f"is {path['longest']} ({hours(longest)} h). "
+        + " -> ".join(f"{rule} {hours(wall)}" for rule, wall in path["steps"])
+    )
 
 
 def most_shards(records: int, sets: int, shard_size: int) -> int:

@@ -74,13 +74,18 @@ def _hash(text: str) -> int:
 
 
 def content_key(record: dict) -> int:
-    """What a record says that must not change under its cut id once it is in a shard (its text, what
-    the model reads, its speaker, its source): a hash of those fields."""
-    fields = {k: record.get(k) for k in CONTENT_FIELDS}
+    """What a planned record's shard is made of besides its cut id: its text, what the model reads, its
+    speaker, its source, its context clip and that clip's text (a hash of those fields). A record
+    whose key changed is looked at again (_correction)."""
+    fields = {k: record.get(k) for k in (*CONTENT_FIELDS, *CONTEXT_FIELDS)}
     return _hash(json.dumps(fields, sort_keys=True, ensure_ascii=False))
 
 
+# What a correction of a planned record changes: its cuts line (and its shard's audio if its speaker,
+# and so its context, changed). A changed source_audio is new audio under the same cut id: refused.
 CONTENT_FIELDS = ("text", "normalized_text", "speaker", "lang", "tokenizer_names", "source_audio")
+CONTEXT_SPAN = ("context_audio_filepath", "context_audio_offset", "context_audio_duration")
+CONTEXT_FIELDS = (*CONTEXT_SPAN, "context_audio_text", "context_audio_normalized_text")
 
 
 def _read_records(with_context: str, split: str | None) -> _Records:
@@ -133,8 +138,10 @@ def plan_shards(
     shard already made: with `leaks: report` it stays in its shard (the shard is not remade) and
     is listed in the plan's `leaks` with its shard and reason, and said in the log; with `leaks:
     rebuild` it leaves like any record gone.
-    Raises SharflowError if two records would get the same cut id, or if a planned record's content
-    changed under its cut id.
+    A planned record whose text or other metadata changed takes its new line in its shard (listed in
+    the plan's `corrected`: only that shard's job runs again, and writes only what changed).
+    Raises SharflowError if two records would get the same cut id, or if a planned record's source
+    audio changed under its cut id.
     """
     records = _read_records(with_context, split)
     _check_unique_ids(records.ids, with_context)
@@ -149,9 +156,7 @@ def plan_shards(
     jobs = kept.jobs + _write_new(generation, records, with_context, inputs_dir, shards_per_job)
     _remove_stale_inputs(inputs_dir, jobs)
     planned = _plan_json(records, kept, generation, settings, split)
-    if kept.leaks:
-        planned["leaks"] = kept.leaks
-        _warn_leaks(kept.leaks, plan)
+    _list_kept_changes(planned, kept, plan)
     write_json(kept_plan, planned)
     write_json(plan, planned)
     log.info(
@@ -216,6 +221,52 @@ def _warn_leaks(leaks: list[dict], plan: str) -> None:
     )
 
 
+def _list_kept_changes(planned: dict, kept: "_Kept", plan: str) -> None:
+    """The leaks and corrections among the records kept in their shards: into the plan, and the log."""
+    if kept.leaks:
+        planned["leaks"] = kept.leaks
+        _warn_leaks(kept.leaks, plan)
+    if kept.corrected:
+        planned["corrected"] = kept.corrected
+        _say_corrected(kept.corrected)
+
+
+def _say_corrected(corrected: list[dict]) -> None:
+    shards = sorted({c["shard"] for c in corrected})
+    audio = sorted({c["shard"] for c in corrected if set(CONTEXT_SPAN) & set(c["fields"])})
+    log.info(
+        "shar plan: %d record(s) in shards made before changed under their cut ids: %s%s. Their shards (%s) "
+        "are written again: their cuts files%s",
+        len(corrected),
+        "; ".join(f"shard {c['shard']}: {c['cut_id']} ({', '.join(c['fields'])})" for c in corrected[:5]),
+        " ..." if len(corrected) > 5 else "",
+        ", ".join(map(str, shards)),
+        f", and the audio and codes of shards {', '.join(map(str, audio))} (a new speaker, a new context)"
+        if audio
+        else "",
+    )
+
+
+def correction_notes(corrected: list[dict], shards: set[int]) -> list[str]:
+    """What a shar job over `shards` does for the plan's `corrected` records among them, a line a shard:
+    which records changed and how, and what of the shard is kept."""
+    notes = []
+    for shard in sorted({c["shard"] for c in corrected} & shards):
+        here = [c for c in corrected if c["shard"] == shard]
+        audio = any(set(CONTEXT_SPAN) & set(c["fields"]) for c in here)
+        notes.append(
+            f"shard {shard} is written again: {len(here)} record(s) changed since it was made ("
+            + "; ".join(f"{c['cut_id']}: {', '.join(c['fields'])}" for c in here[:3])
+            + (" ..." if len(here) > 3 else "")
+            + (
+                "); its audio and codes are made again (a new speaker, a new context)"
+                if audio
+                else "); its cuts file, catalog fragment and stats only: its audio and codes are kept"
+            )
+        )
+    return notes
+
+
 # ---- what an earlier plan keeps -----------------------------------------------------------------
 
 
@@ -230,6 +281,7 @@ class _Kept:
     ids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
     removed: list[str] = field(default_factory=list)
     leaks: list[dict] = field(default_factory=list)  # held-out records kept in their shards
+    corrected: list[dict] = field(default_factory=list)  # records whose metadata changed: their new lines
 
     @property
     def next_first(self) -> int:
@@ -262,42 +314,79 @@ def _earlier_plan(plan: str, settings: dict, grow: str) -> dict | None:
 
 def _keep(earlier: dict, records: _Records, with_context: str, inputs_dir: str, leaked: dict) -> _Kept:
     """Read every job's inputs of the earlier plan, one job at a time: what stays, what is gone (those
-    jobs' inputs rewritten without it; a record in `leaked` stays and is listed), and refuse a record
-    whose content changed."""
+    jobs' inputs rewritten without it; a record in `leaked` stays and is listed), and what was
+    corrected (its new line in its place: _correction)."""
     kept = _Kept(generations=earlier["generations"])
     lookup = _Lookup(records)
     seconds = {s["index"]: s["seconds"] for s in earlier["shards"]}
     ids = []
-    for block, count in planned_jobs(earlier, earlier["shards_per_job"]):
-        path = job_inputs_path(inputs_dir, block, count)
-        shards = read_job_inputs(path)
-        staying = {}
-        for shard, lines in shards.items():
-            staying[shard] = []
-            for raw in lines:
-                record = json.loads(raw)
-                found = lookup.find(record, with_context)
-                if found is None and cut_id(record) in leaked:
-                    kept.leaks.append(
-                        {"shard": int(shard), "cut_id": cut_id(record), **leaked[cut_id(record)]}
-                    )
+    with open(with_context, "rb") as now:
+        for block, count in planned_jobs(earlier, earlier["shards_per_job"]):
+            path = job_inputs_path(inputs_dir, block, count)
+            shards = read_job_inputs(path)
+            staying, changed = {}, False
+            for shard, lines in shards.items():
+                staying[shard] = []
+                for raw in lines:
+                    record = json.loads(raw)
+                    found = lookup.find(record)
+                    if found is None and cut_id(record) in leaked:
+                        kept.leaks.append(
+                            {"shard": int(shard), "cut_id": cut_id(record), **leaked[cut_id(record)]}
+                        )
+                        staying[shard].append(raw)
+                        continue
+                    if found is None:
+                        kept.removed.append(cut_id(record))
+                        changed = True
+                        continue
+                    key, at = found
+                    if int(records.content[at]) != content_key(record):
+                        correction = _correction(record, _line_at(now, int(records.offsets[at])))
+                        if correction is not None:
+                            raw, fields = correction
+                            kept.corrected.append(
+                                {"shard": int(shard), "cut_id": cut_id(record), "fields": fields}
+                            )
+                            changed = True
                     staying[shard].append(raw)
-                    continue
-                if found is None:
-                    kept.removed.append(cut_id(record))
-                    continue
-                staying[shard].append(raw)
-                ids.append(found)
-        for shard, lines in staying.items():
-            removed = len(lines) != len(shards[shard])
-            kept.shards.append(
-                _shard_figures(int(shard), lines) if removed else _unchanged(shard, lines, seconds)
-            )
-        if any(len(staying[s]) != len(shards[s]) for s in shards):
-            write_job_inputs(path, staying)
-        kept.jobs.append((block, count))
+                    ids.append(key)
+            for shard, lines in staying.items():
+                removed = len(lines) != len(shards[shard])
+                kept.shards.append(
+                    _shard_figures(int(shard), lines) if removed else _unchanged(shard, lines, seconds)
+                )
+            if changed:
+                write_job_inputs(path, staying)
+            kept.jobs.append((block, count))
     kept.ids = np.asarray(ids, dtype=np.uint64)
     return kept
+
+
+def _line_at(f, offset: int) -> bytes:
+    f.seek(offset)
+    return f.readline()
+
+
+def _correction(old: dict, line: bytes) -> tuple[bytes, list[str]] | None:
+    """A planned record's line now (`line`) against the one its shard was made from (`old`): the line
+    its shard is to be made from and the fields that changed, or None if the old line stays.
+
+    Its text, normalized text, language, tokenizers or speaker changed: it is corrected, and takes
+    every field of the new line but its context (the clip its shard holds stays), unless its speaker
+    changed (then its new context too: its shard's audio is made again). Its context clip's text
+    changed, the clip the same: corrected likewise. Its context choice alone changed: the old line
+    stays (a grown corpus does not move a made shard's context). Its source audio changed: refused,
+    that is other audio under the same cut id."""
+    new = json.loads(line)
+    if old.get("source_audio") != new.get("source_audio"):
+        _refuse_changed(old, new, ["source_audio"])
+    same_clip = all(old.get(k) == new.get(k) for k in CONTEXT_SPAN)
+    if old.get("speaker") == new.get("speaker") and not same_clip:
+        new = {**new, **{k: v for k, v in old.items() if k.startswith("context_")}}
+        line = (json.dumps(new, ensure_ascii=False) + "\n").encode()
+    changed = [k for k in (*CONTENT_FIELDS, *CONTEXT_FIELDS) if old.get(k) != new.get(k)]
+    return (line, changed) if changed else None
 
 
 def _unchanged(shard: str, lines: list[bytes], seconds: dict) -> dict:
@@ -321,29 +410,21 @@ class _Lookup:
         self.order = np.argsort(records.ids, kind="stable")
         self.sorted = records.ids[self.order]
 
-    def find(self, record: dict, with_context: str) -> int | None:
-        """The record's id hash if it is still there; None if it is gone. SharflowError if its content
-        changed under its cut id."""
+    def find(self, record: dict) -> tuple[int, int] | None:
+        """(its id hash, its index in the records) if the record is still there; None if it is gone."""
         key = np.uint64(_hash(cut_id(record)))
         i = int(np.searchsorted(self.sorted, key))
         if i == len(self.sorted) or self.sorted[i] != key:
             return None
-        at = int(self.order[i])
-        if int(self.records.content[at]) != content_key(record):
-            _refuse_changed(record, with_context, int(self.records.offsets[at]))
-        return int(key)
+        return int(key), int(self.order[i])
 
 
-def _refuse_changed(record: dict, with_context: str, offset: int) -> None:
-    with open(with_context, "rb") as f:
-        f.seek(offset)
-        now = json.loads(f.readline())
-    changed = [k for k in CONTENT_FIELDS if record.get(k) != now.get(k)]
+def _refuse_changed(old: dict, new: dict, changed: list[str]) -> None:
     raise SharflowError(
-        f"{cut_id(record)} is in a shard already, and its {', '.join(changed)} changed since "
-        f"({record.get(changed[0])!r} -> {now.get(changed[0])!r}): a record cannot change under its cut "
-        "id while its shard stays. Set shar.grow: rebuild to plan (and remake) every shard afresh, or "
-        "keep the record as it was"
+        f"{cut_id(old)} is in a shard already, and its {', '.join(changed)} changed since "
+        f"({old.get(changed[0])!r} -> {new.get(changed[0])!r}): that is other audio under the same cut "
+        "id. Give the new audio its own file name, keep the record as it was, or set shar.grow: rebuild "
+        "to plan (and remake) every shard afresh"
     )
 
 

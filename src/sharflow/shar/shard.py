@@ -16,6 +16,7 @@ written by sharflow.shar.format in the bytes lhotse's own writers give, without 
 """
 
 import gzip
+import hashlib
 import json
 import logging
 import os
@@ -25,11 +26,12 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
+import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from sharflow.core import containers
@@ -40,7 +42,7 @@ from sharflow.core.jobs import finish_job, planned_jobs
 from sharflow.core.layout import DatasetFiles, ShardFiles, block_members, block_size, shard_key
 from sharflow.core.ledger import Ledger, reject_row
 from sharflow.core.parallel import ordered_map
-from sharflow.core.resume import ResumableJob, job_key
+from sharflow.core.resume import ResumableJob, content_key
 from sharflow.dataset.catalog import catalog_row, write_fragment
 from sharflow.shar.audio import EncodedAudio, EncodeSettings, encode_record
 from sharflow.shar.format import (
@@ -72,10 +74,11 @@ def write_shard(
     out: ShardFiles,
     settings: EncodeSettings,
     workers: int = 1,
+    audio_key: str | None = None,
 ) -> dict:
     """Write one shard's cuts, target_audio and context_audio files from its `records` (in shard
     order: its job's inputs, sharflow.shar.plan), atomically and aligned. Returns the stats written
-    to `out.stats`.
+    to `out.stats` (with `audio_key`, what its audio is made of: shard_keys).
     """
     start = time.perf_counter()
     tmp = _fresh_work_dir(Path(out.stats).parent, shard)
@@ -84,6 +87,8 @@ def write_shard(
         written.ledger.check(len(records), fix="this is a bug in sharflow's shard job")
         write_fragment(written.rows, str(tmp / "catalog.parquet"))
         summary = _shard_summary(shard, written, tmp, time.perf_counter() - start)
+        if audio_key is not None:
+            summary["audio_key"] = audio_key
         _publish(tmp, out, summary, written.rejected)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -102,8 +107,10 @@ def write_shards(
 ) -> list[dict]:
     """write_shard for each shard of a job over a block (member keys), its records from the job's
     `inputs` file and its files from the job's named outputs (cuts_<m>, target_<m>, ... catalog_<m>:
-    a Snakemake job's, or a mapping), in order. With `resume`, a shard a killed run of the job
-    finished is put back instead (its stats read back)."""
+    a Snakemake job's, or a mapping), in order. With `resume` (sharflow.core.resume), a shard made
+    before from the same records and settings is put back instead (its stats read back), and one made
+    from records whose audio spans and contexts are the same (a corrected text) keeps its audio files
+    and has the rest written again (rewrite_metadata)."""
     held = job_input_keys(inputs)
     if held != list(members):
         raise SharflowError(f"{inputs} holds shards {held}, the job makes {members}: rerun shar_plan")
@@ -111,21 +118,51 @@ def write_shards(
     for m, (shard, lines) in enumerate(job_input_shards(inputs)):  # one shard's records at a time
         out = ShardFiles.of_member(outputs, m)
         files = list(out.named().values())
-        if resume is not None and resume.restore(shard, files):
+        records = [json.loads(raw) for raw in lines]
+        key, audio = shard_keys(lines, records, settings)
+        if resume is not None and resume.restore(shard, files, key):
             stats.append(read_json(out.stats))
             continue
-        stats.append(
-            write_shard(
-                int(shard),
-                records=[json.loads(raw) for raw in lines],
-                out=out,
-                settings=settings,
-                workers=workers,
+        summary = None
+        if resume is not None and resume.restore_part(shard, files, AUDIO_FILES, "audio", audio):
+            summary = rewrite_metadata(int(shard), records, out, _kept_files(resume, shard, files))
+            if summary is None:  # the kept shard does not hold these cuts: written whole below
+                resume.partly.remove(shard)
+        if summary is None:
+            summary = write_shard(
+                int(shard), records=records, out=out, settings=settings, workers=workers, audio_key=audio
             )
-        )
+        stats.append(summary)
         if resume is not None:
-            resume.keep(shard, files)
+            resume.keep(shard, files, key, audio=audio)
     return stats
+
+
+# A shard's audio: the spans its records cut from their files and their contexts' (with the settings).
+AUDIO_FIELDS = (
+    "audio_filepath",
+    "offset",
+    "duration",
+    "context_audio_filepath",
+    "context_audio_offset",
+    "context_audio_duration",
+)
+AUDIO_FILES = (1, 2)  # target and context in ShardFiles.named()'s order
+
+
+def shard_keys(lines: list[bytes], records: list[dict], settings: EncodeSettings) -> tuple[str, str]:
+    """(what a shard's files are made of: its records' lines and the settings; what its audio files are
+    made of: its records' audio spans in order and the settings). The audio key goes to the shard's
+    stats: a codes shard is keyed by it (sharflow.codes.shard). Not the audio root: a corpus read from
+    another folder or from object storage is the same audio, and gives the same bytes."""
+    plain = {k: v for k, v in asdict(settings).items() if k != "audio_root"}  # the same audio elsewhere
+    whole = content_key(hashlib.blake2b(b"".join(lines)).hexdigest(), plain)
+    audio = content_key([[r[k] for k in AUDIO_FIELDS] for r in records], plain)
+    return whole, audio
+
+
+def _kept_files(resume: ResumableJob, shard: str, files: list[str]) -> ShardFiles:
+    return ShardFiles(*(str(resume.kept_path(shard, i, path)) for i, path in enumerate(files)))
 
 
 def write_planned(files: DatasetFiles, settings: EncodeSettings, workers: int = 1) -> list[dict]:
@@ -146,11 +183,10 @@ def write_planned(files: DatasetFiles, settings: EncodeSettings, workers: int = 
 
 
 def run_shar_job(members: list[str], outputs, *, inputs: str, settings: dict, workers: int = 1) -> list[dict]:
-    """A shar job (sharflow.core.jobs): its shards (write_shards) from its `inputs` file, keeping each
-    as it is finished and resuming a killed run of the same job with the same inputs and settings;
-    then its record."""
-    key = job_key((inputs,), settings)
-    with ResumableJob(outputs["job"], key) as resume:
+    """A shar job (sharflow.core.jobs): its shards (write_shards) from its `inputs` file, each kept as
+    it is finished, so that a rerun (killed, or run again for another shard's changed records) makes
+    only the shards whose records changed; then its record."""
+    with ResumableJob(outputs["job"], members) as resume:
         stats = write_shards(
             members,
             outputs,
@@ -161,6 +197,55 @@ def run_shar_job(members: list[str], outputs, *, inputs: str, settings: dict, wo
         )
         finish_job(outputs, members)
     return stats
+
+
+def rewrite_metadata(shard: int, records: list[dict], out: ShardFiles, kept: ShardFiles) -> dict | None:
+    """A shard whose audio files are kept (`out.target`, `out.context`: its records' audio spans and
+    contexts are what they were) and whose records' text, speaker or other metadata changed: its cuts
+    file, catalog fragment, rejects and stats written again from `records`, what each cut's audio is
+    taken from the `kept` shard's catalog fragment, rejects and stats. The cuts are the bytes
+    write_shard would write from these records. None if the kept shard does not hold exactly these
+    records' cuts in this order (the caller writes the shard whole)."""
+    start = time.perf_counter()
+    audio = pq.read_table(
+        kept.catalog,
+        columns=["cut_id", "sample_rate", "num_samples", "context_sample_rate", "context_num_samples"],
+    ).to_pylist()
+    with open(kept.rejected, encoding="utf-8") as f:
+        rejects = {row["cut_id"]: row for row in map(json.loads, f)}
+    kept_ids = [row["cut_id"] for row in audio]
+    if [cut_id(r) for r in records if cut_id(r) not in rejects] != kept_ids or len(records) != len(
+        kept_ids
+    ) + len(rejects):
+        return None
+    summary = read_json(kept.stats)
+    tmp = _fresh_work_dir(Path(out.stats).parent, shard)
+    try:
+        rows, rejected = [], []
+        spans = iter(audio)
+        with open(tmp / "cuts.jsonl", "w", encoding="utf-8") as cuts_w:
+            for record in records:
+                cid = cut_id(record)
+                if cid in rejects:
+                    rejected.append(
+                        reject_row(rejects[cid]["reason"], rejects[cid]["detail"], record, cut_id=cid)
+                    )
+                    continue
+                cut, span = cut_dict(record), next(spans)
+                cuts_w.write(cut_line(cut))
+                target = EncodedAudio(b"", span["sample_rate"], span["num_samples"], 0, 0)
+                context = EncodedAudio(b"", span["context_sample_rate"], span["context_num_samples"], 0, 0)
+                written = WrittenCut(cid, "", cut["supervisions"][0]["language"], target, context)
+                rows.append(_catalog_row(record, written, shard, len(rows)))
+        _finish_gzip(tmp / "cuts.jsonl", tmp / "cuts.jsonl.gz")
+        write_fragment(rows, str(tmp / "catalog.parquet"))
+        summary["bytes"]["cuts"] = (tmp / "cuts.jsonl.gz").stat().st_size
+        summary["seconds"] = round(time.perf_counter() - start, 3)
+        _publish(tmp, out, summary, rejected, fields=("cuts", "catalog"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    log.info("shard %d: %d cuts written again with their records' new metadata, audio kept", shard, len(rows))
+    return summary
 
 
 def _fresh_work_dir(jobs_dir: Path, shard: int) -> Path:
@@ -357,14 +442,20 @@ def _shard_summary(shard: int, written: _Written, tmp: Path, seconds: float) -> 
     }
 
 
-def _publish(tmp: Path, out: ShardFiles, summary: dict, rejected: list[dict]) -> None:
-    """Rename the field files into place, then write the rejects and, last, the stats."""
-    for src, dst in (
-        (tmp / "cuts.jsonl.gz", out.cuts),
-        (tmp / "target.tar", out.target),
-        (tmp / "context.tar", out.context),
-        (tmp / "catalog.parquet", out.catalog),
-    ):
+_MADE = {
+    "cuts": "cuts.jsonl.gz",
+    "target": "target.tar",
+    "context": "context.tar",
+    "catalog": "catalog.parquet",
+}
+
+
+def _publish(
+    tmp: Path, out: ShardFiles, summary: dict, rejected: list[dict], fields: tuple[str, ...] = tuple(_MADE)
+) -> None:
+    """Rename the `fields`' files into place, then write the rejects and, last, the stats."""
+    for name in fields:
+        src, dst = tmp / _MADE[name], getattr(out, name)
         Path(dst).parent.mkdir(parents=True, exist_ok=True)
         os.replace(src, dst)
     with atomic_file(out.rejected, "w", encoding="utf-8") as f:
