@@ -202,6 +202,49 @@ def index_cost(tars: list[Path], repeats: int) -> tuple[float, float, int]:
     return scan, load[0], kept
 
 
+def emilia_index_cost(work: Path, members: int = 14_000, lookups: int = 2_000) -> dict[str, float]:
+    """An Emilia-sized tar's kept index (`members` names as Emilia's tars have them), kept by prepare's
+    code (containers.remember_tar_index): ms to open it in place, µs a member lookup, its bytes on
+    disk; against the same index as one JSON object: ms to parse it, MB held as a dict."""
+    import random
+    import tracemalloc
+
+    from sharflow.core import containers
+
+    tar = work / "EN-B000042.tar"
+    tar.write_bytes(b"\0" * 10240)
+    index = {
+        f"EN_B000042_S{i // 40:07d}_W{i:06d}.mp3": (512 * (3 * i + 1), 150_000 + i) for i in range(members)
+    }
+    containers.remember_tar_index(str(tar), index)
+    key = containers.tar_index_key(str(tar))
+    names = random.Random(0).sample(sorted(index), lookups)
+    start = time.perf_counter()
+    for _ in range(100):
+        kept = containers.kept_tar_index(key)
+    open_ms = (time.perf_counter() - start) * 1e3 / 100
+    start = time.perf_counter()
+    assert all(kept[n] == index[n] for n in names)
+    lookup_us = (time.perf_counter() - start) * 1e6 / lookups
+    text = json.dumps({n: list(v) for n, v in index.items()})
+    start = time.perf_counter()
+    for _ in range(10):
+        json.loads(text)
+    parse_ms = (time.perf_counter() - start) * 1e3 / 10
+    tracemalloc.start()
+    held = json.loads(text)
+    held_mb = tracemalloc.get_traced_memory()[0] / 1e6
+    tracemalloc.stop()
+    del held
+    return {
+        "open_ms": open_ms,
+        "lookup_us": lookup_us,
+        "disk_mb": containers._index_file(key).stat().st_size / 1e6,
+        "parse_ms": parse_ms,
+        "held_mb": held_mb,
+    }
+
+
 def mp3_cost(repeats: int) -> tuple[float, float, float, int, int]:
     """(audio s, CPU s to copy every clip's MP3 through, CPU s to decode it and encode FLAC, MP3 bytes,
     FLAC bytes) over the demo's clips made MP3 at their rate (as sharflow.shar.audio does each)."""
@@ -289,6 +332,12 @@ def main() -> int:
             f"{scan * 1e3 / len(tar_files):.1f} CPU-ms a tar, from sharflow's cache "
             f"{load * 1e3 / len(tar_files):.1f} ({scan / load:.1f}x less), "
             f"{kept / len(tar_files) / 1e3:.0f} kB kept a tar"
+        )
+        e = emilia_index_cost(work)
+        print(
+            f"an Emilia-sized tar's kept index (14,000 members): opened in place {e['open_ms']:.2f} ms, "
+            f"{e['lookup_us']:.0f} µs a member, {e['disk_mb']:.1f} MB on disk; the same as one JSON object: "
+            f"parsed in {e['parse_ms']:.1f} ms, {e['held_mb']:.1f} MB held"
         )
         seconds, copy, flac, mp3_bytes, flac_bytes = mp3_cost(args.repeats)
         print(

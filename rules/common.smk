@@ -535,7 +535,9 @@ def say_corrections(dataset, files, block, shards, inputs):
     """Log once which of a shar job's shards are written again for records corrected since the job ran
     (the plan's `corrected`), and what of them is kept: a look names what the run will remake."""
     record = files.shar_job(block, layout.block_size(block), shards)
-    if not os.path.exists(record) or os.path.getmtime(record) >= os.path.getmtime(inputs):
+    if not (os.path.exists(record) and os.path.exists(inputs)):
+        return
+    if os.path.getmtime(record) >= os.path.getmtime(inputs):
         return
     members = {int(m) for m in layout.block_members(block, layout.block_size(block), shards)}
     for note in correction_notes(plan_jobs(dataset, "shar").corrected, members):
