@@ -16,7 +16,8 @@ shards' catalog fragments, made by the shar job's own code, merged into the data
 `shar_merge` (the shards' stats summed, their rejects gathered, records in = out + rejected),
 `context_merge` (the context parts' keyed records merged k-way into with_context.jsonl, by split),
 `quality_merge` (the parts' metrics in line order), `quality_filter` (records and metrics read in
-step, thresholds applied) and `codes_merge` (the codes shards' stats summed).
+step, thresholds applied), `codes_merge` (the codes shards' stats summed) and `input_cfg` (the train
+catalog's durations into weighted bucket bins and NeMo's dataloader config).
 
 Printed per job and size: records, wall, the job's CPU-µs per record (after its imports), the
 process's peak RSS and the job's own part of it (above the RSS before the job), the growth of CPU per
@@ -421,6 +422,22 @@ def job_codes_merge(folder: Path, out: Path) -> None:
     )
 
 
+def job_input_cfg(folder: Path, out: Path) -> None:
+    from sharflow.dataset.training import write_input_cfg
+
+    shards = len(list((folder / "shards").glob("*.stats.json")))
+    plan = out / "shard_plan.json"  # the train set's generations: what the entries' shard ranges name
+    plan.write_text(json.dumps({"generations": [{"first": 0, "shards": shards}], "num_shards": shards}))
+    dataset = {"shar_dir": str(out / "shar"), "plan": str(plan), "catalog": str(folder / "catalog.parquet")}
+    write_input_cfg(
+        {"emilia": dataset},
+        str(out / "input_cfg.yaml"),
+        codec="codec",
+        num_buckets=8,
+        settings={"shuffle": True, "shard_seed": "randomized"},
+    )
+
+
 JOBS = {
     "context_plan": job_context_plan,
     "shar_plan": job_shar_plan,
@@ -431,6 +448,7 @@ JOBS = {
     "quality_merge": job_quality_merge,
     "quality_filter": job_quality_filter,
     "codes_merge": job_codes_merge,
+    "input_cfg": job_input_cfg,
 }
 
 
@@ -451,6 +469,7 @@ def run_job(name: str, folder: Path) -> dict:
     import sharflow.context.plan
     import sharflow.dataset.buckets
     import sharflow.dataset.catalog
+    import sharflow.dataset.training
     import sharflow.quality.filter
     import sharflow.quality.merge
     import sharflow.shar.merge

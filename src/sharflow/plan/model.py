@@ -274,6 +274,7 @@ RSS_PER_RECORD = {
     "catalog": 150,
     "buckets": 110,
     "context_plan": 20,
+    "input_cfg": 100,  # over every dataset: each train record's duration, for the bucket bins
     "context_merge": 0,
     "shar_merge": 0,
     "quality_merge": 0,
