@@ -233,7 +233,7 @@ def _list_kept_changes(planned: dict, kept: "_Kept", plan: str) -> None:
 
 def _say_corrected(corrected: list[dict]) -> None:
     shards = sorted({c["shard"] for c in corrected})
-    audio = sorted({c["shard"] for c in corrected if set(CONTEXT_SPAN) & set(c["fields"])})
+    audio = sorted({c["shard"] for c in corrected if _new_audio(c)})
     log.info(
         "shar plan: %d record(s) in shards made before changed under their cut ids: %s%s. Their shards (%s) "
         "are written again: their cuts files%s",
@@ -247,13 +247,18 @@ def _say_corrected(corrected: list[dict]) -> None:
     )
 
 
+def _new_audio(correction: dict) -> bool:
+    """Whether a correction moved its record's context clip (a new speaker): its shard's audio changes."""
+    return bool(set(CONTEXT_SPAN) & set(correction["fields"]))
+
+
 def correction_notes(corrected: list[dict], shards: set[int]) -> list[str]:
     """What a shar job over `shards` does for the plan's `corrected` records among them, a line a shard:
     which records changed and how, and what of the shard is kept."""
     notes = []
     for shard in sorted({c["shard"] for c in corrected} & shards):
         here = [c for c in corrected if c["shard"] == shard]
-        audio = any(set(CONTEXT_SPAN) & set(c["fields"]) for c in here)
+        audio = any(_new_audio(c) for c in here)
         notes.append(
             f"shard {shard} is written again: {len(here)} record(s) changed since it was made ("
             + "; ".join(f"{c['cut_id']}: {', '.join(c['fields'])}" for c in here[:3])

@@ -214,9 +214,8 @@ def rewrite_metadata(shard: int, records: list[dict], out: ShardFiles, kept: Sha
     with open(kept.rejected, encoding="utf-8") as f:
         rejects = {row["cut_id"]: row for row in map(json.loads, f)}
     kept_ids = [row["cut_id"] for row in audio]
-    if [cut_id(r) for r in records if cut_id(r) not in rejects] != kept_ids or len(records) != len(
-        kept_ids
-    ) + len(rejects):
+    ids = [cut_id(r) for r in records]
+    if [c for c in ids if c not in rejects] != kept_ids or len(ids) != len(kept_ids) + len(rejects):
         return None
     summary = read_json(kept.stats)
     tmp = _fresh_work_dir(Path(out.stats).parent, shard)
@@ -224,8 +223,7 @@ def rewrite_metadata(shard: int, records: list[dict], out: ShardFiles, kept: Sha
         rows, rejected = [], []
         spans = iter(audio)
         with open(tmp / "cuts.jsonl", "w", encoding="utf-8") as cuts_w:
-            for record in records:
-                cid = cut_id(record)
+            for record, cid in zip(records, ids, strict=True):
                 if cid in rejects:
                     rejected.append(
                         reject_row(rejects[cid]["reason"], rejects[cid]["detail"], record, cut_id=cid)
