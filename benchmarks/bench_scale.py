@@ -9,15 +9,19 @@ few percent held out (dev/test splits by speaker). Each job runs its own code (t
 that process reports its CPU seconds (user + system), wall seconds and peak RSS (VmHWM). The
 inputs are made once per size and kept for the jobs that read them.
 
-Jobs measured so far (the rest of issue 61's list is still to come): `context_plan` (groups the
+Jobs measured so far (not yet: prepare's and verify's metadata parts, identity, the card, the
+evaluation sets, the report, the plan): `context_plan` (groups the
 records by speaker, bin-packs the groups), `shar_plan` (the seeded shuffle into shards and each
 job's inputs file), `buckets` (the catalog's durations and lengths into bucket bins), `catalog` (the
 shards' catalog fragments, made by the shar job's own code, merged into the dataset's catalog),
 `shar_merge` (the shards' stats summed, their rejects gathered, records in = out + rejected),
 `context_merge` (the context parts' keyed records merged k-way into with_context.jsonl, by split),
 `quality_merge` (the parts' metrics in line order), `quality_filter` (records and metrics read in
-step, thresholds applied), `codes_merge` (the codes shards' stats summed) and `input_cfg` (the train
-catalog's durations into weighted bucket bins and NeMo's dataloader config).
+step, thresholds applied), `codes_merge` (the codes shards' stats summed), `input_cfg` (the train
+catalog's durations into weighted bucket bins and NeMo's dataloader config), `validation_ds` (the
+same for the held-out sets, without bins), `text_merge` (the text parts joined in order, their
+counts summed) and `splits` (each record's split by speaker and utterance hash, its identity fields
+read in step from the identity parts, each audio file's size for its span key).
 
 Printed per job and size: records, wall, the job's CPU-µs per record (after its imports), the
 process's peak RSS and the job's own part of it (above the RSS before the job), the growth of CPU per
@@ -31,6 +35,7 @@ there (bar: within 25 %, or over by at most 2x).
 """
 
 import argparse
+import contextlib
 import json
 import resource
 import subprocess
@@ -288,6 +293,79 @@ def write_context_parts(with_context: Path, folder: Path) -> None:
     (folder / "records_stats.json").write_text(json.dumps({"records_out": sum(map(len, parts))}))
 
 
+TEXT_PARTS = 8
+
+
+def write_text_parts(folder: Path) -> None:
+    """The text parts' files as their jobs leave them for text_merge: TEXT_PARTS contiguous runs of the
+    text stage's records, each with an empty rejects folder and stats whose tally is what the part's
+    own counting (sharflow.text.job._TextTally) makes of its records; and prepare's stats."""
+    from sharflow.text.fields import TextSettings
+    from sharflow.text.job import _TextTally
+
+    records = (folder / "quality" / "records.jsonl").read_bytes().splitlines(keepends=True)
+    out = folder / "text_parts"
+    out.mkdir(parents=True, exist_ok=True)
+    bounds = np.linspace(0, len(records), TEXT_PARTS + 1).astype(int)
+    for p in range(TEXT_PARTS):
+        first, last = int(bounds[p]), int(bounds[p + 1])
+        tally = _TextTally("emilia", TextSettings(), None, None)
+        for raw in records[first:last]:
+            record = json.loads(raw)
+            tally.ledger.keep(record["duration"])
+            tally.sources["manifest"] += 1
+            tally.languages["en"] += 1
+            tally.tokenizers["english_phoneme"] += 1
+            tally.coverage["unmeasured"] += 1
+        (out / f"part-{p:04d}.jsonl").write_bytes(b"".join(records[first:last]))
+        (out / f"part-{p:04d}.rejected").mkdir(exist_ok=True)
+        stats = {"part": p, "parts": TEXT_PARTS, "first_line": first + 1, "records": last - first}
+        (out / f"part-{p:04d}.stats.json").write_text(json.dumps({**stats, "tally": tally.state()}))
+    (out / "prepare_stats.json").write_text(json.dumps({"records_out": len(records)}))
+
+
+def write_identity_parts(with_context: Path, folder: Path) -> None:
+    """What the splits job reads besides the records: the identity parts' entries (each record's
+    fingerprint hashes and digest, in the records' order, over CONTEXT_PARTS files) and the identity
+    job's links (none: no train record is a held-out one again)."""
+    out = folder / "identity"
+    out.mkdir(parents=True, exist_ok=True)
+    with open(with_context, encoding="utf-8") as f:
+        lines = sum(1 for _ in f)
+    with contextlib.ExitStack() as stack, open(with_context, encoding="utf-8") as f:
+        files = [
+            stack.enter_context(open(out / f"part-{p:04d}.jsonl", "w", encoding="utf-8"))
+            for p in range(CONTEXT_PARTS)
+        ]
+        for i, text in enumerate(f):
+            r = json.loads(text)
+            entry = {
+                "audio_filepath": f"audio/{int(r['audio_filepath'].split('EN-B', 1)[1][:6]):06d}.flac",
+                "offset": 30.0 * i,
+                "duration": r["duration"],
+                "hashes": [(i * 7919 + k) % 2**31 for k in range(8)],
+                "digest": f"{i:032x}",
+            }
+            files[i * CONTEXT_PARTS // max(1, lines)].write(json.dumps(entry) + "\n")
+    (out / "links.jsonl").write_text("")
+    # the records as the splits job reads them, their audio in files on disk: it reads each file's size
+    # (a span's key, core.splits.span_key). CONTAINERS long recordings, each record a span of one
+    # (a tar member's size comes from the tar's kept index instead: 48 µs a member, bench_corpora)
+    audio = folder / "audio"
+    audio.mkdir(exist_ok=True)
+    for c in range(CONTAINERS):
+        (audio / f"{c:06d}.flac").write_bytes(b"\0" * 1024)
+    with (
+        open(folder / "quality" / "records.jsonl", encoding="utf-8") as f,
+        open(out / "records.jsonl", "w", encoding="utf-8") as records,
+    ):
+        for i, text in enumerate(f):
+            r = json.loads(text)
+            c = int(r["audio_filepath"].split("EN-B", 1)[1][:6])
+            r["audio_filepath"], r["offset"] = f"audio/{c:06d}.flac", 30.0 * i
+            records.write(json.dumps(r) + "\n")
+
+
 def make_inputs(n: int, folder: Path) -> None:
     """Every input file the measured jobs read, for `n` records, in `folder` (kept: made once)."""
     done = folder / "inputs.done"
@@ -300,6 +378,8 @@ def make_inputs(n: int, folder: Path) -> None:
     write_shard_files(folder / "with_context.jsonl", folder)
     write_context_parts(folder / "with_context.jsonl", folder)
     write_quality_inputs(folder / "with_context.jsonl", folder)
+    write_text_parts(folder)
+    write_identity_parts(folder / "with_context.jsonl", folder)
     done.write_text(str(n))
 
 
@@ -438,7 +518,71 @@ def job_input_cfg(folder: Path, out: Path) -> None:
     )
 
 
+def job_text_merge(folder: Path, out: Path) -> None:
+    from sharflow.core.layout import TextPartFiles
+    from sharflow.text.fields import TextSettings
+    from sharflow.text.job import merge_text
+
+    parts = folder / "text_parts"
+    merge_text(
+        [
+            TextPartFiles(f"{prefix}.jsonl", f"{prefix}.rejected", f"{prefix}.stats.json")
+            for prefix in (str(parts / f"part-{p:04d}") for p in range(TEXT_PARTS))
+        ],
+        records_stats=str(parts / "prepare_stats.json"),
+        out_records=str(out / "records.jsonl"),
+        rejected_dir=str(out / "rejected"),
+        stats=str(out / "stats.json"),
+        dataset="emilia",
+        settings=TextSettings(),
+    )
+
+
+def job_splits(folder: Path, out: Path) -> None:
+    from sharflow.splits.stage import DatasetSplits, assign_splits
+
+    rules = {  # held out by speaker hash and by utterance hash (Emilia names no speakers to hold out)
+        "seed": 1,
+        **{split: {"fraction": 0.015} for split in ("dev_unseen", "test_unseen", "dev_seen", "test_seen")},
+    }
+    identity = folder / "identity"
+    assign_splits(
+        "emilia",
+        DatasetSplits(str(identity / "records.jsonl"), str(folder), rules),
+        links=str(identity / "links.jsonl"),
+        identity=sorted(str(p) for p in identity.glob("part-*.jsonl")),
+        records_in=json.loads((folder / "quality" / "records_stats.json").read_text())["records_out"],
+        out_records=str(out / "records.jsonl"),
+        rejected_dir=str(out / "rejected"),
+        stats=str(out / "stats.json"),
+    )
+
+
+def job_validation_ds(folder: Path, out: Path) -> None:
+    from sharflow.dataset.training import write_input_cfg
+
+    shards = len(list((folder / "shards").glob("*.stats.json")))
+    plan = out / "shard_plan.json"  # as input_cfg, for the held-out sets' Shar
+    plan.write_text(json.dumps({"generations": [{"first": 0, "shards": shards}], "num_shards": shards}))
+    dataset = {
+        "shar_dir": str(out / "shar"),
+        "plan": str(plan),
+        "catalog": str(folder / "catalog.parquet"),
+        "split": "dev",
+    }
+    write_input_cfg(
+        {"emilia": dataset},
+        str(out / "validation_ds.yaml"),
+        codec="codec",
+        num_buckets=0,  # as the validation_ds rule: no bins for a validation loader
+        settings={"shuffle": False},
+        use="model.validation_ds",
+    )
+
+
 JOBS = {
+    "text_merge": job_text_merge,
+    "splits": job_splits,
     "context_plan": job_context_plan,
     "shar_plan": job_shar_plan,
     "buckets": job_buckets,
@@ -449,6 +593,7 @@ JOBS = {
     "quality_filter": job_quality_filter,
     "codes_merge": job_codes_merge,
     "input_cfg": job_input_cfg,
+    "validation_ds": job_validation_ds,
 }
 
 
@@ -473,7 +618,9 @@ def run_job(name: str, folder: Path) -> dict:
     import sharflow.quality.filter
     import sharflow.quality.merge
     import sharflow.shar.merge
-    import sharflow.shar.plan  # noqa: F401
+    import sharflow.shar.plan
+    import sharflow.splits.stage
+    import sharflow.text.job  # noqa: F401
 
     out = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=folder))
     base = peak_rss_mb()

@@ -290,11 +290,12 @@ def get_text_normalizers(wildcards):
 
 # ---- parts of the quality and context stages -------------------------------------------------
 def get_part_files(stage, kind):
-    """Input function: file `kind` (records, rejected, metrics, stats) of every part of `stage`."""
+    """Input function: file `kind` (records, rejected, metrics, stats) of every part of `stage` (text,
+    quality, context)."""
 
     def parts(wildcards):
         files = layout.dataset_files(wildcards.dataset)
-        part_files = {"quality": files.quality_part, "context": files.context_part}[stage]
+        part_files = {"text": files.text_part, "quality": files.quality_part, "context": files.context_part}[stage]
         return [getattr(part_files(p), kind) for p in range(config[stage]["parts"])]
 
     return parts

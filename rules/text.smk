@@ -17,20 +17,22 @@ rule text_normalizer:
         "../workflow_scripts/text_normalizer.py"
 
 
-rule text:
+# The text stage in parts (text.parts: contiguous runs of records with equal audio seconds), side by
+# side on as many nodes, then one merge that joins them in order: the same bytes as one job.
+rule text_part:
     input:
         records=DS.prepared,
-        records_stats=DS.prepare_stats,
         normalizers=get_text_normalizers,
     output:
-        records=DS.text_records,
-        rejected=directory(DS.text_rejected),
-        stats=DS.text_stats,
+        records=DS.text_part("{part}").records,
+        rejected=directory(DS.text_part("{part}").rejected),
+        stats=DS.text_part("{part}").stats,
     log:
-        layout.log("text", "{dataset}"),
+        layout.log("text_part", "{dataset}", "part-{part}"),
     benchmark:
-        layout.benchmark("text", "{dataset}")
+        layout.benchmark("text_part", "{dataset}", "part-{part}")
     params:
+        parts=config["text"]["parts"],
         settings=get_text_settings,
         tokenizer=config["training"]["tokenizer"],
         cache_dir=TEXT_CACHE,
@@ -38,7 +40,31 @@ rule text:
         phoneme_dict=PHONEME_DICT_KEY,
     threads: threads_of("text")
     resources:
-        mem_mb=RESOURCES.mem_mb("text"),
-        runtime=RESOURCES.runtime("text"),
+        mem_mb=RESOURCES.mem_mb("text_part"),
+        runtime=RESOURCES.runtime("text_part"),
     script:
-        "../workflow_scripts/text.py"
+        "../workflow_scripts/text_part.py"
+
+
+rule text_merge:
+    input:
+        records=get_part_files("text", "records"),
+        rejected=get_part_files("text", "rejected"),
+        stats=get_part_files("text", "stats"),
+        records_stats=DS.prepare_stats,
+    output:
+        records=DS.text_records,
+        rejected=directory(DS.text_rejected),
+        stats=DS.text_stats,
+    log:
+        layout.log("text_merge", "{dataset}"),
+    benchmark:
+        layout.benchmark("text_merge", "{dataset}")
+    params:
+        settings=get_text_settings,
+        tokenizer=config["training"]["tokenizer"],
+    resources:
+        mem_mb=RESOURCES.mem_mb("text_merge"),
+        runtime=RESOURCES.runtime("text_merge"),
+    script:
+        "../workflow_scripts/text_merge.py"

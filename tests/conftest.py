@@ -170,7 +170,10 @@ def run_two_datasets(tmp):
     manifest, root = dirty_manifest(tmp)
     # no quality filter: the dirty dataset's tones hold no speech, and the default filter would
     # leave its context and shar stages nothing to show (test_quality covers the filter's rejects)
-    config = demo_config(prepare={"max_rejected_fraction": 0.9}, quality={"filters": {}}, shar=SMALL_SHARDS)
+    # two text parts: the runs that start from this one's outputs (test_crash) see the parts' merge
+    config = demo_config(
+        prepare={"max_rejected_fraction": 0.9}, quality={"filters": {}}, shar=SMALL_SHARDS, text={"parts": 2}
+    )
     # German, with its text read as it is: building the German normalizer's grammars (47-114 s) would
     # add minutes to the suite; the English ones are built once per session (test_text: German text)
     config["datasets"]["dirty"] = {

@@ -360,13 +360,14 @@ def test_snakemake_plan_calibrates_on_a_sample_and_plans_every_stage(planned_dem
     )
     assert "| quality (GPU) |" in proc.stdout  # printed in the terminal
     path = plan["critical_path"]  # the spine's jobs for this corpus, summed, its longest named
-    assert [rule for rule, _ in path["steps"]][:3] == ["prepare", "text", "quality_merge"]
+    assert [rule for rule, _ in path["steps"]][:3] == ["prepare", "text_merge", "quality_merge"]
     assert path["longest"] in dict(path["steps"]) and path["wall_s"] == round(
         sum(w for _, w in path["steps"]), 1
     )
     assert f"the longest is {path['longest']}" in proc.stdout
     table = yaml.safe_load((work / "results/plan/resources.yaml").read_text())
-    assert {"quality_part", "context_part", "codes_block", "shar_block", "text", "verify"} <= set(table)
+    assert {"quality_part", "context_part", "codes_block", "shar_block", "text_part", "verify"} <= set(table)
+    assert plan["stages"]["text"]["rules"]["text_part"]["jobs"] == 2  # the real run's parts
 
 
 def test_a_run_after_the_plan_asks_for_the_plans_resources(planned_demo):
@@ -379,7 +380,7 @@ def test_a_run_after_the_plan_asks_for_the_plans_resources(planned_demo):
     dry = run_snakemake(work, demo_config(plan={"sample_records": 24}), "-n")
     assert "sharflow: the cost plan" in dry.stderr + dry.stdout
     assert "codes (GPU)" in dry.stderr + dry.stdout
-    for rule in ("prepare", "quality_part", "context_part", "text"):
+    for rule in ("prepare", "quality_part", "context_part", "text_part"):
         if rule not in jobs:
             continue  # done already (prepare): not in the dry run
         for job in jobs[rule]:
@@ -398,7 +399,7 @@ def test_a_run_after_the_plan_asks_for_the_plans_resources(planned_demo):
     assert "shar.shard_size: 16 -> 8" in said and "codecs.second.backend: (none) -> " in said
     assert "sharflow: the cost plan (results/plan/plan.md)" not in said  # its stages are not this run's
     jobs = slurm_dry_run(work, other)
-    for rule in ("quality_part", "context_part", "text"):
+    for rule in ("quality_part", "context_part", "text_part"):
         for job in jobs.get(rule, []):
             assert (int(job["mem_mb"]), int(job["runtime"])) == DEFAULTS[rule], rule
     assert "quality_part" in jobs
@@ -502,8 +503,9 @@ def test_the_critical_path_sums_the_spines_jobs_and_names_the_longest():
 
     walls = {
         "prepare": 600.0,
-        "text": 5400.0,
-        "quality_part": 9000.0,  # a part job: not on the spine
+        "text_part": 9000.0,  # a part job: not on the spine
+        "text_merge": 5400.0,
+        "quality_part": 9000.0,
         "quality_merge": 30.0,
         "shar_plan": 90.0,
         "codes_jobs": 20000.0,  # the codes jobs: GPU, side by side
@@ -518,7 +520,7 @@ def test_the_critical_path_sums_the_spines_jobs_and_names_the_longest():
     path = critical_path(rules)
     assert path["steps"] == [
         ["prepare", 600.0],
-        ["text", 5400.0],
+        ["text_merge", 5400.0],
         ["quality_merge", 30.0],
         ["shar_plan", 90.0],
         ["shar_merge", 5.0],
@@ -526,10 +528,10 @@ def test_the_critical_path_sums_the_spines_jobs_and_names_the_longest():
         ["verify", 1800.0],
         ["report", 60.0],
     ]
-    assert path["wall_s"] == 8025.0 and path["longest"] == "text"
+    assert path["wall_s"] == 8025.0 and path["longest"] == "text_merge"
     line = critical_line({"critical_path": path})
-    assert line.startswith("critical path: 2.23 h of jobs") and "the longest is text (1.50 h)" in line
-    assert "prepare 0.17 -> text 1.50 -> quality_merge 0.01 -> shar_plan 0.03" in line
+    assert line.startswith("critical path: 2.23 h of jobs") and "the longest is text_merge (1.50 h)" in line
+    assert "prepare 0.17 -> text_merge 1.50 -> quality_merge 0.01 -> shar_plan 0.03" in line
 
 
 def test_the_most_shard_jobs_bound_every_way_the_records_can_fall_into_sets():

@@ -15,6 +15,7 @@ from lhotse import CutSet
 
 from sharflow.core.cache import cache_root
 from sharflow.core.errors import SharflowError
+from sharflow.core.layout import TextPartFiles
 from sharflow.core.ledger import reject_row
 from sharflow.core.metrics import MEASURED
 from sharflow.core.parallel import ordered_map
@@ -29,7 +30,7 @@ from sharflow.text.fields import (
     left_over,
 )
 from sharflow.text.ipa import Phonemizer
-from sharflow.text.job import TOP_SYMBOLS, TextTools, normalize_dataset
+from sharflow.text.job import TOP_SYMBOLS, TextTools, merge_text, normalize_dataset, normalize_part
 from sharflow.text.normalizer import OPTIONS, Normalizers, normalizer_key, record_normalizer
 from sharflow.text.summary import text_lines
 from testkit import DEMO, read_back, read_jsonl, write_all, write_jsonl
@@ -529,12 +530,62 @@ def test_the_text_job_writes_utf8_and_stops_when_the_stage_before_counted_other_
             settings=KEEP,
             tokenizer=TOKENIZER,
         )
-    assert str(error.value) == "text demo: 2 records in but 1 kept + 0 rejected; rerun with --forcerun text"
+    assert (
+        str(error.value) == "text demo: 2 records in but 1 kept + 0 rejected; rerun with --forcerun text_part"
+    )
     assert not (tmp_path / "short" / "records.jsonl").exists()
 
 
+def test_text_parts_split_the_records_by_audio_seconds_and_the_merge_refuses_parts_out_of_date(tmp_path):
+    """Each part is a contiguous run of lines with an equal share of the seconds (the rejected record
+    of part 1 is listed under its line in the whole file), and a merge over parts made from another
+    version of the records stops with what to do."""
+    records = [record(f"Line {i}.", normalized_text=f"line {i}") for i in range(6)]
+    records[4]["normalized_text"] = 7
+    settings = TextSettings(normalized_text="text")  # no normalizer to load
+    for i, r in enumerate(records):
+        r["duration"] = [1.0, 1.0, 4.0, 1.0, 1.0, 2.0][i]  # 10 s: part 0 starts before 5 s
+    source = write_jsonl(tmp_path / "in.jsonl", records)
+    parts = [
+        TextPartFiles(*(str(tmp_path / f"p{p}{suffix}") for suffix in (".jsonl", ".rejected", ".json")))
+        for p in range(2)
+    ]
+    stats = [
+        normalize_part(
+            str(source), part=p, parts=2, out=out, dataset="demo", settings=settings, tokenizer=TOKENIZER
+        )
+        for p, out in enumerate(parts)
+    ]
+    assert [(s["first_line"], s["records"]) for s in stats] == [(1, 3), (4, 3)]
+    assert [r["text"] for r in read_jsonl(parts[1].records)] == ["Line 3.", "Line 5."]
+    assert read_jsonl(Path(parts[1].rejected) / "bad_text_field.jsonl")[0]["line"] == 5
+    (tmp_path / "in.stats.json").write_text(json.dumps({"records_out": 6}))
+
+    def merge(files):
+        return merge_text(
+            files,
+            records_stats=str(tmp_path / "in.stats.json"),
+            out_records=str(tmp_path / "out" / "records.jsonl"),
+            rejected_dir=str(tmp_path / "out" / "rejected"),
+            stats=str(tmp_path / "out" / "stats.json"),
+            dataset="demo",
+            settings=settings,
+            tokenizer=TOKENIZER,
+        )
+
+    assert merge(parts)["records_out"] == 5
+    with pytest.raises(SharflowError) as error:
+        merge(parts[::-1])
+    assert str(error.value) == (
+        f"{parts[1].stats}: text part 1 starts at line 4, not 1: the text parts are out of date; "
+        "rerun with --forcerun text_part"
+    )
+    with pytest.raises(SharflowError, match="6 records in but 3 kept"):
+        merge(parts[:1])
+
+
 def normalized_demo(
-    tmp_path, records, settings=KEEP, workers=1, chunk_lines=256, name="text", tokenizer=TOKENIZER
+    tmp_path, records, settings=KEEP, workers=1, chunk_lines=256, name="text", tokenizer=TOKENIZER, parts=1
 ):
     """normalize_dataset over `records` (as prepared records): (stats, records out, rejects dir)."""
     source = write_jsonl(tmp_path / f"{name}.in.jsonl", records)
@@ -551,6 +602,7 @@ def normalized_demo(
         tokenizer=tokenizer,
         workers=workers,
         chunk_lines=chunk_lines,
+        parts=parts,
     )
     return stats, out
 
@@ -589,6 +641,14 @@ def test_the_stage_accounts_for_every_record_and_any_worker_count_gives_the_same
     assert sent == [(12, 2), (11, 2)]
     assert (out1 / "records.jsonl").read_bytes() == (out2 / "records.jsonl").read_bytes()
     assert one == two
+    # three parts (the text stage over three nodes) joined by the merge: the same bytes again
+    three, out3 = normalized_demo(tmp_path, records, name="three", parts=3)
+    assert (out1 / "records.jsonl").read_bytes() == (out3 / "records.jsonl").read_bytes()
+    assert three == one
+    for reason in one["rejected"]:
+        assert (out1 / "rejected" / f"{reason}.jsonl").read_bytes() == (
+            out3 / "rejected" / f"{reason}.jsonl"
+        ).read_bytes()
     assert one["records_in"] == 23 == one["records_out"] + one["rejected_total"]
     assert one["rejected"] == {"bad_text_field": 1, "empty_normalized_text": 1, "normalizes_to_nothing": 1}
     assert one["normalized_text_source"] == {"normalizer": 20}

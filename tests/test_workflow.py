@@ -713,6 +713,9 @@ def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
         expected |= {
             path for p in range(config["quality"]["parts"]) for path in files.quality_part(p).named().values()
         }
+        text_parts = [files.text_part(p) for p in range(config["text"]["parts"])]
+        expected |= {path for part in text_parts for path in (part.records, part.stats)}
+        folders += [part.rejected for part in text_parts]
         expected |= {path for s in shards for path in files.shard(s).named().values()}
         expected |= {path for c in codecs for s in shards for path in files.codes(c, s).named().values()}
         expected |= {files.codes_stats(c) for c in codecs}

@@ -217,6 +217,15 @@ class ContextPartFiles(Outputs):
 
 
 @dataclass(frozen=True)
+class TextPartFiles(Outputs):
+    """A text part's files: its kept records (.jsonl), its rejects (a folder) and stats."""
+
+    records: str
+    rejected: str
+    stats: str
+
+
+@dataclass(frozen=True)
 class QualityPartFiles(Outputs):
     metrics: str
     stats: str
@@ -299,6 +308,10 @@ class DatasetFiles:
     @property
     def text_stats(self) -> str:
         return self._path("text", "stats.json")
+
+    def text_part(self, part: int | str) -> TextPartFiles:
+        prefix = self._path("text", "parts", f"part-{part_key(part)}")
+        return TextPartFiles(f"{prefix}.jsonl", f"{prefix}.rejected", prefix + STATS_SUFFIX)
 
     def quality_part(self, part: int | str) -> QualityPartFiles:
         prefix = self._path("quality", "parts", f"part-{part_key(part)}")

@@ -23,3 +23,19 @@ def part_records(records: str, part: int, parts: int) -> list[tuple[int, int, fl
             mine.append((line, offset, duration))
         start += duration
     return mine
+
+
+def part_span(records: str, part: int, parts: int) -> tuple[int, int, int]:
+    """(first line, its byte offset, line count) of one part, the same lines as part_records gives,
+    found in two passes that hold nothing per record (count 0: a part with no records)."""
+    total = sum(json.loads(raw)["duration"] for _, _, raw in numbered_lines(records))
+    first, offset, count, start = 0, 0, 0, 0.0
+    for line, at, raw in numbered_lines(records):
+        if part_of(start, total, parts) == part:
+            if not count:
+                first, offset = line, at
+            count += 1
+        elif count:
+            break
+        start += json.loads(raw)["duration"]
+    return first, offset, count

@@ -1,9 +1,9 @@
 """The critical path: the jobs a run goes through one after another, and the wall time they add up to.
 
-Most of a run's work is in jobs that run side by side (the quality, identity and context parts, the
+Most of a run's work is in jobs that run side by side (the text, quality, identity and context parts, the
 shar and codes jobs): more nodes make those shorter. What more nodes cannot shorten is the spine of
 the DAG, the jobs that each wait for the one before and see a whole dataset (or every dataset):
-prepare, text, the merges, the plans, identity, splits, the catalog, verify, the report. Their
+prepare, the merges, the plans, identity, splits, the catalog, verify, the report. Their
 predicted job wall times (the plan's, for the user's corpus) summed along the spine bound the run's
 wall time from below, whatever the cluster. At each step, jobs that run side by side on the spine
 (the codes merge and the shar merge; verify, the buckets and the card after the catalog) count as
@@ -15,7 +15,7 @@ from sharflow.plan.model import RulePlan
 # The spine, in order: each step the rules that run side by side there (docs: cost).
 SPINE: tuple[tuple[str, ...], ...] = (
     ("prepare", "recipe"),
-    ("text",),
+    ("text_merge",),
     ("quality_merge",),
     ("quality_filter",),
     ("identity",),

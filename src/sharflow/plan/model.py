@@ -41,6 +41,7 @@ ACTUAL = {"prepare", "recipe"}  # run in full before the calibration: measured, 
 ONE_OFF = {"text_normalizer", "build_random_asr", "build_random_codec", "codec_model"}
 AUDIO = {"quality_part", "quality_part_cpu", "identity_part", "context_part", "verify"}
 PART_RULES = {
+    "text_part": "text",
     "quality_part": "quality",
     "quality_part_cpu": "quality",
     "context_part": "context",
@@ -274,7 +275,10 @@ RSS_PER_RECORD = {
     "catalog": 150,
     "buckets": 110,
     "context_plan": 20,
+    "splits": 10,  # the speakers it has seen (per split)
     "input_cfg": 100,  # over every dataset: each train record's duration, for the bucket bins
+    "text_merge": 0,
+    "validation_ds": 0,
     "context_merge": 0,
     "shar_merge": 0,
     "quality_merge": 0,

@@ -1,27 +1,36 @@
-"""The text job of one dataset: prepared records in, records with the text fields NeMo reads out.
+"""The text stage of one dataset: prepared records in, records with the text fields NeMo reads out.
 
-Records stream through in chunks; with several workers the chunks are decided in worker processes
-(each loads its normalizers and tokenizers once) and consumed in input order, so the output is
-byte-identical for any worker count (the normalizer is deterministic). Every record is written out
-with its text fields (sharflow.text.fields) or rejected with its reason; stats.json proves
-records in = out + rejected and counts where normalized_text came from, the records with no
-normalizer or with symbols left, the tokenizers, and the symbols the tokenizers skip.
+It runs in parts (text.parts), contiguous runs of lines with an equal share of the audio seconds that
+run side by side (normalize_part), joined in order by one merge (merge_text): the normalizer costs
+~10 ms a record, ~13 CPU-hours at 4.5 M records, which as one job would bound a run's wall time.
+Within a part, records stream through in chunks; with several workers the chunks are decided in
+worker processes (each loads its normalizers and tokenizers once) and consumed in input order, so
+the output is byte-identical for any worker or part count (the normalizer is deterministic). Every
+record is written out with its text fields (sharflow.text.fields) or rejected with its reason;
+stats.json proves records in = out + rejected and counts where normalized_text came from, the
+records with no normalizer or with symbols left, the tokenizers, and the symbols the tokenizers skip.
 """
 
 import itertools
 import json
 import logging
 import math
+import shutil
+import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict
 from functools import partial
+from pathlib import Path
 
 from tqdm import tqdm
 
 from sharflow.core.atomic import atomic_dir, atomic_file, read_json, write_json
+from sharflow.core.errors import SharflowError
+from sharflow.core.layout import TextPartFiles
 from sharflow.core.ledger import Ledger, RejectWriter, reject_row
 from sharflow.core.parallel import ordered_map, resolve_workers
+from sharflow.core.parts import part_span
 from sharflow.models.tokenizers import Tokenizers, cannot_build, encode
 from sharflow.text.fields import REASONS, Decision, TextSettings, decide
 from sharflow.text.ipa import Phonemizer
@@ -70,10 +79,119 @@ def decide_chunk(settings: TextSettings, lines: list[bytes]) -> list[Decision]:
     return [decide(json.loads(raw), settings, _TOOLS) for raw in lines]
 
 
-def _chunks(path: str, lines: int) -> Iterator[list[bytes]]:
+def _chunks(path: str, offset: int, count: int, lines: int) -> Iterator[list[bytes]]:
+    """The `count` lines from byte `offset` of `path`, in chunks of at most `lines`."""
     with open(path, "rb") as f:
-        while chunk := list(itertools.islice(f, lines)):
+        f.seek(offset)
+        left = count
+        while left and (chunk := list(itertools.islice(f, min(lines, left)))):
+            left -= len(chunk)
             yield chunk
+
+
+def normalize_part(
+    records: str,
+    *,
+    part: int,
+    parts: int,
+    out: TextPartFiles,
+    dataset: str,
+    settings: TextSettings,
+    tokenizer: dict | None = None,
+    cache_dir: str | None = None,
+    workers: int = 1,
+    chunk_lines: int = CHUNK_LINES,
+) -> dict:
+    """Give every record of one part of `records` (a contiguous run of lines with an equal share of
+    the audio seconds: sharflow.core.parts) its text fields; write the part's records, rejects and
+    stats atomically, for merge_text. `tokenizer` is training.tokenizer (what the tokenizers'
+    coverage is measured with), `cache_dir` the cache root (sharflow.core.cache).
+
+    Records go to the workers in chunks of at most `chunk_lines`, and no more than an even share
+    each, so every worker starts and loads its tools whatever the part's size: a job's fixed cost
+    is the same for the cost plan's samples as for the corpus (with one chunk of a small sample
+    the job ran alone, the per-record cost measured 28 % high), and a small part uses every worker.
+    """
+    workers = resolve_workers(workers)
+    first, offset, count = part_span(records, part, parts)
+    chunk_lines = max(1, min(chunk_lines, math.ceil(count / workers)))
+    name = f"{dataset} part {part} of {parts}" if parts > 1 else dataset
+    log.info("text %s: %d records, %s, with %d worker(s)", name, count, asdict(settings), workers)
+    with (
+        atomic_file(out.records, "w", encoding="utf-8") as kept_out,
+        atomic_dir(out.rejected) as rej_dir,
+        RejectWriter(rej_dir) as rejects,
+        tqdm(total=count, unit="rec", desc=f"text part {part}", mininterval=5) as progress,
+    ):
+        tally = _TextTally(dataset, settings, rejects, tokenizer)
+        chunks = ordered_map(
+            partial(decide_chunk, settings),
+            _chunks(records, offset, count, chunk_lines),
+            workers,
+            initializer=partial(_init_tools, cache_dir, tokenizer),
+        )
+        line = first
+        for chunk, decisions in chunks:
+            for raw, decision in zip(chunk, decisions, strict=True):
+                kept = tally.add(line, raw, decision)
+                if kept is not None:
+                    kept_out.write(json.dumps(kept, ensure_ascii=False) + "\n")
+                line += 1
+            progress.update(len(chunk))
+        tally.ledger.check(count, fix="rerun with --forcerun text_part")
+        summary = {
+            "part": part,
+            "parts": parts,
+            "first_line": first,
+            "records": count,
+            "tally": tally.state(),
+        }
+        write_json(out.stats, summary)
+    return summary
+
+
+def merge_text(
+    parts: list[TextPartFiles],
+    *,
+    records_stats: str,
+    out_records: str,
+    rejected_dir: str,
+    stats: str,
+    dataset: str,
+    settings: TextSettings,
+    tokenizer: dict | None = None,
+) -> dict:
+    """Join the text parts, in order, into the dataset's records, rejects and stats (atomically),
+    checking that they cover the prepared records line after line: records in = what prepare kept
+    = out + rejected. Returns the stats."""
+    expected = read_json(records_stats)["records_out"]
+    tally = _TextTally(dataset, settings, None, tokenizer)
+    line = 1
+    for files in parts:
+        part = read_json(files.stats)
+        if part["records"] and part["first_line"] != line:
+            raise SharflowError(
+                f"{files.stats}: text part {part['part']} starts at line {part['first_line']}, not {line}: "
+                "the text parts are out of date; rerun with --forcerun text_part"
+            )
+        line += part["records"]
+        tally.absorb(part["tally"])
+    tally.ledger.check(expected, fix="rerun with --forcerun text_part")
+    with atomic_file(out_records, "wb") as out:
+        for files in parts:
+            with open(files.records, "rb") as f:
+                shutil.copyfileobj(f, out)
+    with atomic_dir(rejected_dir) as rej_dir:
+        for reason in sorted({p.name for files in parts for p in Path(files.rejected).glob("*.jsonl")}):
+            with open(rej_dir / reason, "wb") as out:
+                for files in parts:
+                    if (source := Path(files.rejected) / reason).exists():
+                        with open(source, "rb") as f:
+                            shutil.copyfileobj(f, out)
+    summary = tally.summary()
+    write_json(stats, summary)
+    tally.log_summary(summary)
+    return summary
 
 
 def normalize_dataset(
@@ -89,54 +207,50 @@ def normalize_dataset(
     cache_dir: str | None = None,
     workers: int = 1,
     chunk_lines: int = CHUNK_LINES,
+    parts: int = 1,
 ) -> dict:
-    """Give every record of `records` its text fields; write them, the rejects and the stats atomically.
-
-    `tokenizer` is training.tokenizer (what the tokenizers' coverage is measured with), `cache_dir`
-    the cache root (sharflow.core.cache). Returns the stats.
-
-    Records go to the workers in chunks of at most `chunk_lines`, and no more than an even share
-    each, so every worker starts and loads its tools whatever the dataset's size: a job's fixed cost
-    is the same for the cost plan's samples as for the corpus (with one chunk of a small sample
-    the job ran alone, the per-record cost measured 28 % high), and a small dataset uses every
-    worker.
-    """
-    workers = resolve_workers(workers)
-    expected = read_json(records_stats)["records_out"]
-    chunk_lines = max(1, min(chunk_lines, math.ceil(expected / workers)))
-    log.info("text %s: %d records, %s, with %d worker(s)", dataset, expected, asdict(settings), workers)
-    with (
-        atomic_file(out_records, "w", encoding="utf-8") as out,
-        atomic_dir(rejected_dir) as rej_dir,
-        RejectWriter(rej_dir) as rejects,
-        tqdm(total=expected, unit="rec", desc="text", mininterval=5) as progress,
-    ):
-        tally = _TextTally(dataset, settings, rejects, tokenizer)
-        chunks = ordered_map(
-            partial(decide_chunk, settings),
-            _chunks(records, chunk_lines),
-            workers,
-            initializer=partial(_init_tools, cache_dir, tokenizer),
+    """The text stage of one dataset in this process: its `parts` one after another (normalize_part)
+    into a temporary folder beside `out_records`, then merge_text. Returns the stats."""
+    folder = Path(out_records).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".text-parts.", dir=folder) as tmp:
+        files = [
+            TextPartFiles(f"{tmp}/{p}.jsonl", f"{tmp}/{p}.rejected", f"{tmp}/{p}.stats.json")
+            for p in range(parts)
+        ]
+        for p, out in enumerate(files):
+            normalize_part(
+                records,
+                part=p,
+                parts=parts,
+                out=out,
+                dataset=dataset,
+                settings=settings,
+                tokenizer=tokenizer,
+                cache_dir=cache_dir,
+                workers=workers,
+                chunk_lines=chunk_lines,
+            )
+        return merge_text(
+            files,
+            records_stats=records_stats,
+            out_records=out_records,
+            rejected_dir=rejected_dir,
+            stats=stats,
+            dataset=dataset,
+            settings=settings,
+            tokenizer=tokenizer,
         )
-        line = 0
-        for chunk, decisions in chunks:
-            for raw, decision in zip(chunk, decisions, strict=True):
-                line += 1
-                kept = tally.add(line, raw, decision)
-                if kept is not None:
-                    out.write(json.dumps(kept, ensure_ascii=False) + "\n")
-            progress.update(len(chunk))
-        tally.ledger.check(expected, fix="rerun with --forcerun text")
-        summary = tally.summary()
-        write_json(stats, summary)
-    tally.log_summary(summary)
-    return summary
 
 
 class _TextTally:
     """The text job's ledger and what its stats count besides."""
 
-    def __init__(self, dataset: str, settings: TextSettings, rejects: RejectWriter, tokenizer: dict | None):
+    COUNTERS = ("sources", "languages", "tokenizers", "notes", "symbols")
+
+    def __init__(
+        self, dataset: str, settings: TextSettings, rejects: RejectWriter | None, tokenizer: dict | None
+    ):
         self.dataset, self.settings, self.tokenizer = dataset, settings, tokenizer
         self.ledger = Ledger("text", dataset, rejects)
         self.sources: Counter[str] = Counter()
@@ -170,6 +284,31 @@ class _TextTally:
             self.coverage["symbols_dropped"] += dropped
             self.symbols.update(record["tokenizer_dropped"])
         return record
+
+    def state(self) -> dict:
+        """What a part counted, whole (absorb adds it to the merge's tally)."""
+        return {
+            "ledger": {
+                "records_out": self.ledger.records_out,
+                "rejected": dict(sorted(self.ledger.rejected.items())),
+                "seconds_in": self.ledger.seconds_in,
+                "seconds_out": self.ledger.seconds_out,
+            },
+            **{name: dict(sorted(getattr(self, name).items())) for name in self.COUNTERS},
+            "coverage": dict(self.coverage),
+            "examples": self.examples,
+        }
+
+    def absorb(self, state: dict) -> None:
+        """Add a part's state (the parts in line order: the first part's example of a finding stays)."""
+        ledger = state["ledger"]
+        self.ledger.absorb(ledger["records_out"], ledger["rejected"], ledger["seconds_out"])
+        self.ledger.seconds_in += ledger["seconds_in"]
+        for name in self.COUNTERS:
+            getattr(self, name).update(state[name])
+        self.coverage.update(state["coverage"])
+        for kind, example in state["examples"].items():
+            self.examples.setdefault(kind, example)
 
     def summary(self) -> dict:
         kinds = ("no_normalizer", "normalizer_failed", "fallback_tokenizer", "symbols_left", "unmeasured")

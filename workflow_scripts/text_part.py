@@ -1,18 +1,18 @@
-"""Snakemake adapter of the text stage: sharflow.text.job.normalize_dataset."""
+"""Snakemake adapter: sharflow.text.job.normalize_part."""
 
+from sharflow.core.layout import TextPartFiles
 from sharflow.core.logs import job_log
 from sharflow.text.fields import TextSettings
-from sharflow.text.job import normalize_dataset
+from sharflow.text.job import normalize_part
 
 # The guard keeps spawned worker processes, which re-run this file as __mp_main__, out of the body.
 if __name__ == "__main__":
     with job_log(snakemake.log[0]):
-        normalize_dataset(
+        normalize_part(
             snakemake.input.records,
-            records_stats=snakemake.input.records_stats,
-            out_records=snakemake.output.records,
-            rejected_dir=snakemake.output.rejected,
-            stats=snakemake.output.stats,
+            part=int(snakemake.wildcards.part),
+            parts=snakemake.params.parts,
+            out=TextPartFiles.of(snakemake.output),
             dataset=snakemake.wildcards.dataset,
             settings=TextSettings(**snakemake.params.settings),
             tokenizer=snakemake.params.tokenizer,
