@@ -71,6 +71,7 @@ EFFECTS: dict[str, str] = {
     "datasets.<name>.context_text": "test_text.py::"
     "test_context_text_is_the_records_or_the_datasets_never_invented",
     "text.cache_dir": f"{HERE}::test_text_keys_reach_the_text_jobs",
+    "text.parts": f"{HERE}::test_text_keys_reach_the_text_jobs",
     "text.workers": "test_text.py::"
     "test_the_stage_accounts_for_every_record_and_any_worker_count_gives_the_same_bytes",
     "datasets.<name>.speaker_preset": "test_grouping.py::test_libritts_is_speaker_by_chapter",
@@ -341,9 +342,13 @@ def test_publish_keys_reach_the_publish_job_and_the_hand_off(tmp_path):
 
 def test_text_keys_reach_the_text_jobs(tmp_path):
     """One text_normalizer job per language whatever the number of datasets, none where no record may
-    need it; the text jobs and it get text.cache_dir (as the parsed rules hold it)."""
+    need it; text.parts text jobs a dataset and one merge (the same bytes for any count:
+    test_text.py); the text jobs and the normalizer's get text.cache_dir (as the parsed rules hold it)."""
     two = demo_config(degraded=True)  # two English datasets: one build
-    assert planned_jobs(tmp_path, two)["text_normalizer"] == 1 and planned_jobs(tmp_path, two)["text"] == 2
+    jobs = planned_jobs(tmp_path, two)
+    assert jobs["text_normalizer"] == 1 and jobs["text_part"] == 2 and jobs["text_merge"] == 2
+    jobs = planned_jobs(tmp_path / "three", demo_config(degraded=True, text={"parts": 3}))
+    assert jobs["text_part"] == 2 * 3 and jobs["text_merge"] == 2
     for policy in ("require_manifest", "text"):
         config = demo_config()
         config["datasets"]["demo"]["normalized_text"] = policy
@@ -351,7 +356,11 @@ def test_text_keys_reach_the_text_jobs(tmp_path):
     from test_layout import parsed_rules
 
     rules = {r.name: r for r in parsed_rules(demo_config(text={"cache_dir": str(tmp_path / "c")}), tmp_path)}
-    assert rules["text"].params.cache_dir == rules["text_normalizer"].params.cache_dir == str(tmp_path / "c")
+    assert (
+        rules["text_part"].params.cache_dir
+        == rules["text_normalizer"].params.cache_dir
+        == str(tmp_path / "c")
+    )
 
 
 # ---- quality and context ------------------------------------------------------------------------

@@ -367,7 +367,7 @@ def test_snakemake_plan_calibrates_on_a_sample_and_plans_every_stage(planned_dem
     assert f"the longest is {path['longest']}" in proc.stdout
     table = yaml.safe_load((work / "results/plan/resources.yaml").read_text())
     assert {"quality_part", "context_part", "codes_block", "shar_block", "text_part", "verify"} <= set(table)
-    assert plan["stages"]["text"]["rules"]["text_part"]["jobs"] == 2  # the real run's parts
+    assert plan["stages"]["text"]["rules"]["text_part"]["jobs"] == 1  # the shipped config's text.parts
 
 
 def test_a_run_after_the_plan_asks_for_the_plans_resources(planned_demo):

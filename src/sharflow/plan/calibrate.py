@@ -25,7 +25,7 @@ from sharflow.core.atomic import atomic_file, write_json
 from sharflow.core.errors import SharflowError
 
 PATH_KEYS = {"manifest", "recordings", "audio_root", "model", "random_from_config", "weights", "cache_dir"}
-PART_SECTIONS = ("quality", "context", "identity")
+PART_SECTIONS = ("text", "quality", "context", "identity")
 # Options of the calling snakemake that decide where and how many jobs run (each takes one value)
 PASSED = ("--profile", "--workflow-profile", "--executor", "-e", "--jobs", "-j", "--cores", "-c")
 PATH_OPTIONS = {"--profile", "--workflow-profile"}
