@@ -295,7 +295,9 @@ def get_part_files(stage, kind):
 
     def parts(wildcards):
         files = layout.dataset_files(wildcards.dataset)
-        part_files = {"text": files.text_part, "quality": files.quality_part, "context": files.context_part}[stage]
+        part_files = {"text": files.text_part, "quality": files.quality_part, "context": files.context_part}[
+            stage
+        ]
         return [getattr(part_files(p), kind) for p in range(config[stage]["parts"])]
 
     return parts

@@ -184,7 +184,7 @@ def test_text_stage_in_the_workflow(two_datasets):
     normalizer = json.loads((work / layout.text_normalizer("en")).read_text())
     assert normalizer["available"] and normalizer["folder"].startswith(os.environ["SHARFLOW_CACHE_DIR"])
     assert not (work / layout.text_normalizer("de")).exists()  # dirty reads its text as it is
-    assert "spoken form" not in (work / "logs" / "text" / "demo.log").read_text()  # no symbols left
+    assert "spoken form" not in (work / "logs" / "text_merge" / "demo.log").read_text()  # no symbols left
     # English is measured by default (english_phoneme over the dictionary made from cmudict): the card's
     # line on text gives a figure over measured cuts only; German's phoneme tokenizer cannot be built
     # here, and the cuts not measured stand first
