@@ -9,8 +9,8 @@ few percent held out (dev/test splits by speaker). Each job runs its own code (t
 that process reports its CPU seconds (user + system), wall seconds and peak RSS (VmHWM). The
 inputs are made once per size and kept for the jobs that read them.
 
-Jobs measured so far (not yet: prepare's and verify's metadata parts, identity, the card, the
-evaluation sets, the report, the plan): `context_plan` (groups the
+Jobs measured so far (not yet: prepare's and verify's metadata parts, the card, the evaluation
+sets, the report, the plan): `context_plan` (groups the
 records by speaker, bin-packs the groups), `shar_plan` (the seeded shuffle into shards and each
 job's inputs file), `buckets` (the catalog's durations and lengths into bucket bins), `catalog` (the
 shards' catalog fragments, made by the shar job's own code, merged into the dataset's catalog),
@@ -21,7 +21,13 @@ step, thresholds applied), `codes_merge` (the codes shards' stats summed), `inpu
 catalog's durations into weighted bucket bins and NeMo's dataloader config), `validation_ds` (the
 same for the held-out sets, without bins), `text_merge` (the text parts joined in order, their
 counts summed) and `splits` (each record's split by speaker and utterance hash, its identity fields
-read in step from the identity parts, each audio file's size for its span key).
+read in step from the identity parts, each audio file's size for its span key), and the identity
+stage over every dataset: `identity_index` (the held-out records' fingerprints sorted into one
+index, the train records' first copies, the speakers), `identity_check` (one check part over every
+train record: each looked up in the index; up to 10^5 records here, MOST_RECORDS) and
+`identity_merge` (8 check parts' links joined, their counts summed). Their fingerprints are drawn
+from the demo's speech hashes (HASHES_PER_SECOND a second), so the index's posting lists are as
+long as speech makes them.
 
 Printed per job and size: records, wall, the job's CPU-µs per record (after its imports), the
 process's peak RSS and the job's own part of it (above the RSS before the job), the growth of CPU per
@@ -366,6 +372,87 @@ def write_identity_parts(with_context: Path, folder: Path) -> None:
             records.write(json.dumps(r) + "\n")
 
 
+IDENTITY_CHECKS = 8
+HASHES_PER_SECOND = 105  # landmark hashes a second of speech (bench_identity, the demo's)
+# held out by speaker hash and by utterance hash, 3 % in all (Emilia names no speakers to hold out)
+IDENTITY_SPLITS = {
+    "seed": 1,
+    **{split: {"fraction": 0.0075} for split in ("dev_unseen", "test_unseen", "dev_seen", "test_seen")},
+}
+
+
+def demo_hash_draw() -> list[tuple[np.ndarray, np.ndarray]]:
+    """What synthetic fingerprints are drawn from: the landmark hashes of the demo's speech (every
+    demo clip fingerprinted) as two independent parts, the first peak's frequency bin and the
+    (frequency step, time step) pair, each with its shares. Drawn whole, the demo's 56 clips would
+    give only ~18,000 distinct hashes (1 in ~17,000 pairs of draws collide: the posting lists of
+    seven speakers' 56 sentences, far longer than a large corpus's); drawn in two parts, 1 in
+    ~380,000. Common hashes stay common, so the index's posting lists grow as speech makes them;
+    how long they are in a real corpus of millions is not measured here."""
+    import soundfile as sf
+
+    from sharflow.identity.fingerprint import fingerprint
+
+    every = []
+    for path in sorted((REPO / "demo" / "audio").rglob("*.flac")):
+        audio, rate = sf.read(path, dtype="float32")
+        every.append(fingerprint(audio, rate).hashes)
+    hashes = np.concatenate(every)
+    draws = []
+    for part in (hashes & ~np.uint32((1 << 14) - 1), hashes & np.uint32((1 << 14) - 1)):
+        values, counts = np.unique(part, return_counts=True)
+        draws.append((values, counts / counts.sum()))
+    return draws
+
+
+def write_fingerprints(folder: Path) -> None:
+    """The identity parts' files as their jobs leave them for the identity jobs (CONTEXT_PARTS parts):
+    each record's entry (span, speaker, utterance and sample digest keys) and HASHES_PER_SECOND
+    hashes a second drawn from the demo's speech at increasing frame times (so distinct records do
+    not match: no offset holds their hashes together), no voices. The records are those of
+    write_identity_parts (files on disk: their spans' keys)."""
+    from sharflow.identity.part import HASH_DTYPE
+
+    rng = np.random.default_rng(2)
+    (bins, bin_shares), (steps, step_shares) = demo_hash_draw()
+    out = folder / "fingerprints"
+    out.mkdir(parents=True, exist_ok=True)
+    with open(folder / "identity" / "records.jsonl", encoding="utf-8") as f:
+        records = [json.loads(line) for line in f]
+    bounds = np.linspace(0, len(records), CONTEXT_PARTS + 1).astype(int)
+    for p in range(CONTEXT_PARTS):
+        mine = records[bounds[p] : bounds[p + 1]]
+        counts = [round(HASHES_PER_SECOND * r["duration"]) for r in mine]
+        hashes = np.zeros(sum(counts), HASH_DTYPE)
+        hashes["hash"] = rng.choice(bins, len(hashes), p=bin_shares) | rng.choice(
+            steps, len(hashes), p=step_shares
+        )
+        start = 0
+        with open(out / f"part-{p:04d}.jsonl", "w", encoding="utf-8") as index:
+            for line, (r, count) in enumerate(zip(mine, counts, strict=True), start=int(bounds[p]) + 1):
+                run = hashes[start : start + count]
+                run["time"] = np.sort(rng.integers(0, round(r["duration"] * 125), count))  # 8 ms frames
+                run.sort(order=("hash", "time"))
+                speaker = r["speaker"].rsplit(":", 1)[1].rstrip(" |")
+                size = (folder / r["audio_filepath"]).stat().st_size
+                entry = {
+                    "line": line,
+                    "audio_filepath": r["audio_filepath"],
+                    "offset": r["offset"],
+                    "duration": r["duration"],
+                    "speaker": speaker,
+                    "who": speaker,
+                    "span": f"{Path(r['audio_filepath']).name}:{size}:{r['offset']:.3f}:{r['duration']:.3f}",
+                    "utterance": f"{speaker}:{line}",
+                    "digest": f"{rng.integers(0, 2**63):016x}",
+                    "hashes": count,
+                    "start": start,
+                }
+                index.write(json.dumps(entry) + "\n")
+                start += count
+        np.save(out / f"part-{p:04d}.npy", hashes)
+
+
 def make_inputs(n: int, folder: Path) -> None:
     """Every input file the measured jobs read, for `n` records, in `folder` (kept: made once)."""
     done = folder / "inputs.done"
@@ -380,6 +467,8 @@ def make_inputs(n: int, folder: Path) -> None:
     write_quality_inputs(folder / "with_context.jsonl", folder)
     write_text_parts(folder)
     write_identity_parts(folder / "with_context.jsonl", folder)
+    write_fingerprints(folder)
+    write_identity_checks(folder)
     done.write_text(str(n))
 
 
@@ -541,10 +630,7 @@ def job_text_merge(folder: Path, out: Path) -> None:
 def job_splits(folder: Path, out: Path) -> None:
     from sharflow.splits.stage import DatasetSplits, assign_splits
 
-    rules = {  # held out by speaker hash and by utterance hash (Emilia names no speakers to hold out)
-        "seed": 1,
-        **{split: {"fraction": 0.015} for split in ("dev_unseen", "test_unseen", "dev_seen", "test_seen")},
-    }
+    rules = IDENTITY_SPLITS
     identity = folder / "identity"
     assign_splits(
         "emilia",
@@ -555,6 +641,99 @@ def job_splits(folder: Path, out: Path) -> None:
         out_records=str(out / "records.jsonl"),
         rejected_dir=str(out / "rejected"),
         stats=str(out / "stats.json"),
+    )
+
+
+def identity_datasets(folder: Path) -> dict:
+    from sharflow.identity.links import DatasetIdentity
+
+    prints = folder / "fingerprints"
+    parts = [
+        [str(prints / f"part-{p:04d}.jsonl"), str(prints / f"part-{p:04d}.npy")] for p in range(CONTEXT_PARTS)
+    ]
+    return {"emilia": DatasetIdentity(parts, IDENTITY_SPLITS)}
+
+
+def job_identity_index(folder: Path, out: Path) -> None:
+    from sharflow.core.layout import IdentityIndexFiles
+    from sharflow.identity.links import MatchRules, index_identities
+
+    files = IdentityIndexFiles(
+        *(str(out / n) for n in ("held.npz", "held.jsonl", "firsts.npy", "index.json"))
+    )
+    index_identities(identity_datasets(folder), rules=MatchRules(), out=files)
+
+
+def identity_index(folder: Path):
+    """The index job's files for `folder`'s corpus (made by make_inputs with the job's own code)."""
+    from sharflow.core.layout import IdentityIndexFiles
+
+    index = folder / "identity_index"
+    return IdentityIndexFiles(
+        *(str(index / n) for n in ("held.npz", "held.jsonl", "firsts.npy", "index.json"))
+    )
+
+
+def write_identity_checks(folder: Path) -> None:
+    """The identity index (by the index job's own code) and what IDENTITY_CHECKS check parts leave
+    for the merge: each an equal share of the train records, one in 100 of them linked."""
+    from sharflow.identity.links import SAME_CONTENT, _Tally
+
+    index = identity_index(folder)
+    Path(index.summary).parent.mkdir(exist_ok=True)
+    job_identity_index(folder, Path(index.summary).parent)
+    train = sum(json.loads(Path(index.summary).read_text())["train_checked"].values())
+    checks = folder / "identity_checks"
+    checks.mkdir(exist_ok=True)
+    bounds = np.linspace(0, train, IDENTITY_CHECKS + 1).astype(int)
+    for p in range(IDENTITY_CHECKS):
+        tally = _Tally()
+        with open(checks / f"{p}.jsonl", "w", encoding="utf-8") as f:
+            for n in range(int(bounds[p]), int(bounds[p + 1]), 100):
+                where = {
+                    "audio_filepath": f"audio/{n % CONTAINERS:06d}.flac",
+                    "offset": 30.0 * n,
+                    "duration": 8.0,
+                }
+                row = {"dataset": "emilia", **where, "reason": SAME_CONTENT, "score": 0.5}
+                row["matched"] = {"dataset": "emilia", **where, "offset": 1.0, "split": "dev"}
+                f.write(json.dumps(row) + "\n")
+                tally.add(row)
+        first, records = int(bounds[p]), int(bounds[p + 1] - bounds[p])
+        stats = {"part": p, "parts": IDENTITY_CHECKS, "first": first, "records": records, **tally.state()}
+        (checks / f"{p}.stats.json").write_text(json.dumps({**stats, "seconds": 1.0}))
+
+
+def job_identity_check(folder: Path, out: Path) -> None:
+    """One check part over every train record (parts=1): the lookups' cost per record as the corpus
+    (and so its held-out set) grows."""
+    from sharflow.core.layout import IdentityCheckFiles
+    from sharflow.identity.links import MatchRules, check_identities
+
+    check_identities(
+        identity_datasets(folder),
+        index=identity_index(folder),
+        part=0,
+        parts=1,
+        rules=MatchRules(),
+        out=IdentityCheckFiles(str(out / "links.jsonl"), str(out / "stats.json")),
+    )
+
+
+def job_identity_merge(folder: Path, out: Path) -> None:
+    from sharflow.core.layout import IdentityCheckFiles
+    from sharflow.identity.links import MatchRules, merge_identities
+
+    checks = folder / "identity_checks"
+    merge_identities(
+        identity_index(folder).summary,
+        [
+            IdentityCheckFiles(str(checks / f"{p}.jsonl"), str(checks / f"{p}.stats.json"))
+            for p in range(IDENTITY_CHECKS)
+        ],
+        rules=MatchRules(),
+        out_links=str(out / "links.jsonl"),
+        out_stats=str(out / "stats.json"),
     )
 
 
@@ -594,6 +773,17 @@ JOBS = {
     "codes_merge": job_codes_merge,
     "input_cfg": job_input_cfg,
     "validation_ds": job_validation_ds,
+    "identity_index": job_identity_index,
+    "identity_check": job_identity_check,
+    "identity_merge": job_identity_merge,
+}
+
+
+# Jobs this machine runs only up to a size, and why (their figures beyond are extrapolated in the docs)
+MOST_RECORDS = {"identity_check": 100_000}
+WHY_NOT = {
+    "identity_check": "its lookups' cost grows with the held-out set: ~0.5 CPU-h here at 10^6, "
+    "in parts over nodes in a run"
 }
 
 
@@ -615,6 +805,7 @@ def run_job(name: str, folder: Path) -> dict:
     import sharflow.dataset.buckets
     import sharflow.dataset.catalog
     import sharflow.dataset.training
+    import sharflow.identity.links
     import sharflow.quality.filter
     import sharflow.quality.merge
     import sharflow.shar.merge
@@ -653,6 +844,9 @@ def ladder(sizes: list[int], jobs: list[str], work: Path) -> dict[str, dict[int,
         make_inputs(n, folder)
         print(f"inputs for {n:,} records: {time.perf_counter() - t:.1f} s", flush=True)
         for job in jobs:
+            if n > MOST_RECORDS.get(job, n):
+                print(f"{job}: not run at {n:,} records ({MOST_RECORDS[job]:,} at most: {WHY_NOT[job]})")
+                continue
             rows[job][n] = measure(job, folder)
     return rows
 

@@ -384,10 +384,17 @@ def get_identity_part_files(kind):
     return parts
 
 
-def get_identity_datasets(wildcards):
+def get_identity_checks(kind):
+    """Input function: file `kind` (links, stats) of every identity check part."""
+    return lambda wildcards: [
+        getattr(layout.identity_check(p), kind) for p in range(config["identity"]["check_parts"])
+    ]
+
+
+def get_identity_datasets(wildcards, voices=None):
     """Fields of sharflow.identity.links.DatasetIdentity for every dataset (the parts' voices with
-    identity.voices)."""
-    voices = config["identity"]["voices"]["enabled"]
+    identity.voices, unless `voices` is False: the check parts read none)."""
+    voices = config["identity"]["voices"]["enabled"] if voices is None else voices
     return {
         ds: {
             "parts": [

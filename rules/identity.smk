@@ -21,19 +21,21 @@ rule identity_part:
         "../workflow_scripts/identity_part.py"
 
 
-rule identity:
+# Over every dataset: the held-out index (and the speaker links, the duplicates within train), then
+# identity.check_parts jobs side by side that look the train records up in it (a query's cost grows
+# with the held-out set), then their merge: the links every splits job reads.
+rule identity_index:
     input:
         records=get_identity_part_files("records"),
         hashes=get_identity_part_files("hashes"),
         voices=get_identity_part_files("voices"),
     output:
-        links=layout.IDENTITY_LINKS,
-        stats=layout.IDENTITY_STATS,
+        **layout.IDENTITY_INDEX.named(),
         decisions=update(layout.SPEAKER_DECISIONS),
     log:
-        layout.log("identity"),
+        layout.log("identity_index"),
     benchmark:
-        layout.benchmark("identity")
+        layout.benchmark("identity_index")
     params:
         datasets=get_identity_datasets,
         min_score=config["identity"]["min_score"],
@@ -41,7 +43,54 @@ rule identity:
         train_duplicates=config["identity"]["train_duplicates"],
         voices=config["identity"]["voices"],
     resources:
-        mem_mb=RESOURCES.mem_mb("identity"),
-        runtime=RESOURCES.runtime("identity"),
+        mem_mb=RESOURCES.mem_mb("identity_index"),
+        runtime=RESOURCES.runtime("identity_index"),
     script:
-        "../workflow_scripts/identity.py"
+        "../workflow_scripts/identity_index.py"
+
+
+rule identity_check:
+    input:
+        **layout.IDENTITY_INDEX.named(),
+        records=get_identity_part_files("records"),
+        hashes=get_identity_part_files("hashes"),
+    output:
+        **layout.identity_check("{part}").named(),
+    log:
+        layout.log("identity_check", "part-{part}"),
+    benchmark:
+        layout.benchmark("identity_check", "part-{part}")
+    params:
+        datasets=lambda wildcards: get_identity_datasets(wildcards, voices=False),
+        parts=config["identity"]["check_parts"],
+        min_score=config["identity"]["min_score"],
+        min_matched=config["identity"]["min_matched"],
+        train_duplicates=config["identity"]["train_duplicates"],
+    resources:
+        mem_mb=RESOURCES.mem_mb("identity_check"),
+        runtime=RESOURCES.runtime("identity_check"),
+    script:
+        "../workflow_scripts/identity_check.py"
+
+
+rule identity_merge:
+    input:
+        summary=layout.IDENTITY_INDEX.summary,
+        links=get_identity_checks("links"),
+        stats=get_identity_checks("stats"),
+    output:
+        links=layout.IDENTITY_LINKS,
+        stats=layout.IDENTITY_STATS,
+    log:
+        layout.log("identity_merge"),
+    benchmark:
+        layout.benchmark("identity_merge")
+    params:
+        min_score=config["identity"]["min_score"],
+        min_matched=config["identity"]["min_matched"],
+        train_duplicates=config["identity"]["train_duplicates"],
+    resources:
+        mem_mb=RESOURCES.mem_mb("identity_merge"),
+        runtime=RESOURCES.runtime("identity_merge"),
+    script:
+        "../workflow_scripts/identity_merge.py"

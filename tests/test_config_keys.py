@@ -101,6 +101,7 @@ EFFECTS: dict[str, str] = {
     "test_the_same_speaker_and_text_is_one_utterance_and_another_voice_reading_it_is_not",
     "identity.enabled": f"{HERE}::test_identity_enabled_adds_the_identity_jobs_only_with_splits",
     "identity.parts": "test_identity.py::test_any_parts_and_workers_give_the_same_fingerprints_and_links",
+    "identity.check_parts": f"{HERE}::test_identity_enabled_adds_the_identity_jobs_only_with_splits",
     "identity.workers": "test_identity.py::test_any_parts_and_workers_give_the_same_fingerprints_and_links",
     "identity.min_score": "test_identity.py::test_the_match_thresholds_decide_what_is_one_content",
     "identity.min_matched": "test_identity.py::test_the_match_thresholds_decide_what_is_one_content",
@@ -275,7 +276,7 @@ def planned_jobs(tmp_path, config, *targets) -> dict[str, int]:
 def test_keys_that_change_which_jobs_run(tmp_path):
     base = planned_jobs(tmp_path, demo_config())
     assert base["quality_part"] == 2 and "build_random_asr" not in base
-    assert not {"identity_part", "identity", "splits"} & set(base)  # no splits: no identity stage
+    assert not {"identity_part", "identity_index", "identity_check", "identity_merge", "splits"} & set(base)
     off = planned_jobs(tmp_path, demo_config(quality={"enabled": False}))
     assert not {"quality_part", "quality_merge", "quality_filter"} & set(off)
     asr = demo_config(quality={"asr": {"random_from_config": str(REPO / "config/models/tiny_asr.yaml")}})
@@ -291,12 +292,17 @@ def test_keys_that_change_which_jobs_run(tmp_path):
 
 
 def test_identity_enabled_adds_the_identity_jobs_only_with_splits(tmp_path):
-    """With splits, identity parts per dataset and one identity job (identity.parts of them); off,
-    none, and the splits job reads no links (without splits: test_keys_that_change_which_jobs_run)."""
-    on = planned_jobs(tmp_path, demo_config(degraded=True, splits=True, identity={"parts": 2}))
-    assert on["identity_part"] == 4 and on["identity"] == 1 and on["splits"] == 2
+    """With splits, identity parts per dataset (identity.parts of them), one index job over every
+    dataset, identity.check_parts check jobs (the same links for any count: test_identity.py) and
+    their merge; off, none, and the splits job reads no links (without splits:
+    test_keys_that_change_which_jobs_run)."""
+    identity = {"parts": 2, "check_parts": 3}
+    on = planned_jobs(tmp_path, demo_config(degraded=True, splits=True, identity=identity))
+    assert on["identity_part"] == 4 and on["identity_index"] == 1 and on["identity_check"] == 3
+    assert on["identity_merge"] == 1 and on["splits"] == 2
     off = planned_jobs(tmp_path, demo_config(degraded=True, splits=True, identity={"enabled": False}))
-    assert "identity_part" not in off and "identity" not in off and off["splits"] == 2
+    assert not {"identity_part", "identity_index", "identity_check", "identity_merge"} & set(off)
+    assert off["splits"] == 2
 
 
 def test_identity_voice_keys_reach_the_identity_jobs(tmp_path):
@@ -311,15 +317,17 @@ def test_identity_voice_keys_reach_the_identity_jobs(tmp_path):
         "embedder": "ge2e",
         "options": (("level", "raise"),),
     }
-    job = rules["identity"].params
+    job = rules["identity_index"].params
     assert job.voices["min_similarity"] == 0.9 and job.voices["deny"] == [["demo:a", "demo:b"]]
     assert all(len(part) == 3 for part in job.datasets(None)["demo"]["parts"])
+    # the check parts read fingerprints only
+    assert all(len(part) == 2 for part in rules["identity_check"].params.datasets(None)["demo"]["parts"])
     off = {
         r.name: r
         for r in parsed_rules(demo_config(splits=True, identity={"voices": {"enabled": False}}), tmp_path)
     }
     assert off["identity_part"].params.voices(None) is None
-    assert all(len(part) == 2 for part in off["identity"].params.datasets(None)["demo"]["parts"])
+    assert all(len(part) == 2 for part in off["identity_index"].params.datasets(None)["demo"]["parts"])
 
 
 def test_publish_keys_reach_the_publish_job_and_the_hand_off(tmp_path):

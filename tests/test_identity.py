@@ -18,6 +18,7 @@ import yaml
 
 from sharflow.core.audio import load_span
 from sharflow.core.errors import SharflowError
+from sharflow.core.layout import IdentityCheckFiles, IdentityIndexFiles
 from sharflow.core.splits import TRAIN, SplitRules, span_key, speaker_identity
 from sharflow.identity.fingerprint import Fingerprint, best_offset_count, fingerprint, match
 from sharflow.identity.keys import folded_text, utterance_key
@@ -32,7 +33,10 @@ from sharflow.identity.links import (
     MatchRules,
     _first_copies,
     _warn_drifted,
+    check_identities,
+    index_identities,
     link_identities,
+    merge_identities,
 )
 from sharflow.identity.part import HASH_DTYPE, VoiceEmbedding, run_identity_part
 from sharflow.identity.voices import (
@@ -166,9 +170,10 @@ def test_the_match_thresholds_decide_what_is_one_content(prints):
 
 
 def test_any_parts_and_workers_give_the_same_fingerprints_and_links(tmp_path):
-    """The demo fingerprinted and embedded as 1 part by 1 worker and as 2 parts by 2 workers: the
-    same entries (less where each starts in its part's file), the same hashes and voices (bytes),
-    byte-identical links and speaker decisions."""
+    """The demo fingerprinted and embedded as 1 part by 1 worker and as 2 parts by 2 workers, its train
+    records checked in 1 and in 3 identity check parts: the same entries (less where each starts in
+    its part's file), the same hashes and voices (bytes), byte-identical links and speaker decisions,
+    the same stats (but their seconds)."""
     records, root, _ = demo_dataset(tmp_path)
     layouts = {}
     for parts, workers in ((1, 1), (2, 2)):
@@ -200,10 +205,13 @@ def test_any_parts_and_workers_give_the_same_fingerprints_and_links(tmp_path):
             out_stats=str(out / "stats.json"),
             voices=VoiceRules(min_similarity=0.5),  # so that pairs are linked and others decided not to be
             decisions=str(out / "decisions.jsonl"),
+            check_parts={1: 1, 2: 3}[parts],
         )
         links = (out / "links.jsonl").read_bytes() + (out / "decisions.jsonl").read_bytes()
         layouts[parts] = (entries, hashes, voices, links, files)
     (e1, h1, v1, l1, _), (e2, h2, v2, l2, f2) = layouts[1], layouts[2]
+    s1, s2 = (json.loads((tmp_path / f"p{p}w{p}" / "stats.json").read_text()) for p in (1, 2))
+    assert s1.pop("seconds") > 0 and s2.pop("seconds") > 0 and s1 == s2 and s1["links"] > 0
     assert len(f2) == 2 and all(read_jsonl(f) for f, *_ in f2)  # two parts, both hold records
     assert len(e1) == 56 and len({e["digest"] for e in e1}) == 56 and e1 == e2
     assert len(h1) > 56 * 80 and np.array_equal(h1, h2) and l1 == l2
@@ -219,6 +227,47 @@ def test_any_parts_and_workers_give_the_same_fingerprints_and_links(tmp_path):
     embeddings = np.frombuffer(v1, np.float32).reshape(56, -1)
     assert len({row.tobytes() for row in embeddings}) == 56 and v1 == v2  # 56 distinct voices, same bytes
     assert b'"how": "voice"' in l1 and b'"how": "not_linked"' in l1
+
+
+def test_the_identity_merge_refuses_check_parts_out_of_order_or_missing(tmp_path):
+    """Two check parts of the demo's train records, each an equal run of them (the second's first is
+    the first's end); merged in order they give one job's links; swapped, or with one missing, the
+    merge stops with what to do."""
+    records, root, _ = demo_dataset(tmp_path)
+    _, files = identity_part(tmp_path / "part", records, root)
+    datasets = {"demo": DatasetIdentity([files[:2]], DEMO_SPLITS)}
+    index = IdentityIndexFiles(
+        *(str(tmp_path / n) for n in ("held.npz", "held.jsonl", "firsts.npy", "index.json"))
+    )
+    summary = index_identities(datasets, rules=MatchRules(), out=index)
+    train = sum(summary["train_checked"].values())
+    checks = [IdentityCheckFiles(str(tmp_path / f"{p}.jsonl"), str(tmp_path / f"{p}.json")) for p in range(2)]
+    parts = [
+        check_identities(datasets, index=index, part=p, parts=2, rules=MatchRules(), out=out)
+        for p, out in enumerate(checks)
+    ]
+    assert [(p["first"], p["records"]) for p in parts] == [(0, train // 2), (train // 2, train - train // 2)]
+
+    def merge(files):
+        out = tmp_path / "merged"
+        return merge_identities(
+            index.summary,
+            files,
+            rules=MatchRules(),
+            out_links=str(out / "links.jsonl"),
+            out_stats=str(out / "s.json"),
+        )
+
+    merged = merge(checks)
+    assert merged["train_checked"] == {"demo": train} and merged["held_out"] == summary["held_out"] > 0
+    with pytest.raises(SharflowError) as error:
+        merge(checks[::-1])
+    assert str(error.value) == (
+        f"{checks[1].stats}: identity part 1 starts at train record {train // 2}, not 0: the identity "
+        "parts are out of date; rerun with --forcerun identity_check"
+    )
+    with pytest.raises(SharflowError, match=f"checked {train // 2} train records of {train}"):
+        merge(checks[:1])
 
 
 def test_silence_and_clips_too_short_to_fingerprint_never_match(prints):
@@ -1003,8 +1052,9 @@ def test_the_identity_jobs_log_their_counts_and_progress(tmp_path):
         f"identity: {held} held-out records indexed ({hashes} hashes, {identity['index_mb']:.1f} MB); "
         f"{checked} train records to check; 0 speakers linked to held-out unseen ones" in text
     )
-    assert re.search(rf"identity: 100%\|[^|]*\| {checked}/{checked} \[[^]]*utt/s\]", text)
+    assert re.search(rf"identity check 0: 100%\|[^|]*\| {checked}/{checked} \[[^]]*utt/s\]", text)
     found = {reason: count for reason, count in identity["by_reason"].items() if count}
+    assert f"identity check 0 of 1: {checked} train records checked, links {found}" in text
     assert f"identity: links {found}, duplicates within train: keep" in text
 
 

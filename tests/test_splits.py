@@ -218,9 +218,16 @@ def test_a_span_is_its_file_name_size_offset_and_duration(tmp_path):
 def run_splits(tmp):
     """(work dir, config) of a whole workflow run of the shipped config's demo and degraded datasets,
     with their splits: on for demo (its own block: two unseen speakers by list, seen utterances by
-    fraction) and off for degraded (the workflow's block); quality off, 8-cut shards (conftest's
-    split_run, in the background)."""
-    config = demo_config(degraded=True, splits=True, quality={"enabled": False}, shar={"shard_size": 8})
+    fraction) and off for degraded (the workflow's block); quality off, 8-cut shards, the train
+    records checked for held-out content in two identity check parts (conftest's split_run, in the
+    background)."""
+    config = demo_config(
+        degraded=True,
+        splits=True,
+        quality={"enabled": False},
+        shar={"shard_size": 8},
+        identity={"check_parts": 2},
+    )
     assert config["datasets"]["demo"]["splits"]["dev_unseen"] and "splits" not in config
     work = tmp / "w"
     run_snakemake(work, config, timeout=1800)

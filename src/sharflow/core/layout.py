@@ -243,6 +243,26 @@ class IdentityPartFiles(Outputs):
 
 
 @dataclass(frozen=True)
+class IdentityIndexFiles(Outputs):
+    """The identity index job's files: the held-out fingerprints sorted by hash (.npz), the held-out
+    records (.jsonl), each train record's first copy (.npy) and the rest of what the check parts
+    need and the merge counts (index.json)."""
+
+    index: str
+    held_out: str
+    firsts: str
+    summary: str
+
+
+@dataclass(frozen=True)
+class IdentityCheckFiles(Outputs):
+    """An identity check part's links (its train records', in order) and stats."""
+
+    links: str
+    stats: str
+
+
+@dataclass(frozen=True)
 class ShardFiles(Outputs):
     """A shar_shard job's files: its cuts, target_audio and context_audio files, stats, rejects and
     catalog fragment."""
@@ -525,6 +545,16 @@ def text_normalizer(language: str) -> str:
 
 
 IDENTITY_LINKS = f"{RESULTS}/identity/links.jsonl"  # train records linked to held-out ones, all datasets
+IDENTITY_INDEX = IdentityIndexFiles(
+    *(f"{RESULTS}/identity/index/{name}" for name in ("held.npz", "held.jsonl", "firsts.npy", "index.json"))
+)
+
+
+def identity_check(part: int | str) -> IdentityCheckFiles:
+    prefix = f"{RESULTS}/identity/checks/part-{part_key(part)}"
+    return IdentityCheckFiles(f"{prefix}.jsonl", prefix + STATS_SUFFIX)
+
+
 IDENTITY_STATS = f"{RESULTS}/identity/stats.json"
 # Speaker pairs decided (linked to a held-out unseen speaker or not): read and rewritten by every run
 SPEAKER_DECISIONS = f"{RESULTS}/identity/speaker_decisions.jsonl"

@@ -2,9 +2,10 @@
 
 identity_part jobs (per dataset, in parts after the text stage) fingerprint every record's sound
 (identity.fingerprint: landmark hashes of spectral peak pairs) and key it (identity.keys: its span,
-its speaker and text); one identity job over all datasets (identity.links) links each train record
-that is a held-out record again (the same span, the same sound, the same speaker and text) to it,
-and each dataset's splits job rejects the linked train records with the link's reason.
+its speaker and text); over all datasets (identity.links), an index job indexes the held-out
+records, check parts link each train record that is a held-out record again (the same span, the
+same sound, the same speaker and text) to it, and their merge writes the links; each dataset's
+splits job rejects the linked train records with the link's reason.
 """
 
 from sharflow.core.exports import lazy_exports

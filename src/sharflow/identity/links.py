@@ -1,4 +1,11 @@
-"""The identity job: over every dataset at once, which train records are held-out utterances again.
+"""The identity jobs: over every dataset at once, which train records are held-out utterances again.
+
+Three jobs: the index job (index_identities) indexes the held-out records, finds the duplicates
+within train and links speakers; `identity.check_parts` check jobs (check_identities) each look an
+equal share of the train records up in that index, side by side; the merge (merge_identities)
+joins their links in order, the same bytes for any count. A lookup's cost grows with the held-out
+set (its hashes' posting lists), so at millions of records the lookups are most of the stage's CPU:
+in parts, no one job holds it. link_identities runs the three in one process.
 
 Held out means held out for content, not for names. A record of any dataset whose split (its own
 dataset's rules, sharflow.core.splits) is train is linked to a held-out record of any dataset,
@@ -25,25 +32,30 @@ after the first (by dataset name, then line) is linked to the first as `duplicat
 (`links.jsonl`, one line per linked train record, by dataset and line) are what each dataset's
 splits job reads, so no dataset reads another's records.
 
-Memory: the held-out records' keys and fingerprints (an index sorted by hash, 12 bytes a hash) and
-one voice vector a speaker; every other record streams through, one at a time. A query gathers the
-index entries of its hashes and counts them by (held-out record, time offset): never a matrix over
-records.
+Memory: the held-out records' keys and fingerprints (an index sorted by hash, 12 bytes a hash), one
+voice vector a speaker (the index job) and 8 bytes a train record (its first copy); every other
+record streams through, one at a time, and a check part reads the fingerprints of its own only. A
+query gathers the index entries of its hashes and counts them by (held-out record, time offset):
+never a matrix over records.
 """
 
 import json
 import logging
+import shutil
+import tempfile
 import time
 from array import array
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
-from sharflow.core.atomic import atomic_file, write_json
+from sharflow.core.atomic import atomic_file, read_json, write_json
 from sharflow.core.errors import SharflowError
+from sharflow.core.layout import IdentityCheckFiles, IdentityIndexFiles
 from sharflow.core.splits import TRAIN, SplitRules
 from sharflow.identity.voices import (
     LINKED_SPEAKER,
@@ -131,6 +143,28 @@ class HeldOut:
         self.hashes, self.owners, self.times = h[order], o[order], t[order]
         self._chunks = []
 
+    def save(self, files: IdentityIndexFiles) -> dict:
+        """Write the frozen index (its arrays and records) for the check parts; the {span: record} and
+        {utterance: record} keys, for the index's summary."""
+        with atomic_file(files.index, "wb") as f:
+            np.savez(f, hashes=self.hashes, owners=self.owners, times=self.times, sizes=self.sizes)
+        with atomic_file(files.held_out, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(item, ensure_ascii=False) + "\n" for item in self.items)
+        return {"spans": self.spans, "utterances": self.utterances}
+
+    @classmethod
+    def load(cls, files: IdentityIndexFiles, keys: Mapping) -> "HeldOut":
+        """The index `save` wrote, with its keys (the summary's)."""
+        held = cls()
+        with np.load(files.index) as arrays:
+            held.hashes, held.owners, held.times, held.sizes = (
+                arrays[k] for k in ("hashes", "owners", "times", "sizes")
+            )
+        with open(files.held_out, encoding="utf-8") as f:
+            held.items = [json.loads(line) for line in f]
+        held.spans, held.utterances = dict(keys["spans"]), dict(keys["utterances"])
+        return held
+
     @property
     def nbytes(self) -> int:
         return sum(a.nbytes for a in (self.hashes, self.owners, self.times, self.sizes))
@@ -172,19 +206,48 @@ def link_identities(
     out_stats: str,
     voices: VoiceRules | None = None,
     decisions: str | None = None,
+    check_parts: int = 1,
 ) -> dict:
-    """Index every dataset's held-out records, link speakers to held-out unseen ones (by id, by the
-    config, and with `voices` enabled by voice; the decisions file `decisions`, if given, is read,
-    then rewritten), stream every train record past them, find exact duplicates within train, and
-    write the links (one line per linked train record) and stats (per reason and dataset pair,
-    examples, speaker links)."""
+    """The identity stage's three jobs in this process, in a temporary folder beside `out_links`:
+    index_identities, `check_parts` check_identities, merge_identities. Returns the stats."""
+    _check_rules(datasets, rules)
+    folder = Path(out_links).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".identity.", dir=folder) as tmp:
+        index = IdentityIndexFiles(
+            *(f"{tmp}/{n}" for n in ("held.npz", "held.jsonl", "firsts.npy", "index.json"))
+        )
+        index_identities(datasets, rules=rules, out=index, voices=voices, decisions=decisions)
+        checks = [IdentityCheckFiles(f"{tmp}/{p}.jsonl", f"{tmp}/{p}.stats.json") for p in range(check_parts)]
+        for p, out in enumerate(checks):
+            check_identities(datasets, index=index, part=p, parts=check_parts, rules=rules, out=out)
+        return merge_identities(index.summary, checks, rules=rules, out_links=out_links, out_stats=out_stats)
+
+
+def _check_rules(datasets: Mapping[str, DatasetIdentity], rules: MatchRules) -> None:
     if rules.train_duplicates not in DUPLICATE_ACTIONS:
         raise SharflowError(
             f"identity.train_duplicates must be one of {DUPLICATE_ACTIONS}, got {rules.train_duplicates!r}"
         )
+    _Records(datasets)  # each dataset's splits block, read (a bad one names its key)
+
+
+def index_identities(
+    datasets: Mapping[str, DatasetIdentity],
+    *,
+    rules: MatchRules,
+    out: IdentityIndexFiles,
+    voices: VoiceRules | None = None,
+    decisions: str | None = None,
+) -> dict:
+    """The identity index job, over every dataset: index the held-out records' fingerprints and keys,
+    find the train records' first copies (duplicates within train, by sample digest), link speakers
+    to held-out unseen ones (by id, by the config, and with `voices` enabled by voice; the decisions
+    file `decisions`, if given, is read, then rewritten), and write what the check parts read.
+    Returns the summary."""
+    _check_rules(datasets, rules)
     start = time.perf_counter()
-    records = _Records(datasets)
-    held, train, digests, speakers = records.index()
+    held, train, digests, speakers = _Records(datasets).index()
     first_of = _first_copies(np.frombuffer(digests, dtype=np.uint64))
     voices = voices or VoiceRules(enabled=False)  # speakers are still linked by id and confirm
     pairs = link_speakers(speakers, voices, read_decisions(decisions))
@@ -197,43 +260,125 @@ def link_identities(
         sum(train.values()),
         sum(p["linked"] for p in pairs),
     )
-    tally = _write_links(records.links(held, first_of, rules, linked_speakers(pairs)), out_links, train)
+    keys = held.save(out)
+    with atomic_file(out.firsts, "wb") as f:
+        np.save(f, first_of)
     if decisions:
         write_decisions(decisions, pairs)
-    stats = {
+    summary = {
         "datasets": sorted(datasets),
         "held_out": len(held.items),
         "held_out_hashes": int(len(held.hashes)),
         "index_mb": round(held.nbytes / 1e6, 3),
         "train_checked": dict(sorted(train.items())),
+        "speakers": speaker_stats(speakers, voices, pairs),
+        "linked_speakers": [[*key, link] for key, link in sorted(linked_speakers(pairs).items())],
+        **keys,
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+    write_json(out.summary, summary)
+    _warn_drifted(pairs)
+    return summary
+
+
+def check_identities(
+    datasets: Mapping[str, DatasetIdentity],
+    *,
+    index: IdentityIndexFiles,
+    part: int,
+    parts: int,
+    rules: MatchRules,
+    out: IdentityCheckFiles,
+) -> dict:
+    """An identity check part: the train records numbered from `part` / `parts` of them to the next
+    part's first (every dataset's, by dataset name and line), each looked up in the held-out index
+    (the same audio, the same sound, the same utterance, a linked speaker, else a duplicate within
+    train); their link rows and the part's counts written. Parts run side by side: a query's cost
+    grows with the held-out set. Returns the part's stats."""
+    start = time.perf_counter()
+    summary = read_json(index.summary)
+    total = sum(summary["train_checked"].values())
+    first, last = total * part // parts, total * (part + 1) // parts
+    held = HeldOut.load(index, summary)
+    first_of = np.load(index.firsts)
+    speakers = {(d, s): link for d, s, link in summary["linked_speakers"]}
+    rows = _Records(datasets).links(held, first_of, rules, speakers, first, last)
+    tally = _Tally()
+    with (
+        atomic_file(out.links, "w", encoding="utf-8") as f,
+        tqdm(total=last - first, desc=f"identity check {part}", unit="utt", mininterval=5) as bar,
+    ):
+        for row in rows:
+            bar.update()
+            if row is not None:
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                tally.add(row)
+    stats = {
+        "part": part,
+        "parts": parts,
+        "first": first,
+        "records": last - first,
+        **tally.state(),
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+    write_json(out.stats, stats)
+    log.info(
+        "identity check %d of %d: %d train records checked, links %s",
+        part,
+        parts,
+        last - first,
+        dict(tally.by_reason),
+    )
+    return stats
+
+
+def merge_identities(
+    summary: str,
+    checks: list[IdentityCheckFiles],
+    *,
+    rules: MatchRules,
+    out_links: str,
+    out_stats: str,
+) -> dict:
+    """Join the check parts' links, in order, into the links every splits job reads (one line per
+    linked train record, by dataset and line), checking that the parts cover every train record
+    once; write the stats (per reason and dataset pair, examples, speaker links), with the index
+    job's (its `summary`). Returns them."""
+    summary = read_json(summary)
+    tally, expected = _Tally(), 0
+    for files in checks:
+        part = read_json(files.stats)
+        if part["first"] != expected:
+            raise SharflowError(
+                f"{files.stats}: identity part {part['part']} starts at train record {part['first']}, not "
+                f"{expected}: the identity parts are out of date; rerun with --forcerun identity_check"
+            )
+        expected += part["records"]
+        tally.absorb(part)
+    train = sum(summary["train_checked"].values())
+    if expected != train:
+        raise SharflowError(
+            f"the identity parts checked {expected} train records of {train}: "
+            "rerun with --forcerun identity_check"
+        )
+    with atomic_file(out_links, "wb") as out:
+        for files in checks:
+            with open(files.links, "rb") as f:
+                shutil.copyfileobj(f, out)
+    stats = {
+        **{k: summary[k] for k in ("datasets", "held_out", "held_out_hashes", "index_mb", "train_checked")},
         "links": sum(tally.by_reason[r] for r in HELD_OUT_REASONS),
         "by_reason": {r: tally.by_reason[r] for r in REASONS},
         "by_dataset_pair": dict(sorted(tally.by_pair.items())),
         "train_duplicates": {"found": tally.by_reason[DUPLICATE], "action": rules.train_duplicates},
         "examples": tally.examples,
         "rules": {"min_score": rules.min_score, "min_matched": rules.min_matched},
-        "speakers": speaker_stats(speakers, voices, pairs),
-        "seconds": round(time.perf_counter() - start, 3),
+        "speakers": summary["speakers"],
+        "seconds": round(summary["seconds"] + sum(read_json(c.stats)["seconds"] for c in checks), 3),
     }
     write_json(out_stats, stats)
     log.info("identity: links %s, duplicates within train: %s", dict(tally.by_reason), rules.train_duplicates)
-    _warn_drifted(pairs)
     return stats
-
-
-def _write_links(rows: Iterator[dict | None], out_links: str, train: Counter) -> "_Tally":
-    """Write each train record's link row (None: not linked) and count them."""
-    tally = _Tally()
-    with (
-        atomic_file(out_links, "w", encoding="utf-8") as out,
-        tqdm(total=sum(train.values()), desc="identity", unit="utt", mininterval=5) as bar,
-    ):
-        for row in rows:
-            bar.update()
-            if row is not None:
-                out.write(json.dumps(row, ensure_ascii=False) + "\n")
-                tally.add(row)
-    return tally
 
 
 def _warn_drifted(pairs: list[dict]) -> None:
@@ -292,6 +437,17 @@ class _Tally:
         if len(self.examples[reason]) < EXAMPLES:
             self.examples[reason].append(row)
 
+    def state(self) -> dict:
+        """What a check part counted (absorb adds it to the merge's)."""
+        return {"by_reason": dict(self.by_reason), "by_pair": dict(self.by_pair), "examples": self.examples}
+
+    def absorb(self, state: Mapping) -> None:
+        """Add a part's counts (the parts in order: the first examples of each reason stay)."""
+        self.by_reason.update(state["by_reason"])
+        self.by_pair.update(state["by_pair"])
+        for reason, rows in state["examples"].items():
+            self.examples[reason] = (self.examples[reason] + rows)[:EXAMPLES]
+
 
 class _Records:
     """Every dataset's identity entries with their splits, streamed twice: to index, then to link."""
@@ -300,7 +456,7 @@ class _Records:
         self.datasets = datasets
         self.rules = {n: SplitRules.from_config(d.rules, f"datasets.{n}.splits") for n, d in datasets.items()}
 
-    def __iter__(self) -> Iterator[tuple[str, dict, np.ndarray, str, np.ndarray | None]]:
+    def __iter__(self) -> Iterator[tuple[str, dict, "_Run", str, np.ndarray | None]]:
         for name in sorted(self.datasets):
             for entry, hashes, voice in _entries(self.datasets[name]):
                 split = self.rules[name].split(
@@ -318,15 +474,16 @@ class _Records:
                 train[name] += 1
                 digests.append(int(entry["digest"], 16))
             else:
-                held.add(name, entry, split, hashes)
+                held.add(name, entry, split, hashes.read())
         held.freeze()
         return held, train, digests, voices
 
     def links(
-        self, held: HeldOut, first_of: np.ndarray, rules: MatchRules, speakers: Mapping
+        self, held: HeldOut, first_of: np.ndarray, rules: MatchRules, speakers: Mapping, first: int, last: int
     ) -> Iterator[dict | None]:
-        """Each train record's link row (held-out match first, else a duplicate), or None;
-        `speakers`: {(dataset, speaker id): link} of the speakers linked to held-out unseen ones."""
+        """The link row (held-out match first, else a duplicate), or None, of each train record
+        numbered `first` to `last` (not included); `speakers`: {(dataset, speaker id): link} of the
+        speakers linked to held-out unseen ones."""
         firsts: dict[int, dict] = {}  # train record number -> where, of the first copies of duplicates
         wanted = set(first_of[first_of >= 0].tolist())
         n = -1
@@ -334,8 +491,12 @@ class _Records:
             if split != TRAIN:
                 continue
             n += 1
+            if n >= last:
+                return
             if n in wanted:
                 firsts[n] = {**_where(name, entry), "split": TRAIN}
+            if n < first:
+                continue
             link = _link(entry, hashes, held, rules)
             if link is not None:
                 reason, owner, score = link
@@ -374,11 +535,11 @@ def _first_copies(digests: np.ndarray) -> np.ndarray:
     return first
 
 
-def _link(entry: dict, hashes: np.ndarray, held: HeldOut, rules: MatchRules) -> tuple[str, int, float] | None:
+def _link(entry: dict, hashes: "_Run", held: HeldOut, rules: MatchRules) -> tuple[str, int, float] | None:
     """(reason, held-out record, score) of a train record's first link, or None."""
     if entry["span"] in held.spans:
         return SAME_AUDIO, held.spans[entry["span"]], 1.0
-    best = held.best(hashes, rules)
+    best = held.best(hashes.read(), rules)
     if best is not None:
         return SAME_CONTENT, best[0], best[1]
     if entry.get("utterance") in held.utterances:
@@ -386,19 +547,56 @@ def _link(entry: dict, hashes: np.ndarray, held: HeldOut, rules: MatchRules) -> 
     return None
 
 
-def _entries(ds: DatasetIdentity) -> Iterator[tuple[dict, np.ndarray, np.ndarray | None]]:
-    """(index entry, fingerprint, voice or None) of every decodable record of a dataset, in part
-    and line order."""
+class _Rows:
+    """A part's .npy of rows (fingerprint hashes, voices), read a run of rows at a time. Not mapped:
+    a mapped file's pages stay in the job's RSS once touched (~8 KB a record of hashes), and the
+    jobs touch every record's; read, each run is freed when its record has passed."""
+
+    def __init__(self, path: str):
+        self.file = open(path, "rb")  # noqa: SIM115 (closed by close())
+        version = np.lib.format.read_magic(self.file)
+        header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+        _, _, self.dtype = header[version](self.file)
+        self.offset = self.file.tell()
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        if not self.dtype.itemsize:  # rows of nothing (the voices of a part without voices)
+            return np.zeros(count, self.dtype)
+        self.file.seek(self.offset + start * self.dtype.itemsize)
+        return np.fromfile(self.file, self.dtype, count)
+
+    def close(self) -> None:
+        self.file.close()
+
+
+class _Run:
+    """A record's fingerprint, read when asked (read()): a check part reads only its own records'."""
+
+    def __init__(self, rows: _Rows, start: int, count: int):
+        self.rows, self.start, self.count = rows, start, count
+
+    def read(self) -> np.ndarray:
+        return self.rows.read(self.start, self.count)
+
+
+def _entries(ds: DatasetIdentity) -> Iterator[tuple[dict, _Run, np.ndarray | None]]:
+    """(index entry, its fingerprint to read, voice or None) of every decodable record of a dataset,
+    in part and line order."""
     for index, hashes_file, *voices_file in ds.parts:
-        hashes = np.load(hashes_file, mmap_mode="r")
-        voices = np.load(voices_file[0], mmap_mode="r")["voice"] if voices_file else None
-        with open(index, encoding="utf-8") as f:
-            for row, text in enumerate(f):
-                entry = json.loads(text)
-                if "error" in entry:
-                    continue  # undecodable: quality rejects it, nothing to compare
-                voice = np.asarray(voices[row]) if voices is not None else None
-                yield entry, np.asarray(hashes[entry["start"] : entry["start"] + entry["hashes"]]), voice
+        hashes = _Rows(hashes_file)
+        voices = _Rows(voices_file[0]) if voices_file else None
+        try:
+            with open(index, encoding="utf-8") as f:
+                for row, text in enumerate(f):
+                    entry = json.loads(text)
+                    if "error" in entry:
+                        continue  # undecodable: quality rejects it, nothing to compare
+                    voice = voices.read(row, 1)[0]["voice"] if voices is not None else None
+                    yield entry, _Run(hashes, entry["start"], entry["hashes"]), voice
+        finally:
+            hashes.close()
+            if voices is not None:
+                voices.close()
 
 
 def _where(dataset: str, entry: dict) -> dict:

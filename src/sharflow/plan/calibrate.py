@@ -68,8 +68,9 @@ def calibration_config(config: dict, samples: dict[str, str], cwd: str | Path) -
             recordings=None,
         )
     for section in PART_SECTIONS:
-        if "parts" in out.get(section, {}):
-            out[section]["parts"] = 1
+        for key in ("parts", "check_parts"):
+            if key in out.get(section, {}):
+                out[section][key] = 1
     out["publish"]["url"] = None
     out["training"]["path_prefix"] = None
     return out

@@ -1,13 +1,13 @@
 """The critical path: the jobs a run goes through one after another, and the wall time they add up to.
 
-Most of a run's work is in jobs that run side by side (the text, quality, identity and context parts, the
-shar and codes jobs): more nodes make those shorter. What more nodes cannot shorten is the spine of
-the DAG, the jobs that each wait for the one before and see a whole dataset (or every dataset):
-prepare, the merges, the plans, identity, splits, the catalog, verify, the report. Their
-predicted job wall times (the plan's, for the user's corpus) summed along the spine bound the run's
-wall time from below, whatever the cluster. At each step, jobs that run side by side on the spine
-(the codes merge and the shar merge; verify, the buckets and the card after the catalog) count as
-the longest of them.
+Most of a run's work is in jobs that run side by side (the text, quality, identity and context
+parts, the identity checks, the shar and codes jobs): more nodes make those shorter. What more
+nodes cannot shorten is the spine of the DAG, the jobs that each wait for the one before and see a
+whole dataset (or every dataset): prepare, the merges, the plans, the identity index, splits, the
+catalog, verify, the report. Their predicted job wall times (the plan's, for the user's corpus)
+summed along the spine bound the run's wall time from below, whatever the cluster. At each step,
+jobs that run side by side on the spine (the codes merge and the shar merge; verify, the buckets
+and the card after the catalog) count as the longest of them.
 """
 
 from sharflow.plan.model import RulePlan
@@ -18,7 +18,8 @@ SPINE: tuple[tuple[str, ...], ...] = (
     ("text_merge",),
     ("quality_merge",),
     ("quality_filter",),
-    ("identity",),
+    ("identity_index",),
+    ("identity_merge",),
     ("splits",),
     ("context_plan",),
     ("context_merge",),

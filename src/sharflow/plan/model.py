@@ -40,12 +40,13 @@ SHARD_RULE = re.compile(r"^(shar|codes)_(block\d*|tail\d|shard)$")
 ACTUAL = {"prepare", "recipe"}  # run in full before the calibration: measured, not extrapolated
 ONE_OFF = {"text_normalizer", "build_random_asr", "build_random_codec", "codec_model"}
 AUDIO = {"quality_part", "quality_part_cpu", "identity_part", "context_part", "verify"}
-PART_RULES = {
-    "text_part": "text",
-    "quality_part": "quality",
-    "quality_part_cpu": "quality",
-    "context_part": "context",
-    "identity_part": "identity",
+PART_RULES = {  # rule: (config section, its key of the part count)
+    "text_part": ("text", "parts"),
+    "quality_part": ("quality", "parts"),
+    "quality_part_cpu": ("quality", "parts"),
+    "context_part": ("context", "parts"),
+    "identity_part": ("identity", "parts"),
+    "identity_check": ("identity", "check_parts"),
 }
 GPU_RULES = {"quality_part", "context_part"}  # and the codes jobs (SHARD_RULE, codes_)
 STAGES = (
@@ -256,7 +257,8 @@ def full_jobs(rule: str, sample_jobs: int, dataset: str | None, config: dict, sh
     a part rule's configured parts, the shard jobs' blocks of shards_per_job over the dataset's Shar
     sets (their block, tail and single-shard jobs as one), the calibration's count for the others."""
     if rule in PART_RULES:
-        return config[PART_RULES[rule]]["parts"]
+        section, key = PART_RULES[rule]
+        return config[section][key]
     match = SHARD_RULE.match(rule) or re.match(r"^(shar|codes)_jobs$", rule)
     if match:
         per_job = config[match.group(1)]["shards_per_job"]
@@ -284,7 +286,15 @@ RSS_PER_RECORD = {
     "quality_merge": 0,
     "quality_filter": 0,
     "codes_merge": 0,
+    # over every dataset: the held-out fingerprints (~1,000 hashes a held-out record, 12 bytes each,
+    # and their sort) at 3 % held out, and 8 bytes a train record; a check part holds the index too
+    "identity_index": 1110,
+    "identity_check": 390,
+    "identity_merge": 20,
 }
+# Rules whose memory grows with the whole corpus, not with the share of it their job sees: every
+# identity check part holds the whole held-out index
+WHOLE_CORPUS_MEMORY = {"identity_check"}
 
 
 def predicted_peak_mb(rule: str, sample_peak_mb: float, sample_records: float, full_records: float) -> float:
@@ -384,7 +394,7 @@ def _plan_one(rule, jobs, small_jobs, scales, total, config, shards) -> RulePlan
                 rule,
                 max(j.peak_rss_mb for j in group),
                 scale.units("records", "sample") / len(group),
-                scale.units("records", "full") / max(1, n),
+                scale.units("records", "full") / (1 if rule in WHOLE_CORPUS_MEMORY else max(1, n)),
             ),
         )
     if rule.endswith("_jobs"):  # one shard's wall time; a job of each kind: fixed + its shards
