@@ -288,7 +288,7 @@ def get_text_normalizers(wildcards):
     return []
 
 
-# ---- parts of the quality and context stages -------------------------------------------------
+# ---- parts of the text, quality and context stages -------------------------------------------
 def get_part_files(stage, kind):
     """Input function: file `kind` (records, rejected, metrics, stats) of every part of `stage` (text,
     quality, context)."""
