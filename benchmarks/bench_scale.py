@@ -9,8 +9,8 @@ few percent held out (dev/test splits by speaker). Each job runs its own code (t
 that process reports its CPU seconds (user + system), wall seconds and peak RSS (VmHWM). The
 inputs are made once per size and kept for the jobs that read them.
 
-Jobs measured so far (not yet: prepare's and verify's metadata parts, the card, the evaluation
-sets, the report, the plan): `context_plan` (groups the
+Jobs measured so far (not yet: prepare's and verify's metadata parts, the evaluation sets, the
+report, the plan): `context_plan` (groups the
 records by speaker, bin-packs the groups), `shar_plan` (the seeded shuffle into shards and each
 job's inputs file), `buckets` (the catalog's durations and lengths into bucket bins), `catalog` (the
 shards' catalog fragments, made by the shar job's own code, merged into the dataset's catalog),
@@ -25,7 +25,8 @@ read in step from the identity parts, each audio file's size for its span key), 
 stage over every dataset: `identity_index` (the held-out records' fingerprints sorted into one
 index, the train records' first copies, the speakers), `identity_check` (one check part over every
 train record: each looked up in the index; up to 10^5 records here, MOST_RECORDS) and
-`identity_merge` (8 check parts' links joined, their counts summed). Their fingerprints are drawn
+`identity_merge` (8 check parts' links joined, their counts summed); and `dataset_card` (the
+catalog's columns, speakers and percentiles into DATASET.md). Their fingerprints are drawn
 from the demo's speech hashes (HASHES_PER_SECOND a second), so the index's posting lists are as
 long as speech makes them.
 
@@ -453,6 +454,20 @@ def write_fingerprints(folder: Path) -> None:
         np.save(out / f"part-{p:04d}.npy", hashes)
 
 
+def write_card_inputs(folder: Path) -> None:
+    """What the dataset card reads: the dataset's catalog (the shards' fragments merged by the catalog
+    job's own code), its buckets (the buckets job's) and verify's summary."""
+    from sharflow.dataset.buckets import write_buckets
+
+    card = folder / "card"
+    card.mkdir(exist_ok=True)
+    job_catalog(folder, card)
+    write_buckets(str(card / "catalog.parquet"), str(card / "buckets.yaml"), num_buckets=8, sub_buckets=2)
+    shards = len(list((folder / "shards").glob("*.stats.json")))
+    fields = ["cuts", "target_audio", "context_audio", "target_codes", "context_codes"]
+    (card / "verify.json").write_text(json.dumps({"shards": shards, "fields": fields}))
+
+
 def make_inputs(n: int, folder: Path) -> None:
     """Every input file the measured jobs read, for `n` records, in `folder` (kept: made once)."""
     done = folder / "inputs.done"
@@ -469,6 +484,7 @@ def make_inputs(n: int, folder: Path) -> None:
     write_identity_parts(folder / "with_context.jsonl", folder)
     write_fingerprints(folder)
     write_identity_checks(folder)
+    write_card_inputs(folder)
     done.write_text(str(n))
 
 
@@ -737,6 +753,19 @@ def job_identity_merge(folder: Path, out: Path) -> None:
     )
 
 
+def job_dataset_card(folder: Path, out: Path) -> None:
+    from sharflow.dataset.tables import write_dataset_card
+
+    card = folder / "card"
+    write_dataset_card(
+        "emilia",
+        catalog=str(card / "catalog.parquet"),
+        buckets=str(card / "buckets.yaml"),
+        verify=str(card / "verify.json"),
+        out=str(out / "DATASET.md"),
+    )
+
+
 def job_validation_ds(folder: Path, out: Path) -> None:
     from sharflow.dataset.training import write_input_cfg
 
@@ -773,6 +802,7 @@ JOBS = {
     "codes_merge": job_codes_merge,
     "input_cfg": job_input_cfg,
     "validation_ds": job_validation_ds,
+    "dataset_card": job_dataset_card,
     "identity_index": job_identity_index,
     "identity_check": job_identity_check,
     "identity_merge": job_identity_merge,
@@ -804,6 +834,7 @@ def run_job(name: str, folder: Path) -> dict:
     import sharflow.context.plan
     import sharflow.dataset.buckets
     import sharflow.dataset.catalog
+    import sharflow.dataset.tables
     import sharflow.dataset.training
     import sharflow.identity.links
     import sharflow.quality.filter

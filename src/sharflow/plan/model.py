@@ -279,6 +279,7 @@ RSS_PER_RECORD = {
     "context_plan": 20,
     "splits": 10,  # the speakers it has seen (per split)
     "input_cfg": 100,  # over every dataset: each train record's duration, for the bucket bins
+    "dataset_card": 150,  # four catalog columns and the speakers' table
     "text_merge": 0,
     "validation_ds": 0,
     "context_merge": 0,
