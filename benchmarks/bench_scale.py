@@ -10,23 +10,24 @@ that process reports its CPU seconds (user + system), wall seconds and peak RSS 
 inputs are made once per size and kept for the jobs that read them.
 
 Jobs measured so far (not yet: prepare's and verify's metadata parts, the evaluation sets, the
-report, the plan): `context_plan` (groups the records by speaker, bin-packs the groups), `shar_plan` (the seeded shuffle into shards and each
-job's inputs file), `buckets` (the catalog's durations and lengths into bucket bins), `catalog` (the
-shards' catalog fragments, made by the shar job's own code, merged into the dataset's catalog),
-`shar_merge` (the shards' stats summed, their rejects gathered, records in = out + rejected),
-`context_merge` (the context parts' keyed records merged k-way into with_context.jsonl, by split),
-`quality_merge` (the parts' metrics in line order), `quality_filter` (records and metrics read in
-step, thresholds applied), `codes_merge` (the codes shards' stats summed), `input_cfg` (the train
-catalog's durations into weighted bucket bins and NeMo's dataloader config), `validation_ds` (the
-same for the held-out sets, without bins), `text_merge` (the text parts joined in order, their
-counts summed) and `splits` (each record's split by speaker and utterance hash, its identity fields
-read in step from the identity parts, each audio file's size for its span key), and the identity
-stage over every dataset: `identity_index` (the held-out records' fingerprints sorted into one
-index, the train records' first copies, the speakers), `identity_check` (one check part over every
-train record: each looked up in the index; up to 10^5 records here, MOST_RECORDS) and
-`identity_merge` (8 check parts' links joined, their counts summed), whose fingerprints are drawn
-from the demo's speech hashes (HASHES_PER_SECOND a second; demo_hash_draw says how); and
-`dataset_card` (the catalog's columns, speakers and percentiles into DATASET.md).
+report, the plan): `context_plan` (groups the records by speaker, bin-packs the groups), `shar_plan`
+(the seeded shuffle into shards and each job's inputs file), `buckets` (the catalog's durations and
+lengths into bucket bins), `catalog` (the shards' catalog fragments, made by the shar job's own
+code, merged into the dataset's catalog), `shar_merge` (the shards' stats summed, their rejects
+gathered, records in = out + rejected), `context_merge` (the context parts' keyed records merged
+k-way into with_context.jsonl, by split), `quality_merge` (the parts' metrics in line order),
+`quality_filter` (records and metrics read in step, thresholds applied), `codes_merge` (the codes
+shards' stats summed), `input_cfg` (the train catalog's durations into weighted bucket bins and
+NeMo's dataloader config), `validation_ds` (the same for the held-out sets, without bins),
+`text_merge` (the text parts joined in order, their counts summed) and `splits` (each record's split
+by speaker and utterance hash, its identity fields read in step from the identity parts, each audio
+file's size for its span key), and the identity stage over every dataset: `identity_index` (the
+held-out records' fingerprints sorted into one index, the train records' first copies, the
+speakers), `identity_check` (one check part over every train record: each looked up in the index; up
+to 10^5 records here, MOST_RECORDS) and `identity_merge` (8 check parts' links joined, their counts
+summed), whose fingerprints are drawn from the demo's speech hashes (HASHES_PER_SECOND a second;
+demo_hash_draw says how); and `dataset_card` (the catalog's columns, speakers and percentiles into
+DATASET.md).
 
 Printed per job and size: records, wall, the job's CPU-µs per record (after its imports), the
 process's peak RSS and the job's own part of it (above the RSS before the job), the growth of CPU per
