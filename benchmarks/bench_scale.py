@@ -673,9 +673,7 @@ def job_identity_index(folder: Path, out: Path) -> None:
     from sharflow.core.layout import IdentityIndexFiles
     from sharflow.identity.links import MatchRules, index_identities
 
-    files = IdentityIndexFiles(
-        *(str(out / n) for n in ("held.npz", "held.jsonl", "firsts.npy", "index.json"))
-    )
+    files = IdentityIndexFiles.under(out)
     index_identities(identity_datasets(folder), rules=MatchRules(), out=files)
 
 
@@ -684,9 +682,7 @@ def identity_index(folder: Path):
     from sharflow.core.layout import IdentityIndexFiles
 
     index = folder / "identity_index"
-    return IdentityIndexFiles(
-        *(str(index / n) for n in ("held.npz", "held.jsonl", "firsts.npy", "index.json"))
-    )
+    return IdentityIndexFiles.under(index)
 
 
 def write_identity_checks(folder: Path) -> None:

@@ -236,9 +236,7 @@ def test_the_identity_merge_refuses_check_parts_out_of_order_or_missing(tmp_path
     records, root, _ = demo_dataset(tmp_path)
     _, files = identity_part(tmp_path / "part", records, root)
     datasets = {"demo": DatasetIdentity([files[:2]], DEMO_SPLITS)}
-    index = IdentityIndexFiles(
-        *(str(tmp_path / n) for n in ("held.npz", "held.jsonl", "firsts.npy", "index.json"))
-    )
+    index = IdentityIndexFiles.under(tmp_path)
     summary = index_identities(datasets, rules=MatchRules(), out=index)
     train = sum(summary["train_checked"].values())
     checks = [IdentityCheckFiles(str(tmp_path / f"{p}.jsonl"), str(tmp_path / f"{p}.json")) for p in range(2)]

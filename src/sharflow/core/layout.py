@@ -253,6 +253,11 @@ class IdentityIndexFiles(Outputs):
     firsts: str
     summary: str
 
+    @classmethod
+    def under(cls, folder) -> "IdentityIndexFiles":
+        """The index job's files in `folder`."""
+        return cls(*(f"{folder}/{name}" for name in ("held.npz", "held.jsonl", "firsts.npy", "index.json")))
+
 
 @dataclass(frozen=True)
 class IdentityCheckFiles(Outputs):
@@ -545,9 +550,7 @@ def text_normalizer(language: str) -> str:
 
 
 IDENTITY_LINKS = f"{RESULTS}/identity/links.jsonl"  # train records linked to held-out ones, all datasets
-IDENTITY_INDEX = IdentityIndexFiles(
-    *(f"{RESULTS}/identity/index/{name}" for name in ("held.npz", "held.jsonl", "firsts.npy", "index.json"))
-)
+IDENTITY_INDEX = IdentityIndexFiles.under(f"{RESULTS}/identity/index")
 
 
 def identity_check(part: int | str) -> IdentityCheckFiles:

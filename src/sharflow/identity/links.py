@@ -214,9 +214,7 @@ def link_identities(
     folder = Path(out_links).parent
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".identity.", dir=folder) as tmp:
-        index = IdentityIndexFiles(
-            *(f"{tmp}/{n}" for n in ("held.npz", "held.jsonl", "firsts.npy", "index.json"))
-        )
+        index = IdentityIndexFiles.under(tmp)
         index_identities(datasets, rules=rules, out=index, voices=voices, decisions=decisions)
         checks = [IdentityCheckFiles(f"{tmp}/{p}.jsonl", f"{tmp}/{p}.stats.json") for p in range(check_parts)]
         for p, out in enumerate(checks):
@@ -345,7 +343,7 @@ def merge_identities(
     once; write the stats (per reason and dataset pair, examples, speaker links), with the index
     job's (its `summary`). Returns them."""
     summary = read_json(summary)
-    tally, expected = _Tally(), 0
+    tally, expected, seconds = _Tally(), 0, summary["seconds"]
     for files in checks:
         part = read_json(files.stats)
         if part["first"] != expected:
@@ -355,6 +353,7 @@ def merge_identities(
             )
         expected += part["records"]
         tally.absorb(part)
+        seconds += part["seconds"]
     train = sum(summary["train_checked"].values())
     if expected != train:
         raise SharflowError(
@@ -374,7 +373,7 @@ def merge_identities(
         "examples": tally.examples,
         "rules": {"min_score": rules.min_score, "min_matched": rules.min_matched},
         "speakers": summary["speakers"],
-        "seconds": round(summary["seconds"] + sum(read_json(c.stats)["seconds"] for c in checks), 3),
+        "seconds": round(seconds, 3),
     }
     write_json(out_stats, stats)
     log.info("identity: links %s, duplicates within train: %s", dict(tally.by_reason), rules.train_duplicates)
