@@ -10,7 +10,7 @@ that process reports its CPU seconds (user + system), wall seconds and peak RSS 
 inputs are made once per size and kept for the jobs that read them.
 
 Jobs measured so far (not yet: prepare's and verify's metadata parts, the evaluation sets, the
-report, the plan): `context_plan` (groups the records by speaker, bin-packs the groups), `shar_plan`
+report): `context_plan` (groups the records by speaker, bin-packs the groups), `shar_plan`
 (the seeded shuffle into shards and each job's inputs file), `buckets` (the catalog's durations and
 lengths into bucket bins), `catalog` (the shards' catalog fragments, made by the shar job's own
 code, merged into the dataset's catalog), `shar_merge` (the shards' stats summed, their rejects
@@ -23,11 +23,13 @@ NeMo's dataloader config), `validation_ds` (the same for the held-out sets, with
 by speaker and utterance hash, its identity fields read in step from the identity parts, each audio
 file's size for its span key), and the identity stage over every dataset: `identity_index` (the
 held-out records' fingerprints sorted into one index, the train records' first copies, the
-speakers), `identity_check` (one check part over every train record: each looked up in the index; up
-to 10^5 records here, MOST_RECORDS) and `identity_merge` (8 check parts' links joined, their counts
-summed), whose fingerprints are drawn from the demo's speech hashes (HASHES_PER_SECOND a second;
-demo_hash_draw says how); and `dataset_card` (the catalog's columns, speakers and percentiles into
-DATASET.md).
+speakers), `identity_check` (one check part over every train record: each looked up in the index;
+it prints how many of the planted copies of held-out records it found) and `identity_merge` (8
+check parts' links joined, their counts summed), whose fingerprints are drawn from the demo's
+speech hashes (HASHES_PER_SECOND a second; demo_hash_draw says how); `dataset_card` (the
+catalog's columns, speakers and percentiles into DATASET.md); and `calibration_sample` (the cost
+plan's sample of whole speakers, drawn from the records in three passes; the plan's other job reads
+the calibration's logs, not the records).
 
 Printed per job and size: records, wall, the job's CPU-µs per record (after its imports), the
 process's peak RSS and the job's own part of it (above the RSS before the job), the growth of CPU per
@@ -383,12 +385,13 @@ IDENTITY_SPLITS = {
 
 def demo_hash_draw() -> list[tuple[np.ndarray, np.ndarray]]:
     """What synthetic fingerprints are drawn from: the landmark hashes of the demo's speech (every
-    demo clip fingerprinted) as two independent parts, the first peak's frequency bin and the
-    (frequency step, time step) pair, each with its shares. Drawn whole, the demo's 56 clips would
-    give only ~18,000 distinct hashes (1 in ~17,000 pairs of draws collide: the posting lists of
-    seven speakers' 56 sentences, far longer than a large corpus's); drawn in two parts, 1 in
-    ~380,000. Common hashes stay common, so the index's posting lists grow as speech makes them;
-    how long they are in a real corpus of millions is not measured here."""
+    demo clip fingerprinted) as two independent parts, the anchor peak's frequency bin and a pair's
+    (frequency step, time step), each with its shares. Drawn whole, the demo's 56 clips would give
+    only ~18,000 distinct hashes (1 in ~17,000 pairs of draws collide: the posting lists of seven
+    speakers' 56 sentences, far longer than a large corpus's); drawn in two parts, 1 in ~380,000.
+    Common hashes stay common, so the index's posting lists grow as speech makes them; how long they
+    are in a real corpus of millions is not measured here. An anchor's FANOUT steps are drawn apart
+    too, so its triplets are rarer than real speech makes them (its steps are not independent)."""
     import soundfile as sf
 
     from sharflow.identity.fingerprint import fingerprint
@@ -405,52 +408,127 @@ def demo_hash_draw() -> list[tuple[np.ndarray, np.ndarray]]:
     return draws
 
 
+def planted_copy(run: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A copy of a fingerprint as a lossy encode and a trim leave it: 30 % of its anchor peaks lost,
+    a fifth of the rest's pairs lost and a fifth with a time step one frame off (a moved partner),
+    each anchor a frame early or late at random, every time shifted by the trim (up to 200 frames),
+    and a third as many new anchors' pairs (new peaks). Its own pairs score ~0.3 against the
+    original (fingerprint.match), as an Opus or MP3 copy's do."""
+    from sharflow.identity.fingerprint import HASH_DTYPE
+
+    times = np.unique(run["time"])
+    kept = times[rng.random(len(times)) >= 0.3]
+    shift = dict(
+        zip(kept.tolist(), (rng.integers(-1, 2, len(kept)) + rng.integers(0, 200)).tolist(), strict=True)
+    )
+    mine = run[np.isin(run["time"], kept) & (rng.random(len(run)) >= 0.2)].copy()
+    moved = rng.random(len(mine)) < 0.2
+    dt = (mine["hash"] & 127).astype(np.int64)
+    mine["hash"][moved] = (mine["hash"][moved] & ~np.uint32(127)) | np.clip(
+        dt[moved] + rng.choice([-1, 1], moved.sum()), 1, 63
+    ).astype(np.uint32)
+    mine["time"] = [t + shift[t] for t in mine["time"].tolist()]
+    extra = run[rng.integers(0, len(run), len(run) // 3)].copy()
+    extra["time"] = rng.integers(0, max(1, int(run["time"].max())), len(extra))
+    out = np.concatenate([mine, extra]).astype(HASH_DTYPE)
+    return np.sort(out, order=("hash", "time"))
+
+
+COPY_EVERY = 20  # one train record in 20 is a planted copy of a held-out record (identity_check finds it)
+
+
 def write_fingerprints(folder: Path) -> None:
     """The identity parts' files as their jobs leave them for the identity jobs (CONTEXT_PARTS parts):
-    each record's entry (span, speaker, utterance and sample digest keys) and HASHES_PER_SECOND
-    hashes a second drawn from the demo's speech at increasing frame times (so distinct records do
-    not match: no offset holds their hashes together), no voices. The records are those of
+    each record's entry (span, speaker, utterance and sample digest keys) and about HASHES_PER_SECOND
+    hashes a second, FANOUT pairs to an anchor peak, drawn from the demo's speech at increasing frame
+    times (so distinct records do not match: no offset holds their hashes together), no voices. One
+    train record in COPY_EVERY is a copy of a held-out record of its part before it (planted_copy),
+    listed in planted.jsonl: the links identity_check must find. The records are those of
     write_identity_parts (files on disk: their spans' keys)."""
-    from sharflow.identity.part import HASH_DTYPE
+    from sharflow.core.splits import TRAIN, SplitRules
+    from sharflow.identity.fingerprint import FANOUT, HASH_DTYPE
 
     rng = np.random.default_rng(2)
     (bins, bin_shares), (steps, step_shares) = demo_hash_draw()
+    rules = SplitRules.from_config(IDENTITY_SPLITS)
     out = folder / "fingerprints"
     out.mkdir(parents=True, exist_ok=True)
     with open(folder / "identity" / "records.jsonl", encoding="utf-8") as f:
         records = [json.loads(line) for line in f]
     bounds = np.linspace(0, len(records), CONTEXT_PARTS + 1).astype(int)
-    for p in range(CONTEXT_PARTS):
-        mine = records[bounds[p] : bounds[p + 1]]
-        counts = [round(HASHES_PER_SECOND * r["duration"]) for r in mine]
-        hashes = np.zeros(sum(counts), HASH_DTYPE)
-        hashes["hash"] = rng.choice(bins, len(hashes), p=bin_shares) | rng.choice(
-            steps, len(hashes), p=step_shares
-        )
-        start = 0
-        with open(out / f"part-{p:04d}.jsonl", "w", encoding="utf-8") as index:
-            for line, (r, count) in enumerate(zip(mine, counts, strict=True), start=int(bounds[p]) + 1):
-                run = hashes[start : start + count]
-                run["time"] = np.sort(rng.integers(0, round(r["duration"] * 125), count))  # 8 ms frames
-                run.sort(order=("hash", "time"))
+    with open(out / "planted.jsonl", "w", encoding="utf-8") as planted:
+        for p in range(CONTEXT_PARTS):
+            mine = records[bounds[p] : bounds[p + 1]]
+            anchors = [max(1, round(HASHES_PER_SECOND * r["duration"] / FANOUT)) for r in mine]
+            drawn = np.zeros(sum(anchors) * FANOUT, HASH_DTYPE)
+            drawn["hash"] = np.repeat(rng.choice(bins, sum(anchors), p=bin_shares), FANOUT) | partner_steps(
+                rng, sum(anchors), steps, step_shares
+            )
+            runs, held, start = [], [], 0
+            for line, (r, count) in enumerate(zip(mine, anchors, strict=True), start=int(bounds[p]) + 1):
+                run = drawn[start * FANOUT : (start + count) * FANOUT]
+                start += count
+                at = np.sort(rng.integers(0, round(r["duration"] * 125), count))  # 8 ms frames
+                run["time"] = np.repeat(at, FANOUT)
                 speaker = r["speaker"].rsplit(":", 1)[1].rstrip(" |")
                 size = (folder / r["audio_filepath"]).stat().st_size
-                entry = {
-                    "line": line,
-                    "audio_filepath": r["audio_filepath"],
-                    "offset": r["offset"],
-                    "duration": r["duration"],
-                    "speaker": speaker,
-                    "who": speaker,
-                    "span": f"{Path(r['audio_filepath']).name}:{size}:{r['offset']:.3f}:{r['duration']:.3f}",
-                    "utterance": f"{speaker}:{line}",
-                    "digest": f"{rng.integers(0, 2**63):016x}",
-                    "hashes": count,
-                    "start": start,
-                }
-                index.write(json.dumps(entry) + "\n")
-                start += count
-        np.save(out / f"part-{p:04d}.npy", hashes)
+                span = f"{Path(r['audio_filepath']).name}:{size}:{r['offset']:.3f}:{r['duration']:.3f}"
+                where = {"audio_filepath": r["audio_filepath"], "offset": r["offset"]}
+                if rules.split(speaker, r["audio_filepath"], span, speaker) != TRAIN:
+                    held.append((run, where))
+                elif held and line % COPY_EVERY == 0:
+                    source, origin = held[int(rng.integers(0, len(held)))]
+                    run = planted_copy(source, rng)
+                    planted.write(json.dumps({"copy": where, "of": origin}) + "\n")
+                runs.append((np.sort(run, order=("hash", "time")), line, r, speaker, span))
+            write_fingerprint_part(out, p, runs, rng)
+
+
+def partner_steps(
+    rng: np.random.Generator, anchors: int, steps: np.ndarray, shares: np.ndarray
+) -> np.ndarray:
+    """FANOUT (frequency step, time step) hash parts for each of `anchors` anchor peaks, drawn with
+    `shares`, anchor by anchor (flat), as real partners are: peaks, so no two of one anchor within
+    the peak neighbourhood of each other (NEIGHBOURHOOD: 9 bins and 12 frames either way), where the
+    spectrogram has one local maximum (in the demo's speech 26 of 18,684 partner pairs are, ties).
+    Drawn as they come, an anchor's partners would now and then share a step or be a frame apart:
+    at 10^6 records most lookups then found candidates that real speech does not make."""
+    from sharflow.identity.fingerprint import FANOUT, NEIGHBOURHOOD
+
+    near_f, near_t = NEIGHBOURHOOD[0] // 2, NEIGHBOURHOOD[1] // 2
+    drawn = rng.choice(steps, (anchors, FANOUT), p=shares)
+    while True:
+        df, dt = (drawn >> 7).astype(np.int64), (drawn & 127).astype(np.int64)
+        close = np.zeros(drawn.shape, bool)
+        for j in range(FANOUT):
+            for k in range(j + 1, FANOUT):
+                close[:, k] |= (abs(df[:, j] - df[:, k]) <= near_f) & (abs(dt[:, j] - dt[:, k]) <= near_t)
+        if not close.any():
+            return drawn.ravel()
+        drawn[close] = rng.choice(steps, int(close.sum()), p=shares)
+
+
+def write_fingerprint_part(out: Path, p: int, runs: list, rng: np.random.Generator) -> None:
+    """One identity part's entries (part-NNNN.jsonl) and hashes (part-NNNN.npy) from its records' runs."""
+    start = 0
+    with open(out / f"part-{p:04d}.jsonl", "w", encoding="utf-8") as index:
+        for run, line, r, speaker, span in runs:
+            entry = {
+                "line": line,
+                "audio_filepath": r["audio_filepath"],
+                "offset": r["offset"],
+                "duration": r["duration"],
+                "speaker": speaker,
+                "who": speaker,
+                "span": span,
+                "utterance": f"{speaker}:{line}",
+                "digest": f"{rng.integers(0, 2**63):016x}",
+                "hashes": len(run),
+                "start": start,
+            }
+            index.write(json.dumps(entry) + "\n")
+            start += len(run)
+    np.save(out / f"part-{p:04d}.npy", np.concatenate([run for run, *_ in runs]))
 
 
 def write_card_inputs(folder: Path) -> None:
@@ -715,11 +793,12 @@ def write_identity_checks(folder: Path) -> None:
         (checks / f"{p}.stats.json").write_text(json.dumps({**stats, "seconds": 1.0}))
 
 
-def job_identity_check(folder: Path, out: Path) -> None:
+def job_identity_check(folder: Path, out: Path) -> dict:
     """One check part over every train record (parts=1): the lookups' cost per record as the corpus
-    (and so its held-out set) grows."""
+    (and so its held-out set) grows. Returns {planted, found}: the planted copies of held-out records
+    (write_fingerprints) and how many of them it linked to their original."""
     from sharflow.core.layout import IdentityCheckFiles
-    from sharflow.identity.links import MatchRules, check_identities
+    from sharflow.identity.links import SAME_CONTENT, MatchRules, check_identities
 
     check_identities(
         identity_datasets(folder),
@@ -729,6 +808,15 @@ def job_identity_check(folder: Path, out: Path) -> None:
         rules=MatchRules(),
         out=IdentityCheckFiles(str(out / "links.jsonl"), str(out / "stats.json")),
     )
+    with open(folder / "fingerprints" / "planted.jsonl", encoding="utf-8") as f:
+        planted = {(c["copy"]["audio_filepath"], c["copy"]["offset"]): c["of"] for c in map(json.loads, f)}
+    found = 0
+    with open(out / "links.jsonl", encoding="utf-8") as f:
+        for row in map(json.loads, f):
+            of = planted.get((row["audio_filepath"], row["offset"]))
+            matched = {k: row["matched"][k] for k in ("audio_filepath", "offset")}
+            found += row["reason"] == SAME_CONTENT and of == matched
+    return {"planted": len(planted), "found": found}
 
 
 def job_identity_merge(folder: Path, out: Path) -> None:
@@ -746,6 +834,17 @@ def job_identity_merge(folder: Path, out: Path) -> None:
         out_links=str(out / "links.jsonl"),
         out_stats=str(out / "stats.json"),
     )
+
+
+def job_calibration_sample(folder: Path, out: Path) -> None:
+    """The cost plan's sample as its job draws it (workflow_scripts/calibration_sample.py): whole
+    speakers from the records, then a quarter of that, and their summary."""
+    from sharflow.plan.sample import draw_sample
+
+    size, seed = CALIBRATION, 0
+    sample = draw_sample(str(folder / "with_context.jsonl"), str(out / "sample.jsonl"), size, seed)
+    small = draw_sample(str(out / "sample.jsonl"), str(out / "small.jsonl"), size // 4, seed, cap=size // 4)
+    (out / "summary.json").write_text(json.dumps({**sample.as_dict(), **small.as_small()}))
 
 
 def job_dataset_card(folder: Path, out: Path) -> None:
@@ -798,6 +897,7 @@ JOBS = {
     "input_cfg": job_input_cfg,
     "validation_ds": job_validation_ds,
     "dataset_card": job_dataset_card,
+    "calibration_sample": job_calibration_sample,
     "identity_index": job_identity_index,
     "identity_check": job_identity_check,
     "identity_merge": job_identity_merge,
@@ -805,11 +905,8 @@ JOBS = {
 
 
 # Jobs this machine runs only up to a size, and why (their figures beyond are extrapolated in the docs)
-MOST_RECORDS = {"identity_check": 100_000}
-WHY_NOT = {
-    "identity_check": "its lookups' cost grows with the held-out set: ~0.5 CPU-h here at 10^6, "
-    "in parts over nodes in a run"
-}
+MOST_RECORDS: dict[str, int] = {}
+WHY_NOT: dict[str, str] = {}
 
 
 def peak_rss_mb() -> float:
@@ -832,6 +929,7 @@ def run_job(name: str, folder: Path) -> dict:
     import sharflow.dataset.tables
     import sharflow.dataset.training
     import sharflow.identity.links
+    import sharflow.plan.sample
     import sharflow.quality.filter
     import sharflow.quality.merge
     import sharflow.shar.merge
@@ -842,12 +940,13 @@ def run_job(name: str, folder: Path) -> dict:
     out = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=folder))
     base = peak_rss_mb()
     start, cpu = time.perf_counter(), time.process_time()
-    JOBS[name](folder, out)
+    said = JOBS[name](folder, out)
     return {
         "wall": time.perf_counter() - start,
         "cpu": time.process_time() - cpu,
         "rss_mb": peak_rss_mb(),
         "base_mb": base,
+        "said": said,
     }
 
 
@@ -874,6 +973,8 @@ def ladder(sizes: list[int], jobs: list[str], work: Path) -> dict[str, dict[int,
                 print(f"{job}: not run at {n:,} records ({MOST_RECORDS[job]:,} at most: {WHY_NOT[job]})")
                 continue
             rows[job][n] = measure(job, folder)
+            if rows[job][n]["said"]:
+                print(f"{job} at {n:,} records: {rows[job][n]['said']}", flush=True)
     return rows
 
 

@@ -126,13 +126,19 @@ def _array(fp):
 def test_every_copy_of_a_held_out_utterance_matches_and_no_two_distinct_utterances_do(prints):
     held = [r for r in MANIFEST if held_out(r)]
     assert len(held) == 30 and all(len(prints[key(r)]) >= 80 for r in MANIFEST)
+    index = HeldOut()  # every demo utterance: a copy's lookup finds its own among 56, scored by its pairs
+    for r in MANIFEST:
+        entry = {"audio_filepath": key(r), "offset": 0.0, "duration": 1.0, "span": key(r)}
+        index.add("demo", entry, "dev_seen", _array(prints[key(r)]))
+    index.freeze()
     worst = {}
     for r in held:
         x, rate = demo_audio(r)
         for name, copy in COPIES.items():
             fp = fingerprint(*copy(x, rate))
-            worst[name] = min(worst.get(name, 1.0), match(prints[key(r)], fp))
-            assert is_match(prints[key(r)], fp), (r["audio_filepath"], name)
+            score = match(prints[key(r)], fp)
+            worst[name] = min(worst.get(name, 1.0), score)
+            assert index.best(_array(fp), RULES)[:2] == (MANIFEST.index(r), score), (key(r), name)
     assert min(worst.values()) >= 0.2, worst
     scores = {
         (a, b): match(prints[a], prints[b]) for a, b in itertools.combinations([key(r) for r in MANIFEST], 2)
@@ -222,7 +228,8 @@ def test_any_parts_and_workers_give_the_same_fingerprints_and_links(tmp_path):
     stats = json.loads((tmp_path / "p1w1" / "stats.json").read_text())
     assert set(stats["by_reason"]) == set(REASONS)
     assert sum(stats["by_reason"][r] for r in HELD_OUT_REASONS) == stats["links"]
-    index_bytes = 12 * stats["held_out_hashes"] + 8 * stats["held_out"]  # hash, owner, time; a size each
+    # a pair's hash and time, a triplet's key and pair, a record's size
+    index_bytes = 8 * (stats["held_out_hashes"] + stats["held_out_triplets"] + stats["held_out"])
     assert 0 < stats["index_mb"] == round(index_bytes / 1e6, 3) < 1
     embeddings = np.frombuffer(v1, np.float32).reshape(56, -1)
     assert len({row.tobytes() for row in embeddings}) == 56 and v1 == v2  # 56 distinct voices, same bytes
@@ -266,6 +273,16 @@ def test_the_identity_merge_refuses_check_parts_out_of_order_or_missing(tmp_path
     )
     with pytest.raises(SharflowError, match=f"checked {train // 2} train records of {train}"):
         merge(checks[:1])
+    # an index an older sharflow wrote (pairs sorted by hash, no triplets): the check says what to do
+    np.savez(
+        index.index, hashes=np.zeros(3, np.uint32), owners=np.zeros(3, np.int32), times=np.zeros(3, np.int32)
+    )
+    with pytest.raises(SharflowError) as error:
+        check_identities(datasets, index=index, part=0, parts=1, rules=MatchRules(), out=checks[0])
+    assert str(error.value) == (
+        f"{index.index} is an identity index an older sharflow wrote (it has no ['sizes', 'triplets']): "
+        "rerun with --forcerun identity_index to index the held-out records again"
+    )
 
 
 def test_silence_and_clips_too_short_to_fingerprint_never_match(prints):
@@ -933,24 +950,66 @@ def test_a_records_person_is_its_who_else_its_speaker_and_pairs_keep_four_decima
     assert [(r["how"], r["similarity"]) for r in rows] == [("not_linked", 0.8765)]
 
 
-def test_a_match_counts_the_hashes_one_frame_either_side_of_its_best_offset():
-    def prints(pairs):  # (hash, time) pairs as the index holds them
-        out = np.zeros(len(pairs), HASH_DTYPE)
-        out["hash"], out["time"] = zip(*pairs, strict=True)
-        return out
+def landmarks(anchors) -> np.ndarray:
+    """A fingerprint as the index holds it from anchor peaks: [(time, bin, [(freq step, time step)])],
+    each anchor's pairs at its time (so its pairs make triplets, as a real anchor's do)."""
+    from sharflow.identity.fingerprint import MAX_DF
 
+    rows = [((f << 14) | ((df + MAX_DF) << 7) | dt, t) for t, f, steps in anchors for df, dt in steps]
+    out = np.zeros(len(rows), HASH_DTYPE)
+    out["hash"], out["time"] = zip(*rows, strict=True)
+    return np.sort(out, order=("hash", "time"))
+
+
+STEPS = [(2, 5), (-3, 9), (7, 14)]  # an anchor's three pairs
+
+
+def test_a_match_counts_the_hashes_one_frame_either_side_of_its_best_offset():
     held = HeldOut()
-    for name, hashes in (("a", range(1, 11)), ("b", range(100, 124))):
+    a = [(10 * k, 100 + k, STEPS) for k in range(4)]  # 12 hashes
+    b = [(10 * k, 20 + k, STEPS) for k in range(8)]  # 24 hashes
+    for name, anchors in (("a", a), ("b", b)):
         entry = {"audio_filepath": name, "offset": 0.0, "duration": 1.0, "span": name}
-        held.add("ds", entry, "dev_seen", prints([(h, h) for h in hashes]))
+        held.add("ds", entry, "dev_seen", landmarks(anchors))
     held.freeze()
-    query = [(h, h) for h in (1, 2, 3)]  # 3 of a's hashes at their offset
-    query += [(h, h + 1) for h in (100, 101)] + [(h, h) for h in range(102, 114)]  # b's: 2 a frame off, 12 on
-    query += [(h, h - 1) for h in range(114, 122)]  # and 8 a frame off the other way
-    assert held.best(prints(query), MatchRules()) == (1, 22 / 24, 22)  # 12 + 2 + 8 of b's 24
+    shifted = [1, 0, 0, 0, 0, -1, -1, -2]  # b's anchors a frame off, on, a frame off the other way, two off
+    query = a[:1] + [(t + d, f, steps) for (t, f, steps), d in zip(b, shifted, strict=True)]
+    assert held.best(landmarks(query), MatchRules()) == (1, 21 / 24, 21)  # 3 + 12 + 6 of b's 24
     # hashes 5 frames off are another offset: they add nothing to the best, which has no neighbour
-    apart = [(h, h) for h in range(100, 112)] + [(h, h - 5) for h in (112, 113)]
-    assert held.best(prints(apart), MatchRules()) == (1, 12 / 14, 12)  # of the query's 14
+    apart = [*b[:4], (b[4][0] - 5, *b[4][1:])]
+    assert held.best(landmarks(apart), MatchRules()) == (1, 12 / 15, 12)  # of the query's 15
+
+
+def test_a_lookup_scores_the_records_that_share_triplets_and_the_most_of_them_first(monkeypatch):
+    """A held-out record is scored by its pairs only if it shares CANDIDATE_VOTES triplets with the
+    query at one offset: an anchor's three pairs make three triplets, an anchor of one pair none.
+    Of more candidates than MAX_CANDIDATES, those with the most triplets are scored."""
+    import sharflow.identity.links as links
+
+    assert (links.CANDIDATE_VOTES, links.MAX_CANDIDATES) == (2, 64)
+    lone = [(0, 1)]  # pairs with no partner at their anchor: no triplet
+    held = HeldOut()
+    records = {
+        "lone": [(5 * k, 60 + k, lone) for k in range(30)],  # 30 hashes, 0 triplets
+        "two": [(5 * k, 90 + k, STEPS[:2]) for k in range(15)],  # 30 hashes, 15 triplets
+        "three": [(5 * k, 120 + k, STEPS) for k in range(10)],  # 30 hashes, 30 triplets
+    }
+    for name, anchors in records.items():
+        entry = {"audio_filepath": name, "offset": 0.0, "duration": 1.0, "span": name}
+        held.add("ds", entry, "dev_seen", landmarks(anchors))
+    held.freeze()
+    assert len(held.hashes) == 90 and len(held.triplets) == 45
+    for owner, name in enumerate(records):
+        found = held.best(landmarks(records[name]), MatchRules())
+        assert found == (None if name == "lone" else (owner, 1.0, 30)), name
+    anyhow = MatchRules(min_score=0.0, min_matched=0)
+    assert held.best(landmarks(records["two"][:1]), anyhow) is None  # one anchor: one triplet, one vote
+    assert held.best(landmarks(records["two"][:2]), anyhow) == (1, 1.0, 4)  # two votes: scored by pairs
+    query = landmarks(records["two"][:5] + records["three"][:2])  # 5 triplets of two, 6 of three
+    monkeypatch.setattr(links, "MAX_CANDIDATES", 1)
+    assert held.best(query, anyhow) == (2, 6 / 16, 6)  # the most triplets, scored alone
+    monkeypatch.setattr(links, "MAX_CANDIDATES", 2)
+    assert held.best(query, anyhow) == (1, 10 / 16, 10)  # both scored: 10 pairs beat 6
 
 
 def test_a_part_counts_a_missing_file_as_unreadable_and_silence_as_unusable(tmp_path, monkeypatch):
@@ -1043,12 +1102,13 @@ def test_the_identity_jobs_log_their_counts_and_progress(tmp_path):
     n = demo[2]
     assert f"identity part 0 of 1: {n} records, 1 workers" in text
     assert re.search(rf"identity part 0: 100%\|[^|]*\| {n}/{n} \[[^]]*utt/s\]", text)
-    held, hashes = identity["held_out"], identity["held_out_hashes"]
+    held, hashes, triplets = identity["held_out"], identity["held_out_hashes"], identity["held_out_triplets"]
     checked = sum(identity["train_checked"].values())
-    assert 0 < held < n and hashes > 100 and checked == n - held
+    assert 0 < held < n and hashes > 100 and triplets > 100 and checked == n - held
     assert (
-        f"identity: {held} held-out records indexed ({hashes} hashes, {identity['index_mb']:.1f} MB); "
-        f"{checked} train records to check; 0 speakers linked to held-out unseen ones" in text
+        f"identity: {held} held-out records indexed ({hashes} hashes, {triplets} triplets, "
+        f"{identity['index_mb']:.1f} MB); {checked} train records to check; 0 speakers linked to held-out "
+        "unseen ones" in text
     )
     assert re.search(rf"identity check 0: 100%\|[^|]*\| {checked}/{checked} \[[^]]*utt/s\]", text)
     found = {reason: count for reason, count in identity["by_reason"].items() if count}
@@ -1059,19 +1119,19 @@ def test_the_identity_jobs_log_their_counts_and_progress(tmp_path):
 def test_a_content_match_at_exactly_min_score_is_linked():
     """min_score is inclusive: 10 of 20 hashes shared at one offset score 0.5, a match under
     MatchRules(min_score=0.5) and not above it (min_matched likewise, at 10)."""
-    held_fp = np.zeros(20, HASH_DTYPE)
-    held_fp["hash"], held_fp["time"] = np.arange(20) * 7, np.arange(20) * 3
-    query = np.zeros(20, HASH_DTYPE)
-    query["hash"] = np.r_[np.arange(10) * 7, 1000 + np.arange(10)]
-    query["time"] = np.r_[np.arange(10) * 3 + 40, np.arange(10)]  # the shared ten 40 frames later
-    order = np.argsort(query["hash"], kind="stable")
+    pairs = STEPS[:2]
+    held_fp = landmarks([(3 * k, 50 + k, pairs) for k in range(10)])
+    query = landmarks(
+        [(3 * k + 40, 50 + k, pairs) for k in range(5)] + [(k, 200 + k, pairs) for k in range(5)]
+    )
+    assert len(held_fp) == len(query) == 20  # the shared ten 40 frames later
     held = HeldOut()
     held.add("x", {"audio_filepath": "a", "offset": 0.0, "duration": 1.0, "span": "a"}, "dev_seen", held_fp)
     held.freeze()
-    assert held.best(query[order], MatchRules(min_score=0.0, min_matched=0)) == (0, 0.5, 10)
-    assert held.best(query[order], MatchRules(min_score=0.5, min_matched=10)) == (0, 0.5, 10)
-    assert held.best(query[order], MatchRules(min_score=0.5001, min_matched=10)) is None
-    assert held.best(query[order], MatchRules(min_score=0.5, min_matched=11)) is None
+    assert held.best(query, MatchRules(min_score=0.0, min_matched=0)) == (0, 0.5, 10)
+    assert held.best(query, MatchRules(min_score=0.5, min_matched=10)) == (0, 0.5, 10)
+    assert held.best(query, MatchRules(min_score=0.5001, min_matched=10)) is None
+    assert held.best(query, MatchRules(min_score=0.5, min_matched=11)) is None
 
 
 def test_a_bad_train_duplicates_action_is_named(tmp_path):

@@ -13,6 +13,13 @@ Two fingerprints are compared (`match`) by the hashes they share at one time off
 the count at the best offset over the number of hashes of the *shorter* one, so a segment found
 inside a longer clip scores like a whole copy. A clip with fewer than `MIN_HASHES` hashes (too
 short or silent) has no fingerprint and matches nothing.
+
+A pair hash has ~2 M values, of which speech uses few often: in an index of millions of clips each
+would name thousands of them. So an index finds its candidates by **triplets** (`triplets`): two
+pairs of one anchor peak, a 37-bit value folded to 32 bits, that are rare where pairs are common.
+A query's triplets are looked up with each time step also one frame either way (`JITTER`): a trim
+or a resampling moves a peak by a frame, and a triplet holds two time steps. The pair hashes then
+decide (`match`), as they always have.
 """
 
 from dataclasses import dataclass
@@ -28,6 +35,9 @@ FANOUT = 3
 MAX_DT = 63  # frames: 0.5 s
 MAX_DF = 63  # bins: ~1 kHz
 MIN_HASHES = 20
+JITTER = 1  # frames either way a query's triplet time steps are also looked up at
+HASH_DTYPE = np.dtype([("hash", "<u4"), ("time", "<i4")])  # a fingerprint as the identity jobs store it
+_FOLD = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: a 37-bit triplet to 32 bits
 VERSION = 1  # of the parameters above: stored with fingerprints, so old ones are never compared
 
 
@@ -100,6 +110,36 @@ def best_offset_count(offsets: np.ndarray) -> int:
     values, counts = np.unique(offsets, return_counts=True)
     lookup = dict(zip(values.tolist(), counts.tolist(), strict=True))
     return max(lookup.get(v - 1, 0) + c + lookup.get(v + 1, 0) for v, c in lookup.items())
+
+
+def triplets(hashes: np.ndarray, times: np.ndarray, jitter: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The triplet keys (uint32) of a fingerprint's pair hashes, and for each the row (in `hashes`)
+    of one pair of its anchor (whose time is the triplet's): every two pairs of one anchor peak (the
+    same time and frequency bin; FANOUT pairs make FANOUT * (FANOUT - 1) / 2 triplets), the two
+    (frequency step, time step) in one order whatever the pairs' order. With `jitter`, each time step
+    also at ± 1 .. jitter frames (within 1 .. MAX_DT, where pairs are made): what a query looks up,
+    so that a peak moved by a frame still finds its triplet."""
+    t = times.astype(np.int64)
+    order = np.argsort((t << 23) | hashes.astype(np.int64))  # by anchor (time, bin), then step
+    h, t = hashes[order].astype(np.int64), t[order]
+    anchor = (t << 9) | (h >> 14)
+    i, j = [], []
+    for d in range(1, FANOUT):  # an anchor's pairs lie side by side, at most FANOUT of them
+        first = np.flatnonzero(anchor[d:] == anchor[:-d])
+        i.append(first)
+        j.append(first + d)
+    i, j = np.concatenate(i), np.concatenate(j)
+    shifts = np.arange(-jitter, jitter + 1)
+    dta = (h[i] & 127)[:, None, None] + shifts[None, :, None]
+    dtb = (h[j] & 127)[:, None, None] + shifts[None, None, :]
+    sa = ((h[i] >> 7) & 127)[:, None, None] << 7 | dta
+    sb = ((h[j] >> 7) & 127)[:, None, None] << 7 | dtb
+    ok = (dta >= 1) & (dta <= MAX_DT) & (dtb >= 1) & (dtb <= MAX_DT)
+    f1 = np.broadcast_to((h[i] >> 14)[:, None, None], ok.shape)[ok]
+    keys = (f1 << 28) | (np.minimum(sa, sb)[ok] << 14) | np.maximum(sa, sb)[ok]
+    rows = np.broadcast_to(order[i][:, None, None], ok.shape)[ok]
+    folded = (keys.astype(np.uint64) * _FOLD) >> np.uint64(32)
+    return folded.astype(np.uint32), rows
 
 
 def _shared(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -3,9 +3,10 @@
 Three jobs: the index job (index_identities) indexes the held-out records, finds the duplicates
 within train and links speakers; `identity.check_parts` check jobs (check_identities) each look an
 equal share of the train records up in that index, side by side; the merge (merge_identities)
-joins their links in order, the same bytes for any count. A lookup's cost grows with the held-out
-set (its hashes' posting lists), so at millions of records the lookups are most of the stage's CPU:
-in parts, no one job holds it. link_identities runs the three in one process.
+joins their links in order, the same bytes for any count. A lookup finds its candidates by
+fingerprint triplets, which are rare, so its cost stays about the same as the held-out set grows;
+at millions of records the lookups are still most of the stage's CPU: in parts, no one job holds
+it. link_identities runs the three in one process.
 
 Held out means held out for content, not for names. A record of any dataset whose split (its own
 dataset's rules, sharflow.core.splits) is train is linked to a held-out record of any dataset,
@@ -32,11 +33,12 @@ after the first (by dataset name, then line) is linked to the first as `duplicat
 (`links.jsonl`, one line per linked train record, by dataset and line) are what each dataset's
 splits job reads, so no dataset reads another's records.
 
-Memory: the held-out records' keys and fingerprints (an index sorted by hash, 12 bytes a hash), one
-voice vector a speaker (the index job) and 8 bytes a train record (its first copy); every other
-record streams through, one at a time, and a check part reads the fingerprints of its own only. A
-query gathers the index entries of its hashes and counts them by (held-out record, time offset):
-never a matrix over records.
+Memory: the held-out records' keys and fingerprints (their pairs by record, 8 bytes a hash, and
+their triplets sorted by key, 8 bytes a triplet, with 4 bytes of bucket bounds), one voice vector
+a speaker (the index job) and 8 bytes a train record (its first copy); every other record streams
+through, one at a time, and a check part reads the fingerprints of its own only. A query gathers
+the index entries of its triplets and counts them by (held-out record, time offset), then scores
+the few records that share the most by their pairs: never a matrix over records.
 """
 
 import json
@@ -57,6 +59,7 @@ from sharflow.core.atomic import atomic_file, read_json, write_json
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import IdentityCheckFiles, IdentityIndexFiles
 from sharflow.core.splits import TRAIN, SplitRules
+from sharflow.identity.fingerprint import HASH_DTYPE, JITTER, triplets
 from sharflow.identity.voices import (
     LINKED_SPEAKER,
     VoiceRules,
@@ -87,6 +90,10 @@ REASONS = {
     "identity.train_duplicates: drop)",
 }
 HELD_OUT_REASONS = (SAME_AUDIO, SAME_CONTENT, SAME_UTTERANCE, LINKED_SPEAKER)
+CANDIDATE_VOTES = 2  # triplets a held-out record shares with a query at one offset to be scored
+MAX_CANDIDATES = 64  # held-out records scored per query at most: those sharing the most triplets
+_INDEX_ARRAYS = ("hashes", "times", "sizes", "triplets")
+_LOW = np.uint64(0xFFFFFFFF)  # a triplet's pair position, below its key
 OFFSET_BITS = 24  # a time offset of ± 8 M frames (18 hours at 8 ms) fits below the record index
 EXAMPLES = 5  # links shown per reason in the stats (the report and card show them)
 
@@ -109,14 +116,24 @@ class DatasetIdentity:
 
 
 class HeldOut:
-    """The held-out records of every dataset: their span keys, utterance keys and fingerprints."""
+    """The held-out records of every dataset: their span keys, utterance keys and fingerprints.
+
+    Two arrays index the fingerprints: their pairs (hashes and times), each record's run sorted by
+    hash (8 bytes a hash), and their triplets (sharflow.identity.fingerprint.triplets), each a
+    key and the position of one of its anchor's pairs (whose record and time it takes), sorted (8
+    bytes a triplet, about one a hash; 4 more of bucket bounds when loaded). A lookup (`best`) finds
+    its candidates by triplets, which are rare, then scores each candidate by its pairs: its cost
+    stays about the same as the held-out set grows (a pair's posting list grows with it; a
+    triplet's, ~10^4 times less so)."""
 
     def __init__(self):
         self.items: list[dict] = []
         self.spans: dict[str, int] = {}
         self.utterances: dict[str, int] = {}
-        self._chunks: list[tuple[np.ndarray, int]] = []
-        self.hashes = self.owners = self.times = self.sizes = None
+        self._chunks: list[tuple[np.ndarray, np.ndarray]] = []
+        self._pairs = 0
+        self.hashes = self.times = self.sizes = self.starts = self.triplets = self.bounds = None
+        self.shift = 32
 
     def add(self, dataset: str, entry: dict, split: str, hashes: np.ndarray) -> None:
         i = len(self.items)
@@ -124,30 +141,43 @@ class HeldOut:
         self.spans.setdefault(entry["span"], i)
         if entry.get("utterance"):
             self.utterances.setdefault(entry["utterance"], i)
-        self._chunks.append((np.asarray(hashes), i))
+        pairs = np.asarray(hashes, dtype=HASH_DTYPE)
+        pairs = pairs[np.lexsort((pairs["time"], pairs["hash"]))]
+        keys, rows = triplets(pairs["hash"], pairs["time"])
+        self._chunks.append(
+            (pairs, (keys.astype(np.uint64) << np.uint64(32)) | (rows + self._pairs).astype(np.uint64))
+        )
+        self._pairs += len(pairs)
 
     def freeze(self) -> None:
-        """Sort the fingerprints into one index by hash (then owner, then time: deterministic)."""
-        sizes = np.zeros(len(self.items), dtype=np.int64)
-        parts = [c for c in self._chunks if len(c[0])]
-        for hashes, i in parts:
-            sizes[i] = len(hashes)
-        self.sizes = sizes
-        if parts:
-            h = np.concatenate([c["hash"] for c, _ in parts])
-            t = np.concatenate([c["time"] for c, _ in parts]).astype(np.int32)
-            o = np.concatenate([np.full(len(c), i, dtype=np.int32) for c, i in parts])
-        else:
-            h, t, o = np.zeros(0, np.uint32), np.zeros(0, np.int32), np.zeros(0, np.int32)
-        order = np.lexsort((t, o, h))
-        self.hashes, self.owners, self.times = h[order], o[order], t[order]
+        """Join the records' pairs (in record order) and sort their triplets by key, then position
+        (each (key, position) is one triplet's: one order, deterministic)."""
+        sizes = np.array([len(pairs) for pairs, _ in self._chunks], dtype=np.int64)
+        self.sizes, self.starts = sizes, np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        pairs = np.concatenate([c[0] for c in self._chunks] or [np.zeros(0, HASH_DTYPE)])
+        self.hashes, self.times = np.ascontiguousarray(pairs["hash"]), np.ascontiguousarray(pairs["time"])
+        del pairs
+        self.triplets = np.concatenate([c[1] for c in self._chunks] or [np.zeros(0, np.uint64)])
         self._chunks = []
+        self.triplets.sort()
+        self._bucket()
+
+    def _bucket(self) -> None:
+        """Where each bucket of triplet keys (by their top bits, about one triplet a bucket) starts:
+        a lookup reads its bucket, not a binary search's ~25 scattered reads. The keys are hashed,
+        so the buckets are even. 4 bytes a triplet at most."""
+        bits = max(1, min(31, int(len(self.triplets)).bit_length() - 1))
+        self.shift = 32 - bits
+        counts = np.bincount((self.triplets >> np.uint64(64 - bits)).astype(np.int64), minlength=1 << bits)
+        self.bounds = np.concatenate(([0], np.cumsum(counts))).astype(
+            np.int64 if len(self.triplets) >> 31 else np.int32
+        )
 
     def save(self, files: IdentityIndexFiles) -> dict:
         """Write the frozen index (its arrays and records) for the check parts; the {span: record} and
         {utterance: record} keys, for the index's summary."""
         with atomic_file(files.index, "wb") as f:
-            np.savez(f, hashes=self.hashes, owners=self.owners, times=self.times, sizes=self.sizes)
+            np.savez(f, **{name: getattr(self, name) for name in _INDEX_ARRAYS})
         with atomic_file(files.held_out, "w", encoding="utf-8") as f:
             f.writelines(json.dumps(item, ensure_ascii=False) + "\n" for item in self.items)
         return {"spans": self.spans, "utterances": self.utterances}
@@ -157,9 +187,16 @@ class HeldOut:
         """The index `save` wrote, with its keys (the summary's)."""
         held = cls()
         with np.load(files.index) as arrays:
-            held.hashes, held.owners, held.times, held.sizes = (
-                arrays[k] for k in ("hashes", "owners", "times", "sizes")
-            )
+            missing = sorted(set(_INDEX_ARRAYS) - set(arrays.files))
+            if missing:
+                raise SharflowError(
+                    f"{files.index} is an identity index an older sharflow wrote (it has no {missing}): "
+                    "rerun with --forcerun identity_index to index the held-out records again"
+                )
+            for name in _INDEX_ARRAYS:
+                setattr(held, name, arrays[name])
+        held.starts = np.concatenate(([0], np.cumsum(held.sizes)[:-1])).astype(np.int64)
+        held._bucket()
         with open(files.held_out, encoding="utf-8") as f:
             held.items = [json.loads(line) for line in f]
         held.spans, held.utterances = dict(keys["spans"]), dict(keys["utterances"])
@@ -167,35 +204,96 @@ class HeldOut:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.hashes, self.owners, self.times, self.sizes))
+        return sum(getattr(self, name).nbytes for name in _INDEX_ARRAYS)
 
     def best(self, hashes: np.ndarray, rules: MatchRules) -> tuple[int, float, int] | None:
         """(held-out record, score, matched hashes) of the best content match of a fingerprint
-        (a structured array of hash and time), or None below the rules."""
-        if len(hashes) == 0 or len(self.hashes) == 0:
+        (a structured array of hash and time), or None below the rules. Of the records that share
+        at least CANDIDATE_VOTES triplets with it at one offset (± 1 frame), the MAX_CANDIDATES
+        that share the most are scored by their pairs (as fingerprint.match scores them)."""
+        if len(hashes) == 0 or len(self.triplets) == 0:
             return None
-        lo = np.searchsorted(self.hashes, hashes["hash"], side="left")
-        n = np.searchsorted(self.hashes, hashes["hash"], side="right") - lo
-        total = int(n.sum())
-        if total == 0:
+        query = np.asarray(hashes, dtype=HASH_DTYPE)
+        keys, rows = triplets(query["hash"], query["time"], jitter=JITTER)
+        candidates = self._candidates(keys, query["time"][rows])
+        if len(candidates) == 0:
             return None
-        pos = np.repeat(lo - np.concatenate(([0], np.cumsum(n)[:-1])), n) + np.arange(total)
-        offsets = self.times[pos].astype(np.int64) - np.repeat(hashes["time"].astype(np.int64), n)
-        owners = self.owners[pos].astype(np.int64)
-        keys, counts = np.unique(
-            (owners << OFFSET_BITS) | (offsets + (1 << (OFFSET_BITS - 1))), return_counts=True
-        )
-        near = np.diff(keys) == 1  # the same owner, offsets one frame apart
-        tolerant = counts.copy()
-        tolerant[1:] += np.where(near, counts[:-1], 0)
-        tolerant[:-1] += np.where(near, counts[1:], 0)
-        owners = keys >> OFFSET_BITS
-        scores = tolerant / np.minimum(len(hashes), self.sizes[owners])
+        query = query[np.argsort(query["hash"], kind="stable")]
+        owners, tolerant = self._pair_votes(query, candidates)
+        scores = tolerant / np.minimum(len(query), self.sizes[owners])
         ok = (scores >= rules.min_score) & (tolerant >= rules.min_matched)
         if not ok.any():
             return None
         i = np.flatnonzero(ok)[np.argmax(scores[ok])]  # the first (lowest owner) of the best
         return int(owners[i]), float(scores[i]), int(tolerant[i])
+
+    def _candidates(self, keys: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """The records (ascending) whose triplets meet a query's (`keys` at times `at`) at one offset
+        CANDIDATE_VOTES times or more, the MAX_CANDIDATES with the most (then the lowest record)."""
+        pos, n = self._triplet_postings(keys)
+        if len(pos) == 0:
+            return pos
+        offsets = self.times[(self.triplets[pos] & _LOW).astype(np.int64)].astype(np.int64) - np.repeat(at, n)
+        # one vote a stored triplet at an offset: a key the query holds twice, or finds by two of its
+        # time steps' variants, meets that triplet once
+        met = np.unique(((offsets + (1 << (OFFSET_BITS - 1))) << 32) | pos.astype(np.int64))
+        pairs = (self.triplets[met & 0xFFFFFFFF] & _LOW).astype(np.int64)
+        # the last record starting at or before each pair (an empty record starts where the next does)
+        owners = np.searchsorted(self.starts, pairs, side="right") - 1
+        owners, votes = _votes(owners, (met >> 32) - (1 << (OFFSET_BITS - 1)))
+        firsts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
+        owners, votes = owners[firsts], np.maximum.reduceat(votes, firsts)
+        owners, votes = owners[votes >= CANDIDATE_VOTES], votes[votes >= CANDIDATE_VOTES]
+        chosen = np.lexsort((owners, -votes))[:MAX_CANDIDATES]
+        return np.sort(owners[chosen])
+
+    def _triplet_postings(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """As _postings, for triplet keys: each key's bucket read whole, its equal keys kept."""
+        bucket = (keys >> np.uint32(self.shift)).astype(np.int64)
+        lo = self.bounds[bucket].astype(np.int64)
+        size = self.bounds[bucket + 1] - lo
+        which = np.repeat(np.arange(len(keys)), size)
+        pos = np.repeat(lo - np.concatenate(([0], np.cumsum(size)[:-1])), size) + np.arange(len(which))
+        equal = (self.triplets[pos] >> np.uint64(32)) == keys[which]
+        return pos[equal], np.bincount(which[equal], minlength=len(keys))
+
+    def _pair_votes(self, query: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(record, hashes at one offset ± 1 frame) for every offset at which a candidate's pairs
+        meet the query's, by record then offset."""
+        spans = [(self.starts[o], self.starts[o] + self.sizes[o]) for o in candidates.tolist()]
+        tag = np.repeat(np.arange(len(candidates), dtype=np.uint64), self.sizes[candidates]) << np.uint64(32)
+        index = tag | np.concatenate([self.hashes[a:b] for a, b in spans]).astype(np.uint64)
+        times = np.concatenate([self.times[a:b] for a, b in spans])
+        q = (np.arange(len(candidates), dtype=np.uint64)[:, None] << np.uint64(32)) | query["hash"].astype(
+            np.uint64
+        )
+        pos, n = _postings(index, q.ravel())
+        offsets = times[pos].astype(np.int64) - np.repeat(np.tile(query["time"], len(candidates)), n)
+        which, tolerant = _votes((index[pos] >> np.uint64(32)).astype(np.int64), offsets)
+        return candidates[which], tolerant
+
+
+def _postings(index: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions in a sorted `index` of every entry equal to each key (key by key), and how many
+    each key has."""
+    lo = np.searchsorted(index, keys, side="left")
+    n = np.searchsorted(index, keys, side="right") - lo
+    total = int(n.sum())
+    pos = np.repeat(lo - np.concatenate(([0], np.cumsum(n)[:-1])), n) + np.arange(total)
+    return pos, n
+
+
+def _votes(owners: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(owner, count) of each (owner, offset) the matches fall on, by owner then offset, each count
+    with its owner's counts one frame either side (a copy's offsets agree to within a frame)."""
+    keys, counts = np.unique(
+        (owners.astype(np.int64) << OFFSET_BITS) | (offsets + (1 << (OFFSET_BITS - 1))), return_counts=True
+    )
+    near = np.diff(keys) == 1  # the same owner, offsets one frame apart
+    tolerant = counts.copy()
+    tolerant[1:] += np.where(near, counts[:-1], 0)
+    tolerant[:-1] += np.where(near, counts[1:], 0)
+    return keys >> OFFSET_BITS, tolerant
 
 
 def link_identities(
@@ -250,10 +348,11 @@ def index_identities(
     voices = voices or VoiceRules(enabled=False)  # speakers are still linked by id and confirm
     pairs = link_speakers(speakers, voices, read_decisions(decisions))
     log.info(
-        "identity: %d held-out records indexed (%d hashes, %.1f MB); %d train records to check; "
-        "%d speakers linked to held-out unseen ones",
+        "identity: %d held-out records indexed (%d hashes, %d triplets, %.1f MB); %d train records to "
+        "check; %d speakers linked to held-out unseen ones",
         len(held.items),
         len(held.hashes),
+        len(held.triplets),
         held.nbytes / 1e6,
         sum(train.values()),
         sum(p["linked"] for p in pairs),
@@ -267,6 +366,7 @@ def index_identities(
         "datasets": sorted(datasets),
         "held_out": len(held.items),
         "held_out_hashes": int(len(held.hashes)),
+        "held_out_triplets": int(len(held.triplets)),
         "index_mb": round(held.nbytes / 1e6, 3),
         "train_checked": dict(sorted(train.items())),
         "speakers": speaker_stats(speakers, voices, pairs),
@@ -291,8 +391,8 @@ def check_identities(
     """An identity check part: the train records numbered from `part` / `parts` of them to the next
     part's first (every dataset's, by dataset name and line), each looked up in the held-out index
     (the same audio, the same sound, the same utterance, a linked speaker, else a duplicate within
-    train); their link rows and the part's counts written. Parts run side by side: a query's cost
-    grows with the held-out set. Returns the part's stats."""
+    train); their link rows and the part's counts written. Parts run side by side. Returns the
+    part's stats."""
     start = time.perf_counter()
     summary = read_json(index.summary)
     total = sum(summary["train_checked"].values())
@@ -365,7 +465,8 @@ def merge_identities(
             with open(files.links, "rb") as f:
                 shutil.copyfileobj(f, out)
     stats = {
-        **{k: summary[k] for k in ("datasets", "held_out", "held_out_hashes", "index_mb", "train_checked")},
+        **{k: summary[k] for k in ("datasets", "held_out", "held_out_hashes", "held_out_triplets")},
+        **{k: summary[k] for k in ("index_mb", "train_checked")},
         "links": sum(tally.by_reason[r] for r in HELD_OUT_REASONS),
         "by_reason": {r: tally.by_reason[r] for r in REASONS},
         "by_dataset_pair": dict(sorted(tally.by_pair.items())),

@@ -55,12 +55,11 @@ from sharflow.core.parallel import ordered_map
 from sharflow.core.parts import part_records
 from sharflow.core.speakers import parse_speaker
 from sharflow.core.splits import span_key, speaker_identity
-from sharflow.identity.fingerprint import VERSION, fingerprint
+from sharflow.identity.fingerprint import HASH_DTYPE, VERSION, fingerprint
 from sharflow.identity.keys import utterance_key
 
 log = logging.getLogger(__name__)
 
-HASH_DTYPE = np.dtype([("hash", "<u4"), ("time", "<i4")])
 NO_VOICES = np.dtype([("voice", "<f4", (0,))])  # the voices file of a part without identity.voices
 
 
