@@ -1005,6 +1005,7 @@ def test_a_lookup_scores_the_records_that_share_triplets_and_the_most_of_them_fi
     anyhow = MatchRules(min_score=0.0, min_matched=0)
     assert held.best(landmarks(records["two"][:1]), anyhow) is None  # one anchor: one triplet, one vote
     assert held.best(landmarks(records["two"][:2]), anyhow) == (1, 1.0, 4)  # two votes: scored by pairs
+    assert held.best(landmarks(records["two"][:1] * 2), anyhow) is None  # its triplet held thrice: one vote
     query = landmarks(records["two"][:5] + records["three"][:2])  # 5 triplets of two, 6 of three
     monkeypatch.setattr(links, "MAX_CANDIDATES", 1)
     assert held.best(query, anyhow) == (2, 6 / 16, 6)  # the most triplets, scored alone
