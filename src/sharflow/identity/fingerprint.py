@@ -97,7 +97,7 @@ def match(a: Fingerprint, b: Fingerprint) -> float:
     """How much of the shorter fingerprint the other holds at one time offset: 0 (nothing) to 1."""
     if not (a.usable and b.usable):
         return 0.0
-    ia, ib = _shared(a.hashes, b.hashes)
+    ia, ib = shared(a.hashes, b.hashes)
     if len(ia) == 0:
         return 0.0
     return best_offset_count(b.times[ib] - a.times[ia]) / min(_distinct(a), _distinct(b))
@@ -142,8 +142,8 @@ def triplets(hashes: np.ndarray, times: np.ndarray, jitter: int = 0) -> tuple[np
     return folded.astype(np.uint32), rows
 
 
-def _shared(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Index pairs (i, j) with a[i] == b[j], both sorted; every pair of equal hashes."""
+def shared(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Index pairs (i, j) with a[i] == b[j] (b sorted), by i: every pair of equal values."""
     lo = np.searchsorted(b, a, side="left")
     hi = np.searchsorted(b, a, side="right")
     n = hi - lo

@@ -59,7 +59,7 @@ from sharflow.core.atomic import atomic_file, read_json, write_json
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import IdentityCheckFiles, IdentityIndexFiles
 from sharflow.core.splits import TRAIN, SplitRules
-from sharflow.identity.fingerprint import HASH_DTYPE, JITTER, triplets
+from sharflow.identity.fingerprint import HASH_DTYPE, JITTER, shared, triplets
 from sharflow.identity.voices import (
     LINKED_SPEAKER,
     VoiceRules,
@@ -153,19 +153,21 @@ class HeldOut:
         """Join the records' pairs (in record order) and sort their triplets by key, then position
         (each (key, position) is one triplet's: one order, deterministic)."""
         sizes = np.array([len(pairs) for pairs, _ in self._chunks], dtype=np.int64)
-        self.sizes, self.starts = sizes, np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+        self.sizes = sizes
         pairs = np.concatenate([c[0] for c in self._chunks] or [np.zeros(0, HASH_DTYPE)])
         self.hashes, self.times = np.ascontiguousarray(pairs["hash"]), np.ascontiguousarray(pairs["time"])
         del pairs
         self.triplets = np.concatenate([c[1] for c in self._chunks] or [np.zeros(0, np.uint64)])
         self._chunks = []
         self.triplets.sort()
-        self._bucket()
+        self._derive()
 
-    def _bucket(self) -> None:
-        """Where each bucket of triplet keys (by their top bits, about one triplet a bucket) starts:
-        a lookup reads its bucket, not a binary search's ~25 scattered reads. The keys are hashed,
-        so the buckets are even. 4 bytes a triplet at most."""
+    def _derive(self) -> None:
+        """What the saved arrays give: where each record's pairs start, and where each bucket of
+        triplet keys (by their top bits, about one triplet a bucket) starts: a lookup reads its
+        bucket, not a binary search's ~25 scattered reads. The keys are hashed, so the buckets are
+        even. 4 bytes a triplet at most."""
+        self.starts = np.concatenate(([0], np.cumsum(self.sizes)[:-1])).astype(np.int64)
         bits = max(1, min(31, int(len(self.triplets)).bit_length() - 1))
         self.shift = 32 - bits
         counts = np.bincount((self.triplets >> np.uint64(64 - bits)).astype(np.int64), minlength=1 << bits)
@@ -195,8 +197,7 @@ class HeldOut:
                 )
             for name in _INDEX_ARRAYS:
                 setattr(held, name, arrays[name])
-        held.starts = np.concatenate(([0], np.cumsum(held.sizes)[:-1])).astype(np.int64)
-        held._bucket()
+        held._derive()
         with open(files.held_out, encoding="utf-8") as f:
             held.items = [json.loads(line) for line in f]
         held.spans, held.utterances = dict(keys["spans"]), dict(keys["utterances"])
@@ -248,7 +249,8 @@ class HeldOut:
         return np.sort(owners[chosen])
 
     def _triplet_postings(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """As _postings, for triplet keys: each key's bucket read whole, its equal keys kept."""
+        """The positions in the triplets of every entry whose key equals each of `keys` (key by key),
+        and how many each key has: each key's bucket read whole, its equal keys kept."""
         bucket = (keys >> np.uint32(self.shift)).astype(np.int64)
         lo = self.bounds[bucket].astype(np.int64)
         size = self.bounds[bucket + 1] - lo
@@ -267,20 +269,10 @@ class HeldOut:
         q = (np.arange(len(candidates), dtype=np.uint64)[:, None] << np.uint64(32)) | query["hash"].astype(
             np.uint64
         )
-        pos, n = _postings(index, q.ravel())
-        offsets = times[pos].astype(np.int64) - np.repeat(np.tile(query["time"], len(candidates)), n)
-        which, tolerant = _votes((index[pos] >> np.uint64(32)).astype(np.int64), offsets)
+        iq, ii = shared(q.ravel(), index)
+        offsets = times[ii].astype(np.int64) - np.tile(query["time"], len(candidates))[iq]
+        which, tolerant = _votes((index[ii] >> np.uint64(32)).astype(np.int64), offsets)
         return candidates[which], tolerant
-
-
-def _postings(index: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The positions in a sorted `index` of every entry equal to each key (key by key), and how many
-    each key has."""
-    lo = np.searchsorted(index, keys, side="left")
-    n = np.searchsorted(index, keys, side="right") - lo
-    total = int(n.sum())
-    pos = np.repeat(lo - np.concatenate(([0], np.cumsum(n)[:-1])), n) + np.arange(total)
-    return pos, n
 
 
 def _votes(owners: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
