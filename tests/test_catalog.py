@@ -168,7 +168,9 @@ def test_tokens_are_counted_as_magpietts_counts_them(demo_shards, tmp_path):
         counter.count(text, ["zz"], where="cuts.x line 3")
 
 
-def test_speaker_table_and_bucket_occupancy_equal_a_direct_reading(demo_shards):
+def test_speaker_table_and_bucket_occupancy_equal_a_direct_reading(demo_shards, monkeypatch):
+    import sharflow.dataset.tables as tables
+
     catalog = DatasetFiles(str(demo_shards[0])).catalog
     cuts = all_cuts(demo_shards[0])
     by_speaker = {}
@@ -176,8 +178,16 @@ def test_speaker_table_and_bucket_occupancy_equal_a_direct_reading(demo_shards):
         sup = cut["supervisions"][0]
         entry = by_speaker.setdefault(sup["speaker"], [])
         entry.append((cut["duration"], sup["custom"]["context_speaker_similarity"]))
-    table = speaker_table(catalog).set_index("speaker")
-    assert sorted(table.index) == sorted(by_speaker)
+    whole = speaker_table(catalog)
+    # in batches of 5 rows, their per-speaker parts folded whenever they pass 3 rows: the same table
+    monkeypatch.setattr(
+        tables, "iter_batches", lambda *a, **k: sharflow.dataset.catalog.iter_batches(*a, batch_rows=5, **k)
+    )
+    monkeypatch.setattr(tables, "FOLD_ROWS", 3)
+    folded = speaker_table(catalog)
+    pd.testing.assert_frame_equal(folded, whole, check_exact=False, rtol=1e-12)
+    table = whole.set_index("speaker")
+    assert sorted(table.index) == sorted(by_speaker) and len(by_speaker) > 3
     for speaker, values in by_speaker.items():
         d, sim = np.array(values).T
         row = table.loc[speaker]

@@ -91,6 +91,14 @@ def shar_block_again(work: Path) -> None:
     (work / "results/demo/shar_jobs/shards-000000-000009.json").unlink()
 
 
+def codes_block_again(work: Path) -> None:
+    """Withdraw the finished codes block's record and the shards it kept: the next run encodes that
+    block again (a kept shard would be put back, not encoded, and the point never come)."""
+    jobs = work / "results/demo/codes_jobs/tiny_nemo"
+    (jobs / "shards-000000-000009.json").unlink()
+    shutil.rmtree(jobs / ".shards-000000-000009.kept")
+
+
 def count(work: Path, pattern: str) -> int:
     return len(list(work.glob(pattern)))
 
@@ -170,7 +178,7 @@ def crash_run(reference_work: Path, tmp: Path) -> dict:
         dry = run_snakemake(work, config, "-n")
         seen["planned_after_shar_kill"] = dry.stdout + dry.stderr
 
-        run_and_kill(work, config, mid_codes, "codes")
+        run_and_kill(work, config, mid_codes, "codes", again=codes_block_again)
         seen["codes_kept"] = kept(work, "results/demo/codes_jobs/tiny_nemo/.shards-000000-000009.kept")
         run_snakemake(work, config, "--unlock")
         dry = run_snakemake(work, config, "-n")

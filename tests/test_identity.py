@@ -964,6 +964,27 @@ def landmarks(anchors) -> np.ndarray:
 STEPS = [(2, 5), (-3, 9), (7, 14)]  # an anchor's three pairs
 
 
+def test_a_lookup_finds_a_triplet_whose_anchor_or_one_partner_moved_a_frame_but_not_two_partners():
+    from sharflow.identity.fingerprint import triplets
+
+    stored = landmarks([(50, 100, STEPS[:2])])  # one anchor, two pairs: one triplet
+    key = set(triplets(stored["hash"], stored["time"])[0].tolist())
+    assert len(key) == 1
+
+    def looked_up(steps):
+        query = landmarks([(50, 100, steps)])
+        return set(triplets(query["hash"], query["time"], moved=True)[0].tolist())
+
+    (df1, dt1), (df2, dt2) = STEPS[:2]
+    assert key <= looked_up(STEPS[:2])
+    assert key <= looked_up([(df1, dt1 + 1), (df2, dt2)])  # its first partner a frame later
+    assert key <= looked_up([(df1, dt1), (df2, dt2 - 1)])  # its second a frame earlier
+    assert key <= looked_up([(df1, dt1 - 1), (df2, dt2 - 1)])  # its anchor a frame later
+    assert not key & looked_up([(df1, dt1 + 1), (df2, dt2 - 1)])  # two peaks moved: another triplet
+    assert not key & looked_up([(df1, dt1 + 2), (df2, dt2)])  # two frames: another triplet
+    assert len(looked_up(STEPS[:2])) == 7  # each triplet as it is and with one of its 3 peaks moved
+
+
 def test_a_match_counts_the_hashes_one_frame_either_side_of_its_best_offset():
     held = HeldOut()
     a = [(10 * k, 100 + k, STEPS) for k in range(4)]  # 12 hashes

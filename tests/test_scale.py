@@ -42,6 +42,13 @@ def test_whole_dataset_jobs_cost_no_more_per_record_at_ten_thousand_than_at_a_th
             f"{job}: CPU per record {per:.1f}x from {SIZES[0]:,} to {SIZES[-1]:,} records"
         )
         assert all(row["cpu"] > 0 for row in by_size.values())
+    # the jobs did their work: prepare kept every record, verify checked every train cut, the
+    # evaluation set has every test cut, the report a row for each stage
+    train, test = int((columns["split"] == 0).sum()), -(-SIZES[-1] // bench_scale.EVALUATION_EVERY)
+    assert rows["prepare"][SIZES[-1]]["said"] == {"records_in": SIZES[-1], "records_out": SIZES[-1]}
+    assert rows["verify"][SIZES[-1]]["said"] == {"cuts": train}
+    assert rows["evaluation_set"][SIZES[-1]]["said"] == {"cuts": test}
+    assert rows["report"][SIZES[-1]]["said"]["summary_rows"] == 8
     # the identity lookups stay linear by looking at candidates only: they still find the planted
     # copies of held-out records (lossy, trimmed, with peaks lost, moved and added)
     for n, row in rows["identity_check"].items():

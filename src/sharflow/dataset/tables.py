@@ -1,8 +1,9 @@
 """Tables about a dataset, made with pandas from its catalog: per speaker, per bucket, and the card.
 
-Per-speaker figures are aggregated one catalog batch at a time (memory grows with the number of
-speakers, not cuts). Bucket occupancy and percentiles read whole numeric columns (8 bytes per cut
-each), as the bucket bins themselves do.
+Per-speaker figures are aggregated one catalog batch at a time, the batches' partial aggregates
+folded into one as they pass FOLD_ROWS (memory grows with the number of speakers, not cuts). Bucket
+occupancy and percentiles read whole numeric columns (8 bytes per cut each), as the bucket bins
+themselves do.
 """
 
 import numpy as np
@@ -16,6 +17,19 @@ from sharflow.dataset.catalog import column_names, iter_batches, read_columns
 PERCENTILES = (0, 1, 5, 25, 50, 75, 95, 99, 100)
 
 
+# Per-speaker rows the batches' partial aggregates may hold before they are folded into one: a shuffled
+# catalog's every batch holds most speakers, so kept apart they would grow with batches x speakers
+FOLD_ROWS = 1 << 18
+
+
+def _fold(partials: list[pd.DataFrame]) -> pd.DataFrame:
+    """Partial per-speaker aggregates as one: counts and sums added, minimums the least."""
+    grouped = pd.concat(partials).groupby(level=0, sort=False)
+    out = grouped.sum()
+    out["min_context_similarity"] = grouped["min_context_similarity"].min()
+    return out
+
+
 def speaker_table(catalog: str) -> pd.DataFrame:
     """One row per speaker: utterances, hours, mean and min context similarity, and the mean of every
     quality metric the catalog has; most hours first (ties by speaker)."""
@@ -25,6 +39,8 @@ def speaker_table(catalog: str) -> pd.DataFrame:
     for batch in iter_batches(catalog, columns):
         df = batch.to_pandas()
         df["speaker"] = df["speaker"].astype(str)
+        floats = df.select_dtypes("float32").columns  # summed in float64: the same in any batching
+        df[floats] = df[floats].astype("float64")
         grouped = df.groupby("speaker", sort=False, observed=True)
         part = grouped.agg(
             utterances=("duration", "size"),
@@ -37,13 +53,14 @@ def speaker_table(catalog: str) -> pd.DataFrame:
             part[f"{m}_sum"] = grouped[m].sum()
             part[f"{m}_n"] = grouped[m].count()
         partials.append(part)
+        if sum(map(len, partials)) > FOLD_ROWS:
+            partials = [_fold(partials)]
     if not partials:
         return pd.DataFrame(
             columns=["utterances", "hours", "mean_context_similarity", "min_context_similarity"]
         )
-    both = pd.concat(partials)
-    mins = both.groupby(level=0)["min_context_similarity"].min()
-    sums = both.drop(columns="min_context_similarity").groupby(level=0).sum()
+    sums = _fold(partials)
+    mins = sums["min_context_similarity"]
     table = pd.DataFrame(
         {
             "utterances": sums["utterances"].astype("int64"),

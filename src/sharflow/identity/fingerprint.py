@@ -17,9 +17,9 @@ short or silent) has no fingerprint and matches nothing.
 A pair hash has ~2 M values, of which speech uses few often: in an index of millions of clips each
 would name thousands of them. So an index finds its candidates by **triplets** (`triplets`): two
 pairs of one anchor peak, a 37-bit value folded to 32 bits, that are rare where pairs are common.
-A query's triplets are looked up with each time step also one frame either way (`JITTER`): a trim
-or a resampling moves a peak by a frame, and a triplet holds two time steps. The pair hashes then
-decide (`match`), as they always have.
+A query's triplets are also looked up as they are with any one of their three peaks a frame off
+(`MOVES`): a trim or a resampling moves a peak by a frame. The pair hashes then decide (`match`), as
+they always have.
 """
 
 from dataclasses import dataclass
@@ -35,7 +35,9 @@ FANOUT = 3
 MAX_DT = 63  # frames: 0.5 s
 MAX_DF = 63  # bins: ~1 kHz
 MIN_HASHES = 20
-JITTER = 1  # frames either way a query's triplet time steps are also looked up at
+# What a query's triplet looks like with one of its three peaks a frame off, as (change to its first
+# time step, to its second): a partner moved (one step), or the anchor moved (both, the same way)
+MOVES = np.array([(0, 0), (1, 0), (-1, 0), (0, 1), (0, -1), (1, 1), (-1, -1)], dtype=np.int64)
 HASH_DTYPE = np.dtype([("hash", "<u4"), ("time", "<i4")])  # a fingerprint as the identity jobs store it
 _FOLD = np.uint64(0x9E3779B97F4A7C15)  # Fibonacci hashing: a 37-bit triplet to 32 bits
 VERSION = 1  # of the parameters above: stored with fingerprints, so old ones are never compared
@@ -112,13 +114,13 @@ def best_offset_count(offsets: np.ndarray) -> int:
     return max(lookup.get(v - 1, 0) + c + lookup.get(v + 1, 0) for v, c in lookup.items())
 
 
-def triplets(hashes: np.ndarray, times: np.ndarray, jitter: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def triplets(hashes: np.ndarray, times: np.ndarray, moved: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The triplet keys (uint32) of a fingerprint's pair hashes, and for each the row (in `hashes`)
     of one pair of its anchor (whose time is the triplet's): every two pairs of one anchor peak (the
     same time and frequency bin; FANOUT pairs make FANOUT * (FANOUT - 1) / 2 triplets), the two
-    (frequency step, time step) in one order whatever the pairs' order. With `jitter`, each time step
-    also at ± 1 .. jitter frames (within 1 .. MAX_DT, where pairs are made): what a query looks up,
-    so that a peak moved by a frame still finds its triplet."""
+    (frequency step, time step) in one order whatever the pairs' order. With `moved`, each also as
+    it is with one of its peaks a frame off (MOVES; time steps within 1 .. MAX_DT, where pairs are
+    made): what a query looks up, so that a peak moved by a frame still finds its triplet."""
     t = times.astype(np.int64)
     order = np.argsort((t << 23) | hashes.astype(np.int64))  # by anchor (time, bin), then step
     h, t = hashes[order].astype(np.int64), t[order]
@@ -129,15 +131,15 @@ def triplets(hashes: np.ndarray, times: np.ndarray, jitter: int = 0) -> tuple[np
         i.append(first)
         j.append(first + d)
     i, j = np.concatenate(i), np.concatenate(j)
-    shifts = np.arange(-jitter, jitter + 1)
-    dta = (h[i] & 127)[:, None, None] + shifts[None, :, None]
-    dtb = (h[j] & 127)[:, None, None] + shifts[None, None, :]
-    sa = ((h[i] >> 7) & 127)[:, None, None] << 7 | dta
-    sb = ((h[j] >> 7) & 127)[:, None, None] << 7 | dtb
+    shifts = MOVES if moved else MOVES[:1]
+    dta = (h[i] & 127)[:, None] + shifts[None, :, 0]
+    dtb = (h[j] & 127)[:, None] + shifts[None, :, 1]
+    sa = ((h[i] >> 7) & 127)[:, None] << 7 | dta
+    sb = ((h[j] >> 7) & 127)[:, None] << 7 | dtb
     ok = (dta >= 1) & (dta <= MAX_DT) & (dtb >= 1) & (dtb <= MAX_DT)
-    f1 = np.broadcast_to((h[i] >> 14)[:, None, None], ok.shape)[ok]
+    f1 = np.broadcast_to((h[i] >> 14)[:, None], ok.shape)[ok]
     keys = (f1 << 28) | (np.minimum(sa, sb)[ok] << 14) | np.maximum(sa, sb)[ok]
-    rows = np.broadcast_to(order[i][:, None, None], ok.shape)[ok]
+    rows = np.broadcast_to(order[i][:, None], ok.shape)[ok]
     folded = (keys.astype(np.uint64) * _FOLD) >> np.uint64(32)
     return folded.astype(np.uint32), rows
 

@@ -59,7 +59,7 @@ from sharflow.core.atomic import atomic_file, read_json, write_json
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import IdentityCheckFiles, IdentityIndexFiles
 from sharflow.core.splits import TRAIN, SplitRules
-from sharflow.identity.fingerprint import HASH_DTYPE, JITTER, shared, triplets
+from sharflow.identity.fingerprint import HASH_DTYPE, shared, triplets
 from sharflow.identity.voices import (
     LINKED_SPEAKER,
     VoiceRules,
@@ -215,7 +215,7 @@ class HeldOut:
         if len(hashes) == 0 or len(self.triplets) == 0:
             return None
         query = np.asarray(hashes, dtype=HASH_DTYPE)
-        keys, rows = triplets(query["hash"], query["time"], jitter=JITTER)
+        keys, rows = triplets(query["hash"], query["time"], moved=True)
         candidates = self._candidates(keys, query["time"][rows])
         if len(candidates) == 0:
             return None
