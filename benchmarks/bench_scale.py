@@ -768,6 +768,8 @@ def write_report_inputs(folder: Path) -> None:
     summary in its form (verify.json: its counts from the catalog, since verify itself reads audio)."""
     import pyarrow.parquet as pq
 
+    from sharflow.core.layout import fields
+
     report = folder / "report"
     for _, job in (*REPORT_STATS, ("codes", "codes_merge")):
         (report / job).mkdir(parents=True, exist_ok=True)
@@ -782,7 +784,7 @@ def write_report_inputs(folder: Path) -> None:
         "dataset": "emilia",
         "ok": True,
         "shards": shards,
-        "fields": ["cuts", "target_audio", "context_audio", "target_codes_codec", "context_codes_codec"],
+        "fields": [fd.label for fd in fields(["codec"])],
         "cuts": catalog.num_rows,
         **hours,
         "catalog_rows": catalog.num_rows,

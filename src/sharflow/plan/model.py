@@ -293,8 +293,10 @@ RSS_PER_RECORD = {
     "identity_index": 1330,
     "identity_check": 850,
     "identity_merge": 20,
-    "verify": 90,  # the catalog's rows of a shard and the shards' results, as they pass
-    "report": 170,  # the catalog's durations and lengths (bucket occupancy) and the speakers' table
+    # measured, not one structure's: verify reads the catalog along the shards (its reader's buffers);
+    # the report holds the catalog's durations and lengths (bucket occupancy) and the speakers' table
+    "verify": 90,
+    "report": 170,
 }
 # Rules whose memory grows with the whole corpus, not with the share of it their job sees: every
 # identity check part holds the whole held-out index
