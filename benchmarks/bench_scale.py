@@ -35,7 +35,8 @@ of the train split's Shar, every field's members decoded and checked, the catalo
 totals; in one process) and `report` (every stage's stats, as the jobs here write them, the catalog,
 buckets, records and quality metrics into the run's plots and tables). The evaluation and verify
 Shar hold short cuts (EVALUATION_SECONDS, VERIFY_SECONDS): their cost per second of audio is
-decoding, measured on real shards by bench_shar; here it is the cost per cut that must not grow.
+decoding, measured on real audio by bench_plan (verify); here it is the cost per cut that must not
+grow.
 
 Printed per job and size: records, wall, the job's CPU-µs per record (after its imports), the
 process's peak RSS and the job's own part of it (above the RSS before the job), the growth of CPU per
@@ -613,6 +614,41 @@ def _flac_clip(seconds: float, rate: int) -> tuple[bytes, int]:
     return clip.getvalue(), samples
 
 
+def write_audio_shard(shar: Path, shard: int, records: list[dict], seconds: float, rate: int) -> list[dict]:
+    """One shard of a Shar set's cuts and target and context audio, in the shar job's byte layout
+    (sharflow.shar.format): each record's cut, and `seconds` of a tone at `rate` as both its target
+    and its context audio (their members and manifests). Returns the cuts."""
+    import gzip
+
+    from sharflow.core.layout import AUDIO_FIELDS, CUTS
+    from sharflow.shar.format import (
+        TarMemberWriter,
+        audio_member_names,
+        cut_dict,
+        cut_line,
+        placeholder_bytes,
+    )
+
+    clip, samples = _flac_clip(seconds, rate)
+    for fd in (CUTS, *AUDIO_FIELDS):
+        (shar / fd.folder).mkdir(parents=True, exist_ok=True)
+    cuts = [cut_dict(r) for r in records]
+    with gzip.open(shar / CUTS.folder / CUTS.name(shard), "wt", encoding="utf-8") as out:
+        out.writelines(cut_line(c) for c in cuts)
+    for fd in AUDIO_FIELDS:
+        with TarMemberWriter(str(shar / fd.folder / fd.name(shard))) as tar:
+            for c in cuts:
+                audio, manifest = audio_member_names(c["id"], "flac")
+                tar.write(audio, clip)
+                tar.write(manifest, placeholder_bytes(c["id"], rate, samples, seconds))
+    return cuts
+
+
+def write_plan(path: Path, shards: int) -> None:
+    """A shard plan of one generation of `shards` shards from 0 (what the jobs read of a plan)."""
+    path.write_text(json.dumps({"generations": [{"first": 0, "shards": shards}], "num_shards": shards}))
+
+
 EVALUATION_SECONDS = 0.25  # each test cut's target and context audio in the evaluation set's Shar
 # The test split's share, as a fixed one: 1 record in 64, so that it follows the corpus at any size
 # (the draw of held-out speakers holds none out of 10^3 records); Emilia's held-out sets are ~1.5 %
@@ -626,39 +662,16 @@ def write_evaluation_inputs(with_context: Path, folder: Path) -> None:
     and context audio is EVALUATION_SECONDS of 24 kHz FLAC (one tone for all: the export's cost per
     cut, not per second of audio, is what grows with the split; per second it only decodes and
     writes)."""
-    import gzip
-
-    from sharflow.core.layout import AUDIO_FIELDS, CUTS
-    from sharflow.shar.format import (
-        TarMemberWriter,
-        audio_member_names,
-        cut_dict,
-        cut_line,
-        placeholder_bytes,
-    )
-
-    rate = 24_000
-    clip, samples = _flac_clip(EVALUATION_SECONDS, rate)
-    shar = folder / "evaluation" / "shar"
-    for fd in (CUTS, *AUDIO_FIELDS):
-        (shar / fd.folder).mkdir(parents=True, exist_ok=True)
-
     with open(with_context, encoding="utf-8") as f:
         tests = [json.loads(line) for i, line in enumerate(f) if i % EVALUATION_EVERY == 0]
     for shard, first in enumerate(range(0, len(tests), SHARD_SIZE)):
-        target, context = (str(shar / fd.folder / fd.name(shard)) for fd in AUDIO_FIELDS)
-        with (
-            gzip.open(shar / CUTS.folder / CUTS.name(shard), "wt", encoding="utf-8") as cuts,
-            TarMemberWriter(target) as targets,
-            TarMemberWriter(context) as contexts,
-        ):
-            for record in tests[first : first + SHARD_SIZE]:
-                cut = cut_dict(record)
-                cuts.write(cut_line(cut))
-                audio, manifest = audio_member_names(cut["id"], "flac")
-                for tar in (targets, contexts):
-                    tar.write(audio, clip)
-                    tar.write(manifest, placeholder_bytes(cut["id"], rate, samples, EVALUATION_SECONDS))
+        write_audio_shard(
+            folder / "evaluation" / "shar",
+            shard,
+            tests[first : first + SHARD_SIZE],
+            EVALUATION_SECONDS,
+            24_000,
+        )
 
 
 VERIFY_SECONDS = 0.1  # each train cut's target and context audio in verify's Shar
@@ -671,25 +684,17 @@ def write_verify_inputs(with_context: Path, folder: Path) -> None:
     and codes jobs write (sharflow.shar.format; lhotse's ArrayTarWriter, as the codes job uses it);
     the catalog over it (the shar job's fragments merged by the catalog job's code); the plan and the
     shar and codes stats. Each cut is VERIFY_SECONDS long, target and context: verify decodes every
-    member, and its cost per second of audio is measured on real shards (bench_shar); what grows
+    member, and its cost per second of audio is measured on real audio (bench_plan); what grows
     with the corpus is the walk, the catalog check and the totals."""
-    import gzip
-
     from lhotse.array import Array, TemporalArray
     from lhotse.shar.writers import ArrayTarWriter
 
-    from sharflow.core.layout import AUDIO_FIELDS, CUTS, codes_fields
+    from sharflow.core.audio import compute_num_samples
+    from sharflow.core.layout import codes_fields
     from sharflow.dataset.catalog import catalog_row, write_fragment
-    from sharflow.shar.format import (
-        TarMemberWriter,
-        audio_member_names,
-        cut_dict,
-        cut_line,
-        placeholder_bytes,
-    )
 
     rate = VERIFY_CODEC["sample_rate"]
-    clip, samples = _flac_clip(VERIFY_SECONDS, rate)
+    samples = compute_num_samples(VERIFY_SECONDS, rate)
     frames = -(-samples // VERIFY_CODEC["samples_per_frame"])
     codes = (
         np.random.default_rng(0).integers(0, 1024, (VERIFY_CODEC["num_codebooks"], frames)).astype(np.int16)
@@ -707,19 +712,10 @@ def write_verify_inputs(with_context: Path, folder: Path) -> None:
     starts = range(0, len(train), SHARD_SIZE)
     for shard, first in enumerate(starts):
         records = train[first : first + SHARD_SIZE]
-        files = [shar / fd.folder / fd.name(shard) for fd in (CUTS, *AUDIO_FIELDS, *codes_fields("codec"))]
-        for path in files:
+        cuts = write_audio_shard(shar, shard, records, VERIFY_SECONDS, rate)
+        for fd in codes_fields("codec"):
+            path = shar / fd.folder / fd.name(shard)
             path.parent.mkdir(parents=True, exist_ok=True)
-        cuts = [cut_dict(r) for r in records]
-        with gzip.open(files[0], "wt", encoding="utf-8") as out:
-            out.writelines(cut_line(c) for c in cuts)
-        for path in files[1:3]:
-            with TarMemberWriter(str(path)) as tar:
-                for c in cuts:
-                    audio, manifest = audio_member_names(c["id"], "flac")
-                    tar.write(audio, clip)
-                    tar.write(manifest, placeholder_bytes(c["id"], rate, samples, VERIFY_SECONDS))
-        for path in files[3:]:
             with ArrayTarWriter(str(path), shard_size=None, compression="numpy") as tar:
                 for c in cuts:
                     array = Array(storage_type="shar", storage_path="", storage_key="", shape=shape)
@@ -742,9 +738,7 @@ def write_verify_inputs(with_context: Path, folder: Path) -> None:
         ]
         write_fragment(rows, str(root / "fragments" / f"shard-{shard:06d}.catalog.parquet"))
     shards = len(starts)
-    (root / "plan.json").write_text(
-        json.dumps({"generations": [{"first": 0, "shards": shards}], "num_shards": shards})
-    )
+    write_plan(root / "plan.json", shards)
     hours = round(len(train) * VERIFY_SECONDS / 3600, 6)
     (root / "shar_stats.json").write_text(json.dumps({"cuts": len(train), "hours": hours}))
     (root / "codes_stats.json").write_text(json.dumps({"cuts": len(train), "shards": shards, **VERIFY_CODEC}))
@@ -983,7 +977,7 @@ def job_input_cfg(folder: Path, out: Path) -> None:
 
     shards = len(list((folder / "shards").glob("*.stats.json")))
     plan = out / "shard_plan.json"  # the train set's generations: what the entries' shard ranges name
-    plan.write_text(json.dumps({"generations": [{"first": 0, "shards": shards}], "num_shards": shards}))
+    write_plan(plan, shards)
     dataset = {"shar_dir": str(out / "shar"), "plan": str(plan), "catalog": str(folder / "catalog.parquet")}
     write_input_cfg(
         {"emilia": dataset},
@@ -1165,7 +1159,7 @@ def job_validation_ds(folder: Path, out: Path) -> None:
 
     shards = len(list((folder / "shards").glob("*.stats.json")))
     plan = out / "shard_plan.json"  # as input_cfg, for the held-out sets' Shar
-    plan.write_text(json.dumps({"generations": [{"first": 0, "shards": shards}], "num_shards": shards}))
+    write_plan(plan, shards)
     dataset = {
         "shar_dir": str(out / "shar"),
         "plan": str(plan),
@@ -1254,7 +1248,9 @@ def counted(folder: Path, out: Path, name: str) -> dict:
     if name == "evaluation_set":
         with open(out / "set" / "manifest.json", encoding="utf-8") as f:
             return {"cuts": sum(1 for _ in f)}
-    return {"summary_rows": len((out / "summary.tsv").read_text().splitlines()) - 1}
+    if name == "report":
+        return {"summary_rows": len((out / "summary.tsv").read_text().splitlines()) - 1}
+    raise ValueError(f"nothing counted for {name}")
 
 
 # What a job's outputs say, read after it is measured: {job: function(folder, out) -> dict}
