@@ -56,12 +56,15 @@ class Watcher(threading.Thread):
             time.sleep(0.003)
 
 
-def run_and_kill(work: Path, config: dict, when, what: str, timeout: float = 600, again=None) -> str:
+def run_and_kill(
+    work: Path, config: dict, when, what: str, timeout: float = 600, passed=None, again=None
+) -> str:
     """Start the workflow (1 core) and SIGKILL its whole process group once when(work) is true.
 
-    A point that is a fraction of a second wide can pass unseen on a busy machine (the run then ends
-    first): with `again`, which makes the run do that part over (a repair the workflow itself
-    plans), the run is started again, up to three times in all."""
+    A point that is a fraction of a second wide can pass unseen on a busy machine: once `passed(work)`
+    is true (or the run ended) it was missed, the run is killed there and, with `again`, which makes
+    the run do that part over (a repair the workflow itself plans), started again, up to three times
+    in all."""
     work.mkdir(parents=True, exist_ok=True)
     log = work / f"killed-{what}.log"
     cmd = snakemake_cmd(work, config, "--cores", "1")
@@ -70,7 +73,7 @@ def run_and_kill(work: Path, config: dict, when, what: str, timeout: float = 600
             deadline = time.monotonic() + timeout
             try:
                 while not when(work):
-                    if proc.poll() is not None:
+                    if proc.poll() is not None or (passed is not None and passed(work)):
                         break
                     assert time.monotonic() < deadline, f"no {what} point within {timeout} s"
                     time.sleep(0.002)
@@ -82,21 +85,27 @@ def run_and_kill(work: Path, config: dict, when, what: str, timeout: float = 600
         assert again is not None and attempt < 2, (
             f"the run ended before the {what} point:\n{log.read_text()[-3000:]}"
         )
+        run_snakemake(work, config, "--unlock")  # a run killed past the point left its lock
         again(work)
     raise AssertionError("unreachable")
 
 
+SHAR_BLOCK = "results/demo/shar_jobs/shards-000000-000009.json"
+CODES_BLOCK = "results/demo/codes_jobs/tiny_nemo/shards-000000-000009.json"
+
+
 def shar_block_again(work: Path) -> None:
-    """Withdraw the finished shar block's record: the next run remakes that block (and what follows)."""
-    (work / "results/demo/shar_jobs/shards-000000-000009.json").unlink()
+    """Withdraw the shar block's record and the shards it kept: the next run makes that block again
+    (a kept shard would be put back, not made, and the point never come)."""
+    (work / SHAR_BLOCK).unlink(missing_ok=True)
+    shutil.rmtree(work / "results/demo/shar_jobs/.shards-000000-000009.kept", ignore_errors=True)
 
 
 def codes_block_again(work: Path) -> None:
     """Withdraw the finished codes block's record and the shards it kept: the next run encodes that
     block again (a kept shard would be put back, not encoded, and the point never come)."""
-    jobs = work / "results/demo/codes_jobs/tiny_nemo"
-    (jobs / "shards-000000-000009.json").unlink()
-    shutil.rmtree(jobs / ".shards-000000-000009.kept")
+    (work / CODES_BLOCK).unlink(missing_ok=True)
+    shutil.rmtree(work / "results/demo/codes_jobs/tiny_nemo/.shards-000000-000009.kept", ignore_errors=True)
 
 
 def count(work: Path, pattern: str) -> int:
@@ -110,10 +119,15 @@ def mid_context(work: Path) -> bool:
 
 
 def mid_shar(work: Path) -> bool:
-    """The block of shards 0-9 has finished some of its shards and has not written its record (its
-    ten shards of five cuts take ~0.3 s: a narrower point could be missed on a busy machine)."""
+    """The block of shards 0-9 has finished some of its shards, not all (its ten shards of five cuts
+    take ~0.3 s: a narrower point could be missed on a busy machine)."""
     done = count(work, "results/demo/shar_jobs/.shards-000000-000009.kept/*.json")
-    return done > 0 and not (work / "results/demo/shar_jobs/shards-000000-000009.json").exists()
+    return 0 < done < 10 and not (work / SHAR_BLOCK).exists()
+
+
+def block_done(record: str):
+    """Whether the block job whose record is `record` (under the run's folder) has finished."""
+    return lambda work: (work / record).exists()
 
 
 def mid_codes(work: Path) -> bool:
@@ -171,14 +185,16 @@ def crash_run(reference_work: Path, tmp: Path) -> dict:
         dry = run_snakemake(work, config, "-n")
         seen["planned"] = dry.stdout + dry.stderr
 
-        run_and_kill(work, config, mid_shar, "shar", again=shar_block_again)
+        run_and_kill(work, config, mid_shar, "shar", passed=block_done(SHAR_BLOCK), again=shar_block_again)
         seen["shar_cuts_after_kill"] = count(work, "results/demo/shar/cuts/*")
         seen["shar_kept"] = kept(work, "results/demo/shar_jobs/.shards-000000-000009.kept")
         run_snakemake(work, config, "--unlock")
         dry = run_snakemake(work, config, "-n")
         seen["planned_after_shar_kill"] = dry.stdout + dry.stderr
 
-        run_and_kill(work, config, mid_codes, "codes", again=codes_block_again)
+        run_and_kill(
+            work, config, mid_codes, "codes", passed=block_done(CODES_BLOCK), again=codes_block_again
+        )
         seen["codes_kept"] = kept(work, "results/demo/codes_jobs/tiny_nemo/.shards-000000-000009.kept")
         run_snakemake(work, config, "--unlock")
         dry = run_snakemake(work, config, "-n")

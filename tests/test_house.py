@@ -30,6 +30,7 @@ PACKAGES = (
     "publish",
     "report",
     "plan",
+    "explore",
 )
 HEAVY = ("torch", "lhotse", "nemo", "pandas", "pyarrow", "matplotlib", "onnxruntime")
 MAX_FUNCTION_LINES = 60

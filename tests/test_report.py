@@ -178,6 +178,7 @@ def test_report_plots_and_summary(stats_files, tmp_path):
     assert "<h3>demo</h3>" in text and "<h3>again</h3>" in text
     assert text.count("train cuts lose characters to their tokenizers") == 2
     assert "normalized_text from: " in text
+    assert "<code>sharflow explore</code>" in (out / "summary.html").read_text()  # names the explorer
     assert pd.read_csv(out / "summary.tsv", sep="\t").to_dict("records") == rows
     speakers = pd.read_csv(out / "speakers.tsv", sep="\t")
     assert set(speakers.dataset) == {"demo", "again"} and speakers.utterances.sum() == 2 * 56

@@ -218,13 +218,16 @@ def test_a_span_is_its_file_name_size_offset_and_duration(tmp_path):
 def run_splits(tmp):
     """(work dir, config) of a whole workflow run of the shipped config's demo and degraded datasets,
     with their splits: on for demo (its own block: two unseen speakers by list, seen utterances by
-    fraction) and off for degraded (the workflow's block); quality off, 8-cut shards, the train
-    records checked for held-out content in two identity check parts (conftest's split_run, in the
-    background)."""
+    fraction) and off for degraded (the workflow's block); quality with one filter, the shipped
+    dnsmos_bak threshold (it drops degraded's noisy copy and nothing else, so the other damaged copies
+    reach the splits job to be linked by content), 8-cut shards, the train records checked for
+    held-out content in two identity check parts (conftest's split_run, in the background). It is also
+    the run the explorer's tests look at (test_explore)."""
+    filters = {"dnsmos_bak": demo_config()["quality"]["filters"]["dnsmos_bak"]}
     config = demo_config(
         degraded=True,
         splits=True,
-        quality={"enabled": False},
+        quality={"filters": filters},
         shar={"shard_size": 8},
         identity={"check_parts": 2},
     )
@@ -273,8 +276,15 @@ def test_splits_in_the_workflow_keep_held_out_audio_out_of_train_and_its_context
     sources = [
         Path(r["audio_filepath"]).stem[:7] for r in read_jsonl(config["datasets"]["degraded"]["manifest"])
     ]
+    quality = json.loads(Path(degraded_files.quality_stats).read_text())
+    dropped = {
+        Path(json.loads(r["original"])["audio_filepath"]).stem[:7]
+        for p in Path(degraded_files.quality_rejected).glob("*.jsonl")
+        for r in read_jsonl(p)
+    }
+    assert quality["rejected"] == {"quality_dnsmos_bak": 1} and dropped == {"slt_000"}  # the noisy copy
     damaged = [s for s in sources[8:] if s in held_slt]
-    assert held_slt and damaged and len(sources) == 15
+    assert held_slt and damaged and len(sources) == 15 and not dropped & held_slt
     assert degraded["rejected_total"] == len(held_slt) + len(damaged)
     assert degraded["rejected"][SAME_AUDIO] == len(held_slt)
     assert set(degraded["rejected"]) <= {SAME_AUDIO, SAME_CONTENT, SAME_UTTERANCE}

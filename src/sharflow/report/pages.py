@@ -157,6 +157,13 @@ def _where(e: dict) -> str:
     return f"{e['dataset']}: {e['audio_filepath']} @ {e['offset']}"
 
 
+EXPLORE = (
+    "<h3>Listen</h3><p>Every cut (target and context audio), every reject and what each quality threshold "
+    "keeps, in a browser: run <code>sharflow explore</code> in the run's folder, then open "
+    "http://127.0.0.1:8050/ (docs: explore).</p>\n"
+)
+
+
 def write_summary(
     rows: list[dict], verify: dict[str, dict], html_path: str, tsv_path: str, identity: str = ""
 ) -> None:
@@ -174,6 +181,7 @@ def write_summary(
         + _html_table(shown)
         + f"\n<h3>Verify</h3><ul>{checks}</ul>\n"
         + identity
+        + EXPLORE
     )
     with atomic_file(html_path, "w", encoding="utf-8") as f:
         f.write(_page("sharflow summary", body))
