@@ -141,12 +141,14 @@ def gpu_request(section, gpus=1):
 
     Locally, `gpu` only caps how many GPU jobs run at once (profiles/local); with no GPU the jobs
     run CPU ranks on their threads, and the cap would leave the other cores idle. A cluster
-    executor keeps the request whatever the submitting host has: the job's node has the GPUs.
+    executor keeps the request whatever the submitting host has: the job's node has the GPUs. So does
+    a dry run, which shows what a cluster would be asked for (the profiles set no `gpu` of their own:
+    a job asks for a GPU exactly when its stage's device is not cpu).
     """
     asked = 0 if config[section]["device"] == "cpu" else gpus
 
     def resource(wildcards):
-        return asked if workflow.non_local_exec or HOST_SHOWS_GPU else 0
+        return asked if workflow.non_local_exec_or_dryrun or HOST_SHOWS_GPU else 0
 
     return resource
 

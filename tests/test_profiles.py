@@ -1,5 +1,6 @@
 """The profiles route only rules that exist (a typo silently sends a GPU job to the CPU partition)."""
 
+import shutil
 import subprocess
 
 import yaml
@@ -51,10 +52,9 @@ def test_slurm_profile_shape():
     gpu_rules = GPU_RULES
     assert gpu_rules <= set(profile["set-resources"])
     for rule, res in profile["set-resources"].items():
-        if rule in gpu_rules:
-            assert res["slurm_partition"] == "gpu" and res["gpu"] >= 1, rule
-        else:
-            assert "gpu" not in res and res.get("slurm_partition", "cpu") == "cpu", rule
+        # no GPU count here: a rule asks for its own, none where its stage's device is cpu (the dry run below)
+        assert "gpu" not in res, rule
+        assert res.get("slurm_partition", "cpu") == ("gpu" if rule in gpu_rules else "cpu"), rule
 
 
 def test_slurm_profile_bundles_shard_jobs_in_series():
@@ -96,7 +96,7 @@ def slurm_dry_run(workdir, config) -> dict[str, list[dict[str, str]]]:
     jobs: dict[str, list[dict[str, str]]] = {}
     rule = None
     for line in proc.stdout.splitlines():
-        if line.startswith(("rule ", "localrule ")):
+        if line.lstrip().startswith(("rule ", "localrule ")):  # a grouped job's lines are indented
             rule = line.split()[1].rstrip(":")
         elif line.strip().startswith("resources:") and rule:
             pairs = (kv.split("=", 1) for kv in line.split(":", 1)[1].split(", "))
@@ -106,8 +106,9 @@ def slurm_dry_run(workdir, config) -> dict[str, list[dict[str, str]]]:
 
 def test_slurm_profile_dry_run_parses_and_routes_quality_by_where_its_models_run(tmp_path):
     """The plugin is installed and the profile's keys and expressions are accepted (the shipped
-    config, both its datasets); quality jobs ask for a GPU only when their models run on one: with
-    quality.device: cpu they are quality_part_cpu jobs on the CPU partition, without a GPU."""
+    config, both its datasets); a job asks for a GPU exactly when its stage's device is not cpu: on
+    auto every GPU rule's jobs ask for one (codes: codes.gpus_per_job), on cpu none does; quality's
+    jobs are then quality_part_cpu jobs on the CPU partition."""
     gpu = slurm_dry_run(tmp_path / "gpu", demo_config(degraded=True))
     assert {"prepare", "quality_part"} <= set(gpu) and "quality_part_cpu" not in gpu
     assert len(gpu["quality_part"]) == 4  # 2 parts x 2 datasets
@@ -115,8 +116,42 @@ def test_slurm_profile_dry_run_parses_and_routes_quality_by_where_its_models_run
         assert (job["slurm_partition"], job["gpu"], job["cpus_per_task"]) == ("gpu", "1", "8")
         # without a plan, the defaults (with a plan: test_plan.py)
         assert (job["mem_mb"], job["runtime"]) == ("16000", "480")
+    assert all(job["gpu"] == "1" for job in gpu["context_part"])
+    # the codes jobs come after the shar plan (a checkpoint): a dry run of a finished plan lists them
     cpu = slurm_dry_run(tmp_path / "cpu", demo_config(quality={"device": "cpu"}))
     assert "quality_part" not in cpu and len(cpu["quality_part_cpu"]) == 2
     for job in cpu["quality_part_cpu"]:
         assert job["slurm_partition"] == "cpu" and job.get("gpu", "0") == "0" and job["cpus_per_task"] == "8"
-    assert all(job["gpu"] == "1" for job in cpu["context_part"])  # the other GPU stages keep theirs
+    assert all(job["gpu"] == "1" for job in cpu["context_part"])  # context's own device is still auto
+    devices = {section: {"device": "cpu"} for section in ("quality", "context", "codes")}
+    none = slurm_dry_run(tmp_path / "none", demo_config(**devices))
+    assert none["context_part"] and "quality_part" not in none
+    asking = {rule: [j["gpu"] for j in jobs if j.get("gpu", "0") != "0"] for rule, jobs in none.items()}
+    assert not any(asking.values()), asking  # every device on cpu: no job holds a GPU
+
+
+CODES_RULES = {rule for rule in GPU_RULES if rule.startswith("codes_")}  # the codes jobs, not the merge
+
+
+def test_the_codes_jobs_of_a_finished_plan_ask_for_gpus_exactly_where_their_device_is_not_cpu(
+    two_datasets, tmp_path
+):
+    """The codes jobs come after the shar plan (a checkpoint), so a dry run lists them only over a
+    finished plan: the session's run, copied, with a second codec (its codes jobs are planned). On
+    auto they ask for codes.gpus_per_job GPUs each; with codes.device: cpu (every codes job planned
+    again: its device changed) none asks for one."""
+    work = tmp_path / "work"
+    shutil.copytree(two_datasets[0], work, symlinks=True)  # keeps mtimes: only the codes jobs are due
+    config = yaml.safe_load((work / "config.yaml").read_text())
+    config["codecs"]["second"] = dict(config["codecs"]["tiny_nemo"])
+    auto = slurm_dry_run(work, config)
+    codes = [job for rule, jobs in auto.items() if rule in CODES_RULES for job in jobs]
+    assert codes and {job["gpu"] for job in codes} == {
+        str(config["codes"].get("gpus_per_job", 1))
+    }  # the default: 1
+    assert {job["slurm_partition"] for job in codes} == {"gpu"}
+    config["codes"]["device"] = "cpu"
+    cpu = slurm_dry_run(work, config)
+    codes = [job for rule, jobs in cpu.items() if rule in CODES_RULES for job in jobs]
+    assert len(codes) > len([j for r, js in auto.items() if r in CODES_RULES for j in js])
+    assert all(job.get("gpu", "0") == "0" for job in codes)

@@ -39,7 +39,8 @@ def _int(q: dict, name: str, default: int, low: int = 0, high: int | None = None
     except ValueError:
         raise BadRequest(f"{name} must be a whole number, got {q.get(name)!r}") from None
     if value < low or (high is not None and value > high):
-        raise BadRequest(f"{name} must be between {low} and {high}, got {value}")
+        bounds = f"between {low} and {high}" if high is not None else f"at least {low}"
+        raise BadRequest(f"{name} must be {bounds}, got {value}")
     return value
 
 
