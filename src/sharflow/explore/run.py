@@ -29,12 +29,12 @@ from sharflow.core.metrics import METRICS
 from sharflow.core.splits import TRAIN
 from sharflow.dataset.catalog import STRING
 from sharflow.explore.query import add_order
+from sharflow.shar.format import audio_member_names
 
 log = logging.getLogger(__name__)
 
 KEPT = "kept"
 STATUS, DETAIL = "status", "detail"
-AUDIO_FORMATS = ("flac", "wav", "opus", "mp3", "ogg")
 METRIC_NAMES = frozenset(m.name for m in METRICS)
 _SUFFIXES = "|".join(re.escape(s.lstrip(".")) for s in containers.CONTAINER_SUFFIXES)
 
@@ -74,14 +74,11 @@ class Dataset:
         return self.files if split in (None, TRAIN) else DatasetFiles(os.path.join(self.files.root, split))
 
     def shar_member(self, row: dict, kind: str) -> str:
-        """The address (tar#member) of a kept cut's `kind` audio ("target" or "context") in its shard."""
+        """The address (tar#member) of a kept cut's `kind` audio ("target" or "context") in its shard,
+        named as the shar job names it (shar.audio_format of the run's config)."""
         shard = self.shar_files(row).shard(int(row["shard"]))
         tar = shard.target if kind == "target" else shard.context
-        index = containers.tar_index(tar)
-        for suffix in (self.audio_format, *AUDIO_FORMATS):
-            if f"{row['cut_id']}.{suffix}" in index:
-                return containers.address(tar, f"{row['cut_id']}.{suffix}")
-        raise containers.MemberError(f"{tar} holds no audio of cut {row['cut_id']}")
+        return containers.address(tar, audio_member_names(row["cut_id"], self.audio_format)[0])
 
     def source(self, audio_filepath: str) -> str:
         """A record's audio at its source (its path resolved under the dataset's audio root: a path
