@@ -68,6 +68,9 @@ SPLITS = any(SplitRules.from_config(split_block(ds)).enabled for ds in DATASETS)
 # With splits, the identity stage links train records to held-out ones by content across every
 # dataset (sharflow.identity; docs: splits), unless identity.enabled is false.
 IDENTITY = SPLITS and config["identity"]["enabled"]
+# With quality on, its parts write the identity parts from the decode they measure (one decode per
+# record); without, the identity_part jobs decode in identity.parts parts of their own.
+IDENTITY_PARTS = config["quality"]["parts"] if QUALITY else config["identity"]["parts"]
 HELD_OUT_SETS = [
     layout.split_set(ds, split)
     for ds in DATASETS
@@ -347,7 +350,7 @@ def get_splits_inputs(wildcards):
     if not IDENTITY:
         return {"records": records, "records_stats": stats}
     files = layout.dataset_files(wildcards.dataset)
-    parts = [files.identity_part(p).records for p in range(config["identity"]["parts"])]
+    parts = [files.identity_part(p).records for p in range(IDENTITY_PARTS)]
     return {"records": records, "records_stats": stats, "links": layout.IDENTITY_LINKS, "identity": parts}
 
 
@@ -380,7 +383,7 @@ def get_identity_part_files(kind):
         return [
             getattr(layout.dataset_files(ds).identity_part(p), kind)
             for ds in DATASETS
-            for p in range(config["identity"]["parts"])
+            for p in range(IDENTITY_PARTS)
         ]
 
     return parts
@@ -401,12 +404,30 @@ def get_identity_datasets(wildcards, voices=None):
         ds: {
             "parts": [
                 [f.records, f.hashes, *([f.voices] if voices else [])]
-                for f in map(layout.dataset_files(ds).identity_part, range(config["identity"]["parts"]))
+                for f in map(layout.dataset_files(ds).identity_part, range(IDENTITY_PARTS))
             ],
             "rules": split_block(ds),
         }
         for ds in DATASETS
     }
+
+
+def get_identity_options(wildcards):
+    """With identity, fields of sharflow.identity.part.IdentityOptions for a quality part (which
+    writes the dataset's identity parts), else None."""
+    if not IDENTITY:
+        return None
+    return {"own_speaker_ids": get_own_speaker_ids(wildcards), "voices": get_voice_embedding(wildcards)}
+
+
+def quality_part_outputs():
+    """A quality part's files; with identity, the identity part's too (update(): its last run's
+    entries are kept while the job runs, and reused by key)."""
+    files = DS.quality_part("{part}").named()
+    if IDENTITY and QUALITY:
+        identity = DS.identity_part("{part}").named()
+        files |= {f"identity_{name}": update(path) for name, path in identity.items()}
+    return files
 
 
 def get_voice_embedding(wildcards):

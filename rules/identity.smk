@@ -1,24 +1,27 @@
-rule identity_part:
-    input:
-        records=DS.text_records,
-    output:
-        # update(): kept while the job runs, whose records measured before are not measured again
-        **{name: update(path) for name, path in DS.identity_part("{part}").named().items()},
-    log:
-        layout.log("identity_part", "{dataset}", "part-{part}"),
-    benchmark:
-        layout.benchmark("identity_part", "{dataset}", "part-{part}")
-    params:
-        parts=config["identity"]["parts"],
-        audio_root=get_audio_root,
-        own_speaker_ids=get_own_speaker_ids,
-        voices=get_voice_embedding,
-    threads: threads_of("identity")
-    resources:
-        mem_mb=RESOURCES.mem_mb("identity_part"),
-        runtime=RESOURCES.runtime("identity_part"),
-    script:
-        "../workflow_scripts/identity_part.py"
+# Only with quality off: with quality on, the quality parts write these files (rules/quality.smk).
+if not QUALITY:
+
+    rule identity_part:
+        input:
+            records=DS.text_records,
+        output:
+            # update(): kept while the job runs, whose records measured before are not measured again
+            **{name: update(path) for name, path in DS.identity_part("{part}").named().items()},
+        log:
+            layout.log("identity_part", "{dataset}", "part-{part}"),
+        benchmark:
+            layout.benchmark("identity_part", "{dataset}", "part-{part}")
+        params:
+            parts=config["identity"]["parts"],
+            audio_root=get_audio_root,
+            own_speaker_ids=get_own_speaker_ids,
+            voices=get_voice_embedding,
+        threads: threads_of("identity")
+        resources:
+            mem_mb=RESOURCES.mem_mb("identity_part"),
+            runtime=RESOURCES.runtime("identity_part"),
+        script:
+            "../workflow_scripts/identity_part.py"
 
 
 # Over every dataset: the held-out index (and the speaker links, the duplicates within train), then

@@ -14,6 +14,7 @@ rule build_random_asr:
 
 # quality_part runs its models on the GPUs it asks for; with quality.device: cpu the same job is
 # quality_part_cpu, which the Slurm profile sends to the CPU partition with more cores (no GPU idle).
+# With identity, the same decode gives the identity parts (fingerprints, digests, voices).
 rule quality_part:
     name:
         QUALITY_PART_RULE
@@ -21,7 +22,7 @@ rule quality_part:
         records=DS.text_records,
         asr_model=get_asr_model_file,
     output:
-        **DS.quality_part("{part}").named(),
+        **quality_part_outputs(),
     log:
         layout.log(QUALITY_PART_RULE, "{dataset}", "part-{part}"),
     benchmark:
@@ -35,6 +36,7 @@ rule quality_part:
         asr=get_asr_options,
         # the last run's metrics (the merge's output, not an input): measures still valid are kept
         previous=DS.quality_metrics,
+        identity=get_identity_options,
     threads: threads_of("quality")
     resources:
         gpu=QUALITY_GPUS,

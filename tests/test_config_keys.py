@@ -12,6 +12,7 @@ import ast
 import json
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -292,14 +293,18 @@ def test_keys_that_change_which_jobs_run(tmp_path):
 
 
 def test_identity_enabled_adds_the_identity_jobs_only_with_splits(tmp_path):
-    """With splits, identity parts per dataset (identity.parts of them), one index job over every
-    dataset, identity.check_parts check jobs (the same links for any count: test_identity.py) and
-    their merge; off, none, and the splits job reads no links (without splits:
+    """With splits, identity parts per dataset (written by the quality parts, from their one decode;
+    with quality off, identity.parts jobs of their own), one index job over every dataset,
+    identity.check_parts check jobs (the same links for any count: test_identity.py) and their
+    merge; off, none, and the splits job reads no links (without splits:
     test_keys_that_change_which_jobs_run)."""
-    identity = {"parts": 2, "check_parts": 3}
+    identity = {"parts": 3, "check_parts": 3}
     on = planned_jobs(tmp_path, demo_config(degraded=True, splits=True, identity=identity))
-    assert on["identity_part"] == 4 and on["identity_index"] == 1 and on["identity_check"] == 3
+    assert on["quality_part"] == 4 and "identity_part" not in on  # quality.parts: 2 a dataset
+    assert on["identity_index"] == 1 and on["identity_check"] == 3
     assert on["identity_merge"] == 1 and on["splits"] == 2
+    alone = demo_config(degraded=True, splits=True, identity=identity, quality={"enabled": False})
+    assert planned_jobs(tmp_path, alone)["identity_part"] == 6
     off = planned_jobs(tmp_path, demo_config(degraded=True, splits=True, identity={"enabled": False}))
     assert not {"identity_part", "identity_index", "identity_check", "identity_merge"} & set(off)
     assert off["splits"] == 2
@@ -312,8 +317,9 @@ def test_identity_voice_keys_reach_the_identity_jobs(tmp_path):
     from test_layout import parsed_rules
 
     voices = {"embedder_options": {"level": "raise"}, "min_similarity": 0.9, "deny": [["demo:a", "demo:b"]]}
+    demo = SimpleNamespace(dataset="demo")
     rules = {r.name: r for r in parsed_rules(demo_config(splits=True, identity={"voices": voices}), tmp_path)}
-    assert rules["identity_part"].params.voices(None) == {
+    assert rules["quality_part"].params.identity(demo)["voices"] == {
         "embedder": "ge2e",
         "options": (("level", "raise"),),
     }
@@ -326,7 +332,7 @@ def test_identity_voice_keys_reach_the_identity_jobs(tmp_path):
         r.name: r
         for r in parsed_rules(demo_config(splits=True, identity={"voices": {"enabled": False}}), tmp_path)
     }
-    assert off["identity_part"].params.voices(None) is None
+    assert off["quality_part"].params.identity(demo)["voices"] is None
     assert all(len(part) == 2 for part in off["identity_index"].params.datasets(None)["demo"]["parts"])
 
 

@@ -1294,3 +1294,78 @@ def test_a_named_pair_shows_its_similarity_to_four_decimals_whatever_it_is():
     assert link_speakers(v, VoiceRules(), {}) == []  # unnamed, it is not even a near miss
     [row] = link_speakers(v, rules, {})
     assert (row["how"], row["linked"], row["similarity"]) == ("denied", False, 0.3624)
+
+
+def test_a_quality_part_writes_the_identity_part_from_its_one_decode_byte_for_byte(tmp_path, monkeypatch):
+    """The one pass: a quality part with identity decodes each record once (counted) and embeds each
+    voice in one forward pass (counted); its identity files equal the identity stage's own part's,
+    byte for byte, and its metrics a quality part's without identity. Run again, it decodes nothing
+    and keeps every entry; a grown manifest decodes only its new record."""
+    from sharflow.core.layout import IdentityPartFiles
+    from sharflow.identity import part as identity_module
+    from sharflow.identity.part import IdentityOptions
+    from sharflow.models.speaker_embedders.ge2e import GE2EEmbedder
+    from sharflow.quality import rank as rank_module
+    from sharflow.quality.part import MeasureSettings, run_quality_part
+
+    prep = prepare_demo(tmp_path)
+    lines = [x for x in (prep / "prepared.jsonl").read_text().splitlines() if json.loads(x)["duration"] < 3.5]
+    missing = {**json.loads(lines[0]), "audio_filepath": "no_such.wav"}  # undecodable: an error entry
+    first, grown = tmp_path / "first.jsonl", tmp_path / "grown.jsonl"
+    first.write_text("\n".join([*lines[:5], json.dumps(missing)]) + "\n")
+    grown.write_text("\n".join([lines[5], *lines[:5], json.dumps(missing)]) + "\n")
+    voices = VoiceEmbedding("ge2e")
+    root = str(DEMO / "audio")
+
+    _, reference = identity_part(tmp_path / "reference", first, root, voices, dataset="demo")
+    _, fresh = identity_part(tmp_path / "fresh", grown, root, voices, dataset="demo")
+    decodes, forwards = [], []
+    real_load, real_embed = rank_module.load_span, GE2EEmbedder.embed
+    monkeypatch.setattr(rank_module, "load_span", lambda *a: (real_load(*a), decodes.append(a[0]))[0])
+    monkeypatch.setattr(identity_module, "load_span", lambda *a: pytest.fail("identity decoded again"))
+    monkeypatch.setattr(
+        GE2EEmbedder, "embed", lambda self, waves: forwards.append(len(waves)) or real_embed(self, waves)
+    )
+
+    def one_pass(records, name, previous=None, identity=True):
+        out = IdentityPartFiles(
+            *(str(tmp_path / name / f) for f in ("p.jsonl", "p.npy", "p.voices.npy", "p.json"))
+        )
+        settings = MeasureSettings(
+            root, 1, identity=IdentityOptions("demo", False, voices) if identity else None
+        )
+        decodes.clear(), forwards.clear()
+        stats = run_quality_part(
+            0,
+            records=str(records),
+            parts=1,
+            out_metrics=str(tmp_path / name / "m.jsonl"),
+            out_stats=str(tmp_path / name / "m.json"),
+            settings=settings,
+            device="cpu",
+            previous=previous,
+            out_identity=out if identity else None,
+        )
+        return stats, out
+
+    stats, out = one_pass(first, "one")
+    assert stats["measured"] == 6 and len(decodes) == 5  # the missing file fails to decode
+    assert forwards == [1] * 5  # a voice a forward pass, one record at a time
+    for mine, theirs in zip([out.records, out.hashes, out.voices], reference, strict=True):
+        assert Path(mine).read_bytes() == Path(theirs).read_bytes(), mine
+    entries = read_jsonl(out.records)
+    assert len({e["digest"] for e in entries if "digest" in e}) == 5 and "error" in entries[-1]
+    assert len({np.load(out.voices)["voice"][i].tobytes() for i in range(5)}) == 5  # distinct voices
+    one_pass(first, "plain", identity=False)
+    assert (tmp_path / "one" / "m.jsonl").read_bytes() == (tmp_path / "plain" / "m.jsonl").read_bytes()
+
+    again, _ = one_pass(first, "one", previous=str(tmp_path / "one" / "m.jsonl"))
+    assert (again["measured"], decodes, forwards) == (1, [], [])  # only the unreadable one, tried again
+    assert json.loads(Path(out.stats).read_text())["reused"] == 5
+    for mine, theirs in zip([out.records, out.hashes, out.voices], reference, strict=True):
+        assert Path(mine).read_bytes() == Path(theirs).read_bytes(), mine
+
+    grew, _ = one_pass(grown, "one", previous=str(tmp_path / "one" / "m.jsonl"))
+    assert grew["measured"] == 2 and len(decodes) == 1 and forwards == [1]  # the new record's
+    for mine, theirs in zip([out.records, out.hashes, out.voices], fresh, strict=True):
+        assert Path(mine).read_bytes() == Path(theirs).read_bytes(), mine

@@ -37,7 +37,6 @@ EXPECTED = {
     "quality_part": DS.quality_part("{part}").named(),
     "quality_merge": {"metrics": DS.quality_metrics, "stats": DS.quality_metrics_stats},
     "quality_filter": {"kept": DS.quality_kept, "rejected": DS.quality_rejected, "stats": DS.quality_stats},
-    "identity_part": DS.identity_part("{part}").named(),
     "identity_index": {**layout.IDENTITY_INDEX.named(), "decisions": layout.SPEAKER_DECISIONS},
     "identity_check": layout.identity_check("{part}").named(),
     "identity_merge": {"links": layout.IDENTITY_LINKS, "stats": layout.IDENTITY_STATS},
@@ -153,6 +152,18 @@ def test_every_job_logs_where_layout_says(tmp_path):
 
 def test_every_rule_declares_the_outputs_layout_names(tmp_path):
     assert declared_outputs(demo_config(), tmp_path) == EXPECTED
+
+
+def test_the_identity_parts_are_named_by_layout_whichever_job_writes_them(tmp_path):
+    """With splits, the quality parts write the identity parts too (one decode); with quality off,
+    the identity_part jobs do."""
+    identity = {f"identity_{name}": path for name, path in DS.identity_part("{part}").named().items()}
+    outputs = declared_outputs(demo_config(splits=True), tmp_path)
+    assert (
+        outputs["quality_part"] == {**EXPECTED["quality_part"], **identity} and "identity_part" not in outputs
+    )
+    alone = declared_outputs(demo_config(splits=True, quality={"enabled": False}), tmp_path)
+    assert alone["identity_part"] == DS.identity_part("{part}").named()
 
 
 def test_saved_embeddings_are_named_by_layout_too(tmp_path):

@@ -199,9 +199,10 @@ class Outputs:
         return asdict(self)
 
     @classmethod
-    def of(cls, named):
-        """The files from a mapping with (at least) these names: a Snakemake job's `output`."""
-        return cls(**{name: named[name] for name in cls.__dataclass_fields__})
+    def of(cls, named, prefix: str = ""):
+        """The files from a mapping with (at least) these names, each after `prefix`: a Snakemake
+        job's `output`."""
+        return cls(**{name: named[prefix + name] for name in cls.__dataclass_fields__})
 
     @classmethod
     def of_member(cls, named, m: int):

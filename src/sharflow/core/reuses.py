@@ -66,8 +66,11 @@ REUSES: tuple[Reuse, ...] = (
     ),
     Reuse(
         "identity fingerprints and voices",
-        "a record's content fingerprint, sample digest and voice embedding from the last identity run",
+        "a record's content fingerprint, sample digest and voice embedding from the last run of its"
+        " identity part (written by its quality part, from the decode it measures, with quality on;"
+        " the record is decoded again when its metrics or this entry is not kept)",
         (
+            "sharflow.identity.part.identity_key",
             "sharflow.identity.part.entry_key",
             "sharflow.identity.part.measure_signature",
             "sharflow.core.containers.stamp",

@@ -38,7 +38,8 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -82,17 +83,33 @@ class VoiceEmbedding:
         if key not in _EMBEDDERS:
             import torch
 
-            from sharflow.models.speaker_embedders import load_embedder
-
             torch.set_num_threads(1)
-            options = dict(self.options)
-            if self.embedder == "ge2e":
-                options.setdefault("level", "normalize")
-            _EMBEDDERS[key] = load_embedder(self.embedder, "cpu", **options)
+            _EMBEDDERS[key] = self.build("cpu")
         return _EMBEDDERS[key]
+
+    def build(self, device: str):
+        """The embedder on `device`, GE2E level-normalised unless its options say otherwise."""
+        from sharflow.models.speaker_embedders import load_embedder
+
+        options = dict(self.options)
+        if self.embedder == "ge2e":
+            options.setdefault("level", "normalize")
+        return load_embedder(self.embedder, device, **options)
 
 
 _EMBEDDERS: dict = {}
+
+
+@dataclass(frozen=True)
+class IdentityOptions:
+    """What the quality stage's measuring ranks need to write a dataset's identity parts from the
+    decode they measure (sharflow.quality.part): who its speakers are, the voices' embedder (None
+    without identity.voices) and the run's measure_signature."""
+
+    dataset: str = ""
+    own_speaker_ids: bool = False
+    voices: VoiceEmbedding | None = None
+    signature: str = ""
 
 
 def run_identity_part(
@@ -112,45 +129,74 @@ def run_identity_part(
 ) -> dict:
     """Fingerprint and key the records of one part; write its files (see the module). A speaker is
     `who` (core.splits.speaker_identity of `dataset` and `own_speaker_ids`). With `voices` (the
-    embedder) and `out_voices`, each record's speaker embedding too."""
+    embedder) and `out_voices`, each record's speaker embedding too.
+
+    The identity stage's own job, run when the quality stage is off; with quality on, the quality
+    parts write these files from the decode they measure (sharflow.quality.part)."""
     start = time.perf_counter()
     mine = part_records(records, part, parts)
     if voices is not None:
         voices = replace(voices, dim=voices.load().dim)
     log.info("identity part %d of %d: %d records, %d workers", part, parts, len(mine), workers)
-    counts = {"records": len(mine), "unreadable": 0, "unusable": 0, "hashes": 0, "audio_seconds": 0.0}
-    earlier = _Earlier(out_records, out_hashes, out_voices, out_stats)
+    earlier = Earlier(out_records, out_hashes, out_voices, out_stats)
     signature = measure_signature(voices)
     with (
-        atomic_file(out_records, "w", encoding="utf-8") as index,
-        _RowsFile(out_hashes, HASH_DTYPE) as sink,
-        _RowsFile(out_voices, voices.dtype if voices else NO_VOICES) as voice_sink,
+        PartWriter(out_records, out_hashes, out_voices, voices) as writer,
         tqdm(total=len(mine), desc=f"identity part {part}", unit="utt", mininterval=5) as bar,
     ):
-        work = partial(_fingerprint_record, audio_root, dataset, own_speaker_ids, voices)
+        work = partial(part_entry, audio_root, dataset, own_speaker_ids, voices)
         items = (
-            (line, raw, *earlier.find(audio_root, raw, signature)) for line, raw in _lines(records, mine)
+            (line, raw, *earlier.find(audio_root, raw, signature)) for line, raw in part_lines(records, mine)
         )
         for (line, *_), (entry, hashes, voice) in ordered_map(work, items, workers):
-            entry = {"line": line, **entry, "start": counts["hashes"]}
-            _count(counts, entry)
-            sink.write(hashes)
-            voice_sink.write(voice)
-            index.write(json.dumps(entry, ensure_ascii=False) + "\n")
+            writer.add(line, entry, hashes, voice)
             bar.update()
-    stats = {
-        "part": part,
-        "parts": parts,
-        "fingerprint_version": VERSION,
-        **counts,
-        "audio_seconds": round(counts["audio_seconds"], 3),
-        "reused": earlier.reused,
-        "measured": counts["records"] - earlier.reused,
-        "files": _sizes(out_records, out_hashes, out_voices),
-        "seconds": round(time.perf_counter() - start, 3),
-    }
-    write_json(out_stats, stats)
-    return stats
+    return writer.finish(out_stats, part, parts, earlier.reused, time.perf_counter() - start)
+
+
+class PartWriter:
+    """Writes a part's .jsonl, .npy and .voices.npy as entries come, in line order (the module);
+    `finish` writes its stats, with the files' sizes."""
+
+    def __init__(self, out_records: str, out_hashes: str, out_voices: str | None, voices):
+        self.paths = (out_records, out_hashes, out_voices)
+        self.voices_dtype = voices.dtype if voices else NO_VOICES
+        self.counts = {"records": 0, "unreadable": 0, "unusable": 0, "hashes": 0, "audio_seconds": 0.0}
+        self._stack = ExitStack()
+
+    def __enter__(self):
+        out_records, out_hashes, out_voices = self.paths
+        self.index = self._stack.enter_context(atomic_file(out_records, "w", encoding="utf-8"))
+        self.sink = self._stack.enter_context(_RowsFile(out_hashes, HASH_DTYPE))
+        self.voice_sink = self._stack.enter_context(_RowsFile(out_voices, self.voices_dtype))
+        return self
+
+    def __exit__(self, *exc):
+        return self._stack.__exit__(*exc)
+
+    def add(self, line: int, entry: dict, hashes: np.ndarray, voice: np.ndarray | None) -> None:
+        """One record's entry (less line and start), hashes and voice row (None: no voices)."""
+        entry = {"line": line, **entry, "start": self.counts["hashes"]}
+        self.counts["records"] += 1
+        _count(self.counts, entry)
+        self.sink.write(hashes)
+        self.voice_sink.write(voice)
+        self.index.write(json.dumps(entry, ensure_ascii=False) + "\n")
+
+    def finish(self, out_stats: str, part: int, parts: int, reused: int, seconds: float) -> dict:
+        stats = {
+            "part": part,
+            "parts": parts,
+            "fingerprint_version": VERSION,
+            **self.counts,
+            "audio_seconds": round(self.counts["audio_seconds"], 3),
+            "reused": reused,
+            "measured": self.counts["records"] - reused,
+            "files": _sizes(*self.paths),
+            "seconds": round(seconds, 3),
+        }
+        write_json(out_stats, stats)
+        return stats
 
 
 def _count(counts: dict, entry: dict) -> None:
@@ -195,7 +241,7 @@ def entry_key(record: dict, stamp: list, signature: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
-class _Earlier:
+class Earlier:
     """The part's own files of the last run, by the key of what each entry measured (the module)."""
 
     def __init__(self, records: str, hashes: str, voices: str | None, stats: str):
@@ -215,15 +261,18 @@ class _Earlier:
                 if "key" in entry and "error" not in entry:
                     self.by_key[entry["key"]] = (row, entry["start"], entry["hashes"], entry["digest"])
 
+    def has(self, key: str | None) -> bool:
+        """Whether the last run measured an entry under `key`."""
+        return key in self.by_key
+
     def find(self, audio_root: str, raw: bytes, signature: str) -> tuple[str | None, tuple | None]:
         """(key, (digest, hashes, voice row) of the last run or None) of a record line."""
         record = json.loads(raw)
         try:
             path, _ = resolve_audio_path(audio_root, record["audio_filepath"])
-            size, version = containers.stamp(path)
         except (OSError, SharflowError):
             return None, None  # measuring says what is wrong with it
-        key = entry_key(record, [size, version], signature)
+        key = identity_key(path, record, signature)
         found = self.by_key.get(key)
         if found is None:
             return key, None
@@ -233,7 +282,7 @@ class _Earlier:
         return key, (digest, np.array(self.hashes[start : start + count]), voice)
 
 
-def _lines(records: str, mine) -> Iterator[tuple[int, bytes]]:
+def part_lines(records: str, mine) -> Iterator[tuple[int, bytes]]:
     """(line, raw record) of a part's records, read by offset one at a time."""
     with open(records, "rb") as src:
         for line, offset, _ in mine:
@@ -299,13 +348,30 @@ def samples_digest(audio: np.ndarray) -> str:
     return hashlib.blake2b(np.ascontiguousarray(audio, dtype=np.float32).tobytes(), digest_size=8).hexdigest()
 
 
-def _fingerprint_record(
-    audio_root: str, dataset: str, own_ids: bool, voices: VoiceEmbedding | None, item: tuple
-) -> tuple[dict, np.ndarray, np.ndarray | None]:
-    """(index entry less line and start, hashes, voice row or None) of one item: a record line, the
-    key of what it measures, and what the last run measured under that key (or None: decode)."""
-    _, raw, key, earlier = item
-    record = json.loads(raw)
+def fingerprint_rows(audio: np.ndarray, rate: int) -> np.ndarray:
+    """The fingerprint of decoded audio as rows of HASH_DTYPE (none for audio too short or silent)."""
+    fp = fingerprint(audio, rate)
+    hashes = np.zeros(len(fp) if fp.usable else 0, HASH_DTYPE)
+    if fp.usable:
+        hashes["hash"], hashes["time"] = fp.hashes, fp.times
+    return hashes
+
+
+def identity_key(path: str, record: dict, signature: str) -> str | None:
+    """entry_key of a record whose audio is at `path`; None when its file cannot be stamped."""
+    try:
+        size, version = containers.stamp(path)
+    except (OSError, SharflowError):
+        return None  # measuring says what is wrong with it
+    return entry_key(record, [size, version], signature)
+
+
+def identity_entry(
+    audio_root: str, dataset: str, own_ids: bool, record: dict, key: str | None, measure: Callable
+) -> tuple[dict, np.ndarray, object]:
+    """(index entry less line and start, hashes, extra) of one record. measure(path) gives (digest,
+    hashes, extra) from a decode or the last run, or raises for audio that cannot be decoded: the
+    entry then says why (and has no fingerprint; the quality stage rejects its record)."""
     speaker = parse_speaker(record["speaker"]).speaker_id
     entry = {
         "audio_filepath": record["audio_filepath"],
@@ -314,30 +380,40 @@ def _fingerprint_record(
         "speaker": speaker,
         "who": speaker_identity(dataset, speaker, own_ids),
     }
-    voice = np.zeros(1, voices.dtype) if voices else None
     try:
         path, _ = resolve_audio_path(audio_root, record["audio_filepath"])
         entry["span"] = span_key(path, record["offset"], record["duration"])
-        if earlier is None:
-            audio, rate = load_span(path, record["offset"], record["duration"])
-            fp = fingerprint(audio, rate)
+        digest, hashes, extra = measure(path)
     except Exception as e:  # reported per record; quality rejects its record
-        return (
-            {**entry, "utterance": None, "hashes": 0, "error": f"{record['audio_filepath']}: {e}"},
-            np.zeros(0, HASH_DTYPE),
-            voice,
-        )
+        error = f"{record['audio_filepath']}: {e}"
+        return {**entry, "utterance": None, "hashes": 0, "error": error}, np.zeros(0, HASH_DTYPE), None
     entry["utterance"] = utterance_key(entry["who"], record.get("normalized_text") or record.get("text"))
-    if earlier is not None:  # measured under the same key: the same voices setting
-        entry["digest"], hashes, voice = earlier
-    else:
-        entry["digest"] = samples_digest(audio)
-        hashes = np.zeros(len(fp) if fp.usable else 0, HASH_DTYPE)
-        if fp.usable:
-            hashes["hash"], hashes["time"] = fp.hashes, fp.times
-        if voices:
-            embedder = voices.load()
-            voice["voice"] = embedder.embed([resample(audio, rate, embedder.sample_rate)])
+    entry["digest"] = digest
     entry["hashes"] = len(hashes)
     entry["key"] = key
+    return entry, hashes, extra
+
+
+def part_entry(
+    audio_root: str, dataset: str, own_ids: bool, voices: VoiceEmbedding | None, item: tuple
+) -> tuple[dict, np.ndarray, np.ndarray | None]:
+    """(index entry less line and start, hashes, voice row or None) of one item: a record line, the
+    key of what it measures, and what the last run measured under that key (or None: decode)."""
+    _, raw, key, earlier = item
+
+    def measure(path: str):
+        if earlier is not None:  # measured under the same key: the same voices setting
+            return earlier
+        audio, rate = load_span(path, json_record["offset"], json_record["duration"])
+        voice = None
+        if voices:
+            embedder = voices.load()
+            voice = np.zeros(1, voices.dtype)
+            voice["voice"] = embedder.embed([resample(audio, rate, embedder.sample_rate)])
+        return samples_digest(audio), fingerprint_rows(audio, rate), voice
+
+    json_record = json.loads(raw)
+    entry, hashes, voice = identity_entry(audio_root, dataset, own_ids, json_record, key, measure)
+    if voices and voice is None:  # no decode: a row of zeros keeps the rows in line with the entries
+        voice = np.zeros(1, voices.dtype)
     return entry, hashes, voice

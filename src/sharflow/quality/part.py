@@ -11,14 +11,30 @@ their keys still match (sharflow.quality.reuse): a grown corpus measures its gro
 only on the record, so any number of parts, ranks, workers and batch seconds gives the same bytes.
 """
 
+import base64
 import json
 import logging
+import time
+from dataclasses import replace
+from functools import partial
+
+import numpy as np
 
 from sharflow.core.atomic import atomic_file, write_json
 from sharflow.core.jsonl import merge_by_line
+from sharflow.core.layout import IdentityPartFiles
 from sharflow.core.parallel import resolve_workers
 from sharflow.core.parts import part_records
 from sharflow.core.ranks import rank_job
+from sharflow.identity.part import (
+    HASH_DTYPE,
+    Earlier,
+    PartWriter,
+    identity_key,
+    measure_signature,
+    part_entry,
+    part_lines,
+)
 from sharflow.models.dnsmos import engine_for
 from sharflow.quality.rank import AsrOptions, MeasureSettings, audio_path, measure_records, text_metrics
 from sharflow.quality.reuse import kept_measures, measure_digest, record_key, reused_lines
@@ -40,17 +56,24 @@ def run_quality_part(
     workers: int = 1,
     gpus: int = 0,
     previous: str | None = None,
+    out_identity: IdentityPartFiles | None = None,
 ) -> dict:
     """Measure the records of one part on as many ranks as devices/workers allow, keeping the
     measures in `previous` (the last run's metrics, if any) whose keys still match.
 
+    With settings.identity and `out_identity`, the identity part's files too, from the same decode
+    (their entries kept from those files' last run where their keys still match): a record is
+    decoded when either its metrics or its identity entry is not kept.
+
     `workers` is the job's threads: CPU ranks without a GPU; with GPUs, one rank per GPU and the
     other threads shared among them as the ranks' CPU workers."""
+    start = time.perf_counter()
     mine = part_records(records, part, parts)
     what = f"quality part {part}"
+    settings, earlier = _with_identity(settings, out_identity)
     with rank_job(what, device=device, workers=workers, gpus=gpus, scratch_beside=out_metrics) as job:
         digest = measure_digest(settings, engine_for(job.devices[0]))
-        keyed, kept, todo = _todo(records, mine, settings, digest, previous)
+        keyed, kept, todo = _todo(records, mine, settings, digest, previous, earlier)
         costs = {line: duration for line, _, duration in todo}
         offsets = {line: offset for line, offset, _ in todo}
         cpu_workers = cpu_workers_per_rank(job.devices, workers)
@@ -71,9 +94,13 @@ def run_quality_part(
         )
         reused = f"{job.scratch}/reused.jsonl"
         with open(reused, "w", encoding="utf-8") as f:
-            f.writelines(reused_lines(kept, (k for k in keyed if k[1] in kept)))
+            f.writelines(reused_lines(kept, (k[:3] for k in keyed if k[0] not in offsets)))
         with atomic_file(out_metrics, "w", encoding="utf-8") as out:
             out.writelines(merge_by_line([*(r.rank.file(".jsonl") for r in ranks), reused]))
+        if earlier is not None:
+            measured = merge_by_line([r.rank.file(".identity.jsonl") for r in ranks])
+            writer = write_identity_part(out_identity, settings, records, mine, offsets, measured, earlier)
+            writer.finish(out_identity.stats, part, parts, earlier.reused, time.perf_counter() - start)
     rank_stats = [{**r.value, "planned_seconds": round(r.planned_cost, 3)} for r in ranks]
     stats = {"part": part, "parts": parts, **_counts(len(mine), len(todo), rank_stats)}
     stats |= {"asr_model": settings.asr.model if settings.asr else None, "ranks": rank_stats}
@@ -92,13 +119,56 @@ def _counts(records: int, measured: int, rank_stats: list[dict]) -> dict:
     }
 
 
-def _todo(records: str, mine, settings: MeasureSettings, digest: str, previous: str | None):
-    """(keyed, kept, todo): every record's (line, key, text metrics), the last run's measures still
-    valid by key, and the (line, offset, seconds) of the records to measure."""
+def _todo(records: str, mine, settings: MeasureSettings, digest: str, previous: str | None, earlier=None):
+    """(keyed, kept, todo): every record's (line, key, text metrics, identity key), the last run's
+    measures still valid by key, and the (line, offset, seconds) of the records to measure: those
+    whose metrics, or with identity whose identity entry (in `earlier`), are not kept."""
     keyed = _keyed(records, mine, settings, digest)
-    kept = kept_measures(previous, (key for _, key, _ in keyed))
-    todo = [item for item, (_, key, _) in zip(mine, keyed, strict=True) if key not in kept]
+    kept = kept_measures(previous, (k[1] for k in keyed))
+    todo = [
+        item
+        for item, (_, key, _, identity) in zip(mine, keyed, strict=True)
+        if key not in kept or (earlier is not None and not earlier.has(identity))
+    ]
     return keyed, kept, todo
+
+
+def _with_identity(settings: MeasureSettings, out_identity: IdentityPartFiles | None):
+    """(settings, the identity part's last run or None): with identity, its options completed with
+    the voices' dimension and the run's measure_signature."""
+    options = settings.identity
+    if options is None or out_identity is None:
+        return replace(settings, identity=None), None
+    voices = options.voices
+    if voices is not None:
+        voices = replace(voices, dim=voices.load().dim)
+    options = replace(options, voices=voices, signature=measure_signature(voices))
+    out = out_identity
+    return replace(settings, identity=options), Earlier(out.records, out.hashes, out.voices, out.stats)
+
+
+def write_identity_part(
+    out: IdentityPartFiles, settings, records: str, mine, measured_lines, measured, earlier
+) -> PartWriter:
+    """The identity part's files in line order: the ranks' entries of the records they measured
+    (`measured_lines`; `measured`, their scratch lines merged by line), the last run's of the
+    others. Returns the writer, whose `finish` writes the part's stats."""
+    options = settings.identity
+    voices = options.voices
+    reuse = partial(part_entry, settings.audio_root, options.dataset, options.own_speaker_ids, voices)
+    with PartWriter(out.records, out.hashes, out.voices, voices) as writer:
+        for line, raw in part_lines(records, mine):
+            if line in measured_lines:
+                scratch = json.loads(next(measured))
+                hashes = np.frombuffer(base64.b64decode(scratch["hashes"]), HASH_DTYPE)
+                voice = scratch["voice"]
+                if voice is not None:
+                    voice = np.frombuffer(base64.b64decode(voice), voices.dtype)
+                writer.add(line, scratch["entry"], hashes, voice)
+            else:
+                key, found = earlier.find(settings.audio_root, raw, options.signature)
+                writer.add(line, *reuse((line, raw, key, found)))
+    return writer
 
 
 def cpu_workers_per_rank(devices: list[str], threads: int) -> int:
@@ -109,13 +179,18 @@ def cpu_workers_per_rank(devices: list[str], threads: int) -> int:
     return max(1, resolve_workers(threads) // len(devices) - 1)
 
 
-def _keyed(records: str, mine, settings: MeasureSettings, digest: str) -> list[tuple[int, str, dict]]:
-    """(line, key, record) of a part's records (sharflow.quality.reuse.record_key)."""
+def _keyed(records: str, mine, settings: MeasureSettings, digest: str) -> list[tuple]:
+    """(line, key, text metrics, identity key) of a part's records (sharflow.quality.reuse.record_key,
+    sharflow.identity.part.identity_key with identity, else None)."""
     out = []
     with open(records, "rb") as src:
         for line, offset, _ in mine:
             src.seek(offset)
             record = json.loads(src.readline())
-            key = record_key(record, audio_path(settings.audio_root, record), digest)
-            out.append((line, key, text_metrics(record)))  # no whole records held
+            path = audio_path(settings.audio_root, record)
+            key = record_key(record, path, digest)
+            identity = None
+            if settings.identity is not None and path:
+                identity = identity_key(path, record, settings.identity.signature)
+            out.append((line, key, text_metrics(record), identity))  # no whole records held
     return out

@@ -12,6 +12,7 @@ records at once; then it writes one line per record, in line order. Every batch 
 not on which records share its group, rank, part or worker.
 """
 
+import base64
 import json
 import logging
 import time
@@ -27,6 +28,13 @@ from sharflow.core.audio import load_span, resample, resolve_audio_path
 from sharflow.core.metrics import TEXT_METRICS
 from sharflow.core.parallel import ordered_map, prefetched
 from sharflow.core.ranks import Rank
+from sharflow.identity.part import (
+    IdentityOptions,
+    fingerprint_rows,
+    identity_entry,
+    identity_key,
+    samples_digest,
+)
 from sharflow.quality.metrics import MODEL_RATE, record_metrics, signal_measures
 from sharflow.quality.reuse import measure_digest, record_key
 
@@ -50,6 +58,7 @@ class MeasureSettings:
     dnsmos_max_windows: int = 0
     asr: AsrOptions | None = None
     batch_seconds: float = 300.0  # audio seconds a rank's models measure together
+    identity: IdentityOptions | None = None  # with identity: its parts written from the same decode
 
 
 def text_metrics(record: dict) -> dict:
@@ -79,6 +88,7 @@ class Loaded:
     asr_wave: np.ndarray | None = None  # the audio at the ASR model's rate (with the ASR check)
     signal: dict | None = None
     error: str | None = None
+    identity: tuple[dict, np.ndarray] | None = None  # with identity: its entry and fingerprint rows
 
     @property
     def seconds(self) -> float:
@@ -100,12 +110,36 @@ def load_record(
             resolve_audio_path(settings.audio_root, record["audio_filepath"])
         audio, rate = load_span(path, record["offset"], record["duration"])
     except Exception as e:  # reported per record; the part goes on without it
-        return Loaded(line, key, record, error=f"{record['audio_filepath']}: {e}")
+        identity = identity_of(settings, record, path, error=e)
+        return Loaded(line, key, record, error=f"{record['audio_filepath']}: {e}", identity=identity)
     audio_16k = resample(audio, rate, MODEL_RATE)
     asr_wave = None
     if asr_rate is not None:
         asr_wave = audio_16k if asr_rate == MODEL_RATE else resample(audio, rate, asr_rate)
-    return Loaded(line, key, record, audio_16k, asr_wave, signal_measures(audio, rate))
+    identity = identity_of(settings, record, path, decoded=(audio, rate))
+    return Loaded(line, key, record, audio_16k, asr_wave, signal_measures(audio, rate), identity=identity)
+
+
+def identity_of(
+    settings: MeasureSettings, record: dict, path: str, decoded: tuple | None = None, error=None
+) -> tuple[dict, np.ndarray] | None:
+    """With identity, a record's identity entry and fingerprint rows from the decode quality measures
+    (sharflow.identity.part.identity_entry); its voice is embedded on the rank's device (Meters)."""
+    options = settings.identity
+    if options is None:
+        return None
+
+    def measure(_path: str):
+        if error is not None:
+            raise error
+        audio, rate = decoded
+        return samples_digest(audio), fingerprint_rows(audio, rate), None
+
+    key = identity_key(path, record, options.signature) if path else None
+    entry, hashes, _ = identity_entry(
+        settings.audio_root, options.dataset, options.own_speaker_ids, record, key, measure
+    )
+    return entry, hashes
 
 
 def loaded_records(lines: list[tuple[int, int]], load, workers: int) -> Iterator[Loaded]:
@@ -151,6 +185,25 @@ class Meters:
 
             self.transcriber = Transcriber(settings.asr.model, device, random=settings.asr.random)
             self.asr_batch_seconds = settings.asr.batch_seconds
+        voices = settings.identity.voices if settings.identity else None
+        self.voices = voices.build(device) if voices else None
+        self.voices_dtype = voices.dtype if voices else None
+
+    def voice_rows(self, group: list[Loaded]) -> list[np.ndarray | None]:
+        """With identity.voices, each record's voice embedding (a row of zeros for audio that could
+        not be decoded), one record a forward pass: its bytes depend on the record alone."""
+        if self.voices is None:
+            return [None] * len(group)
+        rows = []
+        for item in group:
+            row = np.zeros(1, self.voices_dtype)
+            if item.error is None:
+                wave = item.audio_16k
+                if self.voices.sample_rate != MODEL_RATE:
+                    wave = resample(wave, MODEL_RATE, self.voices.sample_rate)
+                row["voice"] = self.voices.embed([wave])
+            rows.append(row)
+        return rows
 
     @property
     def asr_rate(self) -> int | None:
@@ -195,6 +248,29 @@ class Meters:
         ]
 
 
+def identity_lines(group: list[Loaded], voices: list[np.ndarray | None]) -> Iterator[str]:
+    """A rank's scratch lines of its records' identity entries, fingerprints and voices (base64 of
+    their rows), in line order; sharflow.quality.part writes them as the identity part's files."""
+    for item, voice in zip(group, voices, strict=True):
+        entry, hashes = item.identity
+        yield (
+            json.dumps(
+                {
+                    "line": item.line,
+                    "entry": entry,
+                    "hashes": _b64(hashes),
+                    "voice": None if voice is None else _b64(voice),
+                },
+                ensure_ascii=False,
+            )
+            + "\n"
+        )
+
+
+def _b64(rows: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(rows).tobytes()).decode("ascii")
+
+
 def measure_records(
     rank: Rank,
     lines: list[tuple[int, int]],
@@ -209,7 +285,8 @@ def measure_records(
     stats = {"rank": rank.index, "device": rank.device, "records": len(lines), "unreadable": 0}
     stats |= {"audio_seconds": 0.0, "waiting_seconds": 0.0, "measuring_seconds": 0.0, "dnsmos_engine": None}
     if not lines:
-        open(rank.file(".jsonl"), "w").close()
+        for suffix in (".jsonl", ".identity.jsonl"):
+            open(rank.file(suffix), "w").close()
         return {**stats, "seconds": round(time.perf_counter() - start, 3)}
     meters = Meters(rank.device, settings)
     log.info(  # once per rank and job (tests/test_workflow.py counts these lines)
@@ -225,6 +302,7 @@ def measure_records(
     desc = f"quality rank {rank.index} ({rank.device})"
     with (
         open(rank.file(".jsonl"), "w", encoding="utf-8") as out,
+        open(rank.file(".identity.jsonl"), "w", encoding="utf-8") as identities,
         tqdm(total=len(lines), desc=desc, unit="utt", mininterval=5) as bar,
     ):
         # the next group is read while this one is measured
@@ -237,6 +315,8 @@ def measure_records(
                 break
             measuring = time.perf_counter()
             out.writelines(json.dumps(entry) + "\n" for entry in meters.measure(group))
+            if settings.identity is not None:
+                identities.writelines(identity_lines(group, meters.voice_rows(group)))
             stats["measuring_seconds"] += time.perf_counter() - measuring
             stats["unreadable"] += sum(item.error is not None for item in group)
             stats["audio_seconds"] += sum(item.seconds for item in group)

@@ -176,7 +176,8 @@ class IdentityFields:
                 return {"fingerprint_hashes": entry["hashes"], "audio_digest": entry.get("digest")}
         raise SharflowError(
             f"the identity parts hold no entry for {where[0]} at {where[1]} s (or not in the records' "
-            "order): they are out of date; rerun with --forcerun identity_part"
+            "order): they are out of date; rerun with --forcerun quality_part (identity_part with quality "
+            "off)"
         )
 
 
