@@ -60,37 +60,43 @@ def demo_with_context(tmp: Path) -> Path:
     return Path(files.with_context)
 
 
-def context_stage(files, *, audio_root: Path, workers: int, device: str = "cpu") -> None:
-    """The context stage (plan, one part, merge) over `files` (a sharflow.core.layout.DatasetFiles)."""
+def context_stage(
+    files, *, audio_root: Path, workers: int, device: str = "cpu", out=None, measured=None
+) -> None:
+    """The context stage (plan, one part, merge) over the prepared records of `files` (a
+    sharflow.core.layout.DatasetFiles), into `out` (another, default `files`), reading the quality
+    parts' embeddings with `measured` (a sharflow.context.part.MeasuredEmbeddings)."""
     from sharflow.context.merge import merge_context
     from sharflow.context.part import PartSettings, run_context_part
     from sharflow.context.plan import plan_context
 
+    out = out or files
     plan_context(
         files.prepared,
-        plan=files.context_plan,
+        plan=out.context_plan,
         parts=1,
         grouping={"preset": "speaker"},
         cost_per_audio_second=1e6,
     )
-    part = files.context_part(0)
+    part = out.context_part(0)
     run_context_part(
         0,
         prepared=files.prepared,
-        plan=files.context_plan,
+        plan=out.context_plan,
         out=part,
         settings=PartSettings(audio_root=str(audio_root)),
         device=device,
         workers=workers,
+        measured=measured,
     )
     merge_context(
         part_records=[part.records],
         part_rejected=[part.rejected],
         part_stats=[part.stats],
         records_stats=files.prepare_stats,
-        with_context=files.with_context,
-        rejected_dir=files.context_rejected,
-        stats=files.context_stats,
+        with_context=out.with_context,
+        rejected_dir=out.context_rejected,
+        stats=out.context_stats,
         dataset="demo",
     )
 

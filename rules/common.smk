@@ -163,12 +163,15 @@ def gpu_request(section, gpus=1):
 SHAR_THREADS = resolve_workers(config["shar"]["workers"])
 CODES_THREADS = resolve_workers(config["codes"]["workers"])
 CODES_GPUS = gpu_request("codes", config["codes"]["gpus_per_job"])
-CONTEXT_GPUS = gpu_request("context")
+# With quality on, the quality parts embed every record (one decode): the context parts only read
+# the embeddings and select, on CPU, asking for no GPU.
+CONTEXT_GPUS = gpu_request("context") if not QUALITY else (lambda wildcards: 0)
+CONTEXT_DEVICE = config["context"]["device"] if not QUALITY else "cpu"
 QUALITY_GPUS = gpu_request("quality")
 QUALITY_PART_RULE = "quality_part_cpu" if config["quality"]["device"] == "cpu" else "quality_part"
 # The rules whose jobs run on a GPU where their section's device allows (and the codes jobs), with
 # that section: what a dry run marks
-GPU_RULES = ((QUALITY_PART_RULE, "quality"), ("context_part", "context"))
+GPU_RULES = ((QUALITY_PART_RULE, "quality"),) + ((("context_part", "context"),) if not QUALITY else ())
 
 
 # ---- prepare ----------------------------------------------------------------------------------
@@ -430,6 +433,20 @@ def quality_part_outputs():
     return files
 
 
+def get_last_quality_run(wildcards):
+    """run_quality_part's `previous` and `previous_embeddings`: the dataset's merged metrics and
+    embedding rows of the last run (the merge's outputs, still on disk while the parts run)."""
+    files = layout.dataset_files(wildcards.dataset)
+    return {"previous": files.quality_metrics, "previous_embeddings": files.quality_embeddings}
+
+
+def get_speaker_embedding(wildcards):
+    """Fields of sharflow.quality.rank.SpeakerEmbedding: the context stage's embedder, which the
+    quality parts run."""
+    options = config["context"]["embedder_options"]
+    return {"name": config["context"]["embedder"], "options": tuple(sorted(options.items()))}
+
+
 def get_voice_embedding(wildcards):
     """Fields of sharflow.identity.part.VoiceEmbedding (identity.voices), or None without voices."""
     voices = config["identity"]["voices"]
@@ -477,6 +494,15 @@ def get_context_part_settings(wildcards):
     """Fields of sharflow.context.part.PartSettings for the dataset."""
     audio_root = config["datasets"][wildcards.dataset]["audio_root"]
     return {"audio_root": audio_root, **{k: config["context"][k] for k in PART_SETTINGS}}
+
+
+def get_measured_embeddings(wildcards):
+    """With quality on, the quality stage's embeddings of every record and the records they are rows
+    of (sharflow.context.part.MeasuredEmbeddings), which the context parts read; else none."""
+    if not QUALITY:
+        return {}
+    files = layout.dataset_files(wildcards.dataset)
+    return {"measured_records": files.text_records, "embeddings": files.quality_embeddings}
 
 
 def get_embedding_outputs():

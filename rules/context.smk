@@ -18,8 +18,11 @@ rule context_plan:
         "../workflow_scripts/context_plan.py"
 
 
+# With quality on, a context part reads every record's embedding from the quality parts (one decode)
+# and selects on CPU; with quality off, it decodes and embeds on context.device.
 rule context_part:
     input:
+        unpack(get_measured_embeddings),
         records=get_context_records,
         plan=DS.context_plan,
     output:
@@ -31,7 +34,7 @@ rule context_part:
         layout.benchmark("context_part", "{dataset}", "part-{part}")
     params:
         settings=get_context_part_settings,
-        device=config["context"]["device"],
+        device=CONTEXT_DEVICE,
     threads: threads_of("context")
     resources:
         gpu=CONTEXT_GPUS,

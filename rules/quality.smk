@@ -14,7 +14,8 @@ rule build_random_asr:
 
 # quality_part runs its models on the GPUs it asks for; with quality.device: cpu the same job is
 # quality_part_cpu, which the Slurm profile sends to the CPU partition with more cores (no GPU idle).
-# With identity, the same decode gives the identity parts (fingerprints, digests, voices).
+# The same decode gives the context stage's speaker embeddings and, with identity, the identity
+# parts (fingerprints, digests, voices): no stage before Shar decodes a record again.
 rule quality_part:
     name:
         QUALITY_PART_RULE
@@ -34,9 +35,12 @@ rule quality_part:
         dnsmos_max_windows=config["quality"]["dnsmos_max_windows"],
         batch_seconds=config["quality"]["batch_seconds"],
         asr=get_asr_options,
-        # the last run's metrics (the merge's output, not an input): measures still valid are kept
-        previous=DS.quality_metrics,
+        # the last run's metrics and embedding rows (the merge's outputs, not inputs): the measures
+        # still valid are kept
+        last_run=get_last_quality_run,
         identity=get_identity_options,
+        # the context stage's speaker embeddings, from the same decode
+        embedder=get_speaker_embedding,
     threads: threads_of("quality")
     resources:
         gpu=QUALITY_GPUS,
@@ -49,10 +53,12 @@ rule quality_part:
 rule quality_merge:
     input:
         metrics=get_part_files("quality", "metrics"),
+        embeddings=get_part_files("quality", "embeddings"),
         stats=get_part_files("quality", "stats"),
         records_stats=DS.text_stats,
     output:
         metrics=DS.quality_metrics,
+        embeddings=DS.quality_embeddings,
         stats=DS.quality_metrics_stats,
     log:
         layout.log("quality_merge", "{dataset}"),

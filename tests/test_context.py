@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from sharflow.context.part import PartSettings, run_context_part
+from sharflow.core.errors import SharflowError
 from sharflow.core.layout import DatasetFiles
 from testkit import DEMO, prepare_demo, read_jsonl, run_stage, write_jsonl
 
@@ -81,8 +82,6 @@ def test_stale_plan_is_reported(demo_runs, tmp_path):
     _, prep, (ctx, _), _ = demo_runs
     other = tmp_path / "prepared.jsonl"
     other.write_text("".join((prep / "prepared.jsonl").read_text().splitlines(keepends=True)[:10]))
-    from sharflow.core.errors import SharflowError
-
     with pytest.raises(SharflowError, match="rerun the context_plan rule"):
         run_context_part(
             0,
@@ -116,3 +115,79 @@ def test_saved_embeddings_match_their_ids(demo_runs):
         np.testing.assert_allclose(embedder.embed([wave])[0], emb[0], atol=1e-4)
         total += len(ids)
     assert total == 56
+
+
+def test_the_quality_parts_embeddings_give_the_contexts_that_decoding_again_gives(
+    demo_runs, tmp_path, monkeypatch
+):
+    """The one pass: two quality parts embed every demo record from the decode they measure (one
+    forward pass a record, counted), merged a row per line; the context stage reads those rows and
+    decodes nothing (a decode fails the test), and writes byte for byte what the context stage
+    that decodes and embeds again writes (demo_runs, the quality-off path)."""
+    from sharflow.context.part import MeasuredEmbeddings
+    from sharflow.models.speaker_embedders.ge2e import GE2EEmbedder
+    from sharflow.quality.merge import merge_quality
+    from sharflow.quality.part import MeasureSettings, SpeakerEmbedding, run_quality_part
+
+    _, prep, (decoded, decoded_stats), _ = demo_runs
+    forwards, real_embed = [], GE2EEmbedder.embed
+    monkeypatch.setattr(GE2EEmbedder, "embed", lambda self, w: forwards.append(len(w)) or real_embed(self, w))
+    out = tmp_path / "quality"
+    settings = MeasureSettings(str(DEMO / "audio"), dnsmos_max_windows=1, embedder=SpeakerEmbedding("ge2e"))
+    for p in range(2):
+        run_quality_part(
+            p,
+            records=str(prep / "prepared.jsonl"),
+            parts=2,
+            out_metrics=str(out / f"part-{p}.jsonl"),
+            out_stats=str(out / f"part-{p}.stats.json"),
+            settings=settings,
+            device="cpu",
+            out_embeddings=str(out / f"part-{p}.embeddings.npy"),
+        )
+    merge_quality(
+        part_metrics=[str(out / f"part-{p}.jsonl") for p in range(2)],
+        part_stats=[str(out / f"part-{p}.stats.json") for p in range(2)],
+        records_stats=str(prep / "stats.json"),
+        metrics=str(out / "metrics.jsonl"),
+        stats=str(out / "metrics_stats.json"),
+        part_embeddings=[str(out / f"part-{p}.embeddings.npy") for p in range(2)],
+        embeddings=str(out / "embeddings.npy"),
+    )
+    assert forwards == [1] * 56
+    rows = np.load(out / "embeddings.npy")["embedding"]
+    assert rows.shape == (56, 256) and len({row.tobytes() for row in rows}) == 56  # distinct voices
+    # run again: every measure and row kept from the merged files, nothing embedded, the same bytes
+    forwards.clear()
+    again = run_quality_part(
+        1,
+        records=str(prep / "prepared.jsonl"),
+        parts=2,
+        out_metrics=str(tmp_path / "again.jsonl"),
+        out_stats=str(tmp_path / "again.stats.json"),
+        settings=settings,
+        device="cpu",
+        out_embeddings=str(tmp_path / "again.embeddings.npy"),
+        previous=str(out / "metrics.jsonl"),
+        previous_embeddings=str(out / "embeddings.npy"),
+    )
+    assert (again["measured"], forwards) == (0, []) and again["reused"] > 0
+    for name in ("jsonl", "embeddings.npy"):
+        assert (tmp_path / f"again.{name}").read_bytes() == (out / f"part-1.{name}").read_bytes()
+    monkeypatch.setattr(
+        "sharflow.context.part.load_span", lambda *a: pytest.fail("the context stage decoded")
+    )
+    measured = MeasuredEmbeddings(str(prep / "prepared.jsonl"), str(out / "embeddings.npy"))
+    forwards.clear()
+    ctx, stats = run_stage(tmp_path, prep, parts=2, workers=1, measured=measured)
+    assert forwards == [] and stats["records_out"] == decoded_stats["records_out"] == 56
+    assert (ctx / "with_context.jsonl").read_bytes() == (decoded / "with_context.jsonl").read_bytes()
+    similarities = [r["context_speaker_similarity"] for r in read_jsonl(ctx / "with_context.jsonl")]
+    assert len(set(similarities)) > 20  # the compared values carry information
+
+    stale = tmp_path / "stale.jsonl"
+    stale.write_text("".join((prep / "prepared.jsonl").read_text().splitlines(keepends=True)[1:]))
+    with pytest.raises(SharflowError, match="quality embeddings are out of date"):
+        run_stage(
+            tmp_path / "stale", prep, parts=1, measured=MeasuredEmbeddings(str(stale), measured.embeddings)
+        )

@@ -35,7 +35,11 @@ EXPECTED = {
     "text_merge": {"records": DS.text_records, "rejected": DS.text_rejected, "stats": DS.text_stats},
     "build_random_asr": {"model": layout.ASR_MODEL},
     "quality_part": DS.quality_part("{part}").named(),
-    "quality_merge": {"metrics": DS.quality_metrics, "stats": DS.quality_metrics_stats},
+    "quality_merge": {
+        "metrics": DS.quality_metrics,
+        "embeddings": DS.quality_embeddings,
+        "stats": DS.quality_metrics_stats,
+    },
     "quality_filter": {"kept": DS.quality_kept, "rejected": DS.quality_rejected, "stats": DS.quality_stats},
     "identity_index": {**layout.IDENTITY_INDEX.named(), "decisions": layout.SPEAKER_DECISIONS},
     "identity_check": layout.identity_check("{part}").named(),

@@ -494,6 +494,39 @@ def test_the_plans_stages_read_top_to_bottom_with_gpu_stages_marked():
     assert "codes[x] (GPU)" in lines[1] and "codes[y] (GPU)" in lines[1]
 
 
+def test_the_gpu_bill_scales_the_plans_gpu_hours_to_10000_hours_beside_nemos_codes_alone():
+    """The page's bill: every GPU stage's hours for the corpus, at 10,000 h of audio at the same rates,
+    and NeMo's step-4 codes at its measured rate; the context parts hold a GPU only with quality off
+    (with quality on they read the one pass's embeddings)."""
+    from sharflow.plan.model import is_gpu_rule
+    from sharflow.plan.page import bill_lines, gpu_bill, plan_summary
+
+    plan = {
+        "datasets": {"a": {"seconds": 36000.0}, "b": {"seconds": 36000.0}},  # 20 h
+        "stages": {
+            "text": {"jobs": 2, "cpu_s": 3600.0, "gpu_s": 0.0, "wall_s": 1800.0},
+            "quality": {"jobs": 4, "cpu_s": 72000.0, "gpu_s": 7200.0, "wall_s": 900.0},
+            "codes": {"jobs": 15, "cpu_s": 7200.0, "gpu_s": 3600.0, "wall_s": 600.0},
+        },
+        "total": {"cpu_s": 82800.0, "gpu_s": 10800.0, "wall_s": 3300.0},
+        "gpu_rules_on_cpu": [],
+    }
+    bill = gpu_bill(plan)
+    assert bill["gpu_hours"] == 3.0 and bill["gpu_hours_at_target"] == pytest.approx(1500.0)  # x 500
+    assert bill["at_target"] == pytest.approx({"quality": 1000.0, "codes": 500.0})
+    nemo = 500.0 * 981 / 427  # the codes stage's hours at 10,000 h, at NeMo's step-4 rate
+    assert bill["nemo_codes_hours_at_target"] == pytest.approx(nemo)
+    assert bill["nemo_codes_hours"] == pytest.approx(981 / 427)
+    page = "\n".join(bill_lines(plan))
+    assert "**1,500.00 GPU-h** (quality 1,000.00, codes 500.00)" in page and f"{nemo:,.2f} GPU-h" in page
+    assert "not comparable" not in page
+    assert "GPU bill at 10,000 h of audio: 1,500.00 GPU-h" in plan_summary(plan)
+    assert "not comparable" in "\n".join(bill_lines({**plan, "gpu_rules_on_cpu": ["quality_part"]}))
+    assert gpu_bill({**plan, "datasets": {}}) is None
+    assert is_gpu_rule("context_part") and is_gpu_rule("context_part", {"quality": {"enabled": False}})
+    assert not is_gpu_rule("context_part", {"quality": {"enabled": True}})
+
+
 def test_the_critical_path_sums_the_spines_jobs_and_names_the_longest():
     """The jobs that wait each for the one before, summed, side by side ones as their longest; the part
     and shard jobs (side by side over the cluster) are not on it."""

@@ -10,14 +10,16 @@ from testkit import GPU_RULES, REPO, demo_config, run_snakemake, snakemake_cmd
 
 
 def rules_in_workflow(tmp_path):
-    """Every rule, those of the smaller blocks (shar_block100, codes_block10, ...) and the quality
-    job without a GPU (quality_part_cpu) included."""
+    """Every rule, those of the smaller blocks (shar_block100, codes_block10, ...), the quality job
+    without a GPU (quality_part_cpu) and the identity parts of a run without quality included."""
     rules = set()
-    for device in ("auto", "cpu"):
+    for device, quality in (("auto", True), ("cpu", True), ("auto", False)):
         config = demo_config(
-            shar={"shards_per_job": 1000}, codes={"shards_per_job": 1000}, quality={"device": device}
+            shar={"shards_per_job": 1000},
+            codes={"shards_per_job": 1000},
+            quality={"device": device, "enabled": quality},
         )
-        proc = run_snakemake(tmp_path / device, config, "--list-rules")
+        proc = run_snakemake(tmp_path / f"{device}-{quality}", config, "--list-rules")
         rules |= {line.strip() for line in proc.stdout.splitlines() if line.strip()}
     return rules
 
@@ -116,13 +118,17 @@ def test_slurm_profile_dry_run_parses_and_routes_quality_by_where_its_models_run
         assert (job["slurm_partition"], job["gpu"], job["cpus_per_task"]) == ("gpu", "1", "8")
         # without a plan, the defaults (with a plan: test_plan.py)
         assert (job["mem_mb"], job["runtime"]) == ("16000", "480")
-    assert all(job["gpu"] == "1" for job in gpu["context_part"])
+    # the context parts read the embeddings the quality parts measured: no GPU
+    assert gpu["context_part"] and all(job.get("gpu", "0") == "0" for job in gpu["context_part"])
     # the codes jobs come after the shar plan (a checkpoint): a dry run of a finished plan lists them
     cpu = slurm_dry_run(tmp_path / "cpu", demo_config(quality={"device": "cpu"}))
     assert "quality_part" not in cpu and len(cpu["quality_part_cpu"]) == 2
     for job in cpu["quality_part_cpu"]:
         assert job["slurm_partition"] == "cpu" and job.get("gpu", "0") == "0" and job["cpus_per_task"] == "8"
-    assert all(job["gpu"] == "1" for job in cpu["context_part"])  # context's own device is still auto
+    assert all(job.get("gpu", "0") == "0" for job in cpu["context_part"])
+    # with quality off, the context parts embed themselves, on a GPU where context.device allows
+    alone = slurm_dry_run(tmp_path / "alone", demo_config(quality={"enabled": False}))
+    assert alone["context_part"] and all(job["gpu"] == "1" for job in alone["context_part"])
     devices = {section: {"device": "cpu"} for section in ("quality", "context", "codes")}
     none = slurm_dry_run(tmp_path / "none", demo_config(**devices))
     assert none["context_part"] and "quality_part" not in none

@@ -27,7 +27,7 @@ from sharflow.identity.part import VoiceEmbedding, entry_key, measure_signature
 from sharflow.identity.voices import VoiceRules
 from sharflow.publish import job as publish_job
 from sharflow.publish.objects import file_digest
-from sharflow.quality.rank import AsrOptions, MeasureSettings
+from sharflow.quality.rank import AsrOptions, MeasureSettings, SpeakerEmbedding
 from sharflow.quality.reuse import measure_digest, record_key
 from sharflow.shar import plan as shar_plan
 from sharflow.text import normalizer
@@ -115,10 +115,12 @@ def english_phoneme_dictionary(tmp: Path, monkeypatch) -> World:
 
 def quality_measures(tmp: Path, monkeypatch) -> World:
     audio, model = a_file(tmp, "a.wav"), a_file(tmp, "asr.nemo", b"model")
+    weights = a_file(tmp, "ge2e.pt", b"weights")
+    embedder = SpeakerEmbedding("ge2e", (("weights", str(weights)),))
     rec = {"audio_filepath": "a.wav", "offset": 0.0, "duration": 1.0, "text": "a b", "speaker": "s"}
     state = {
         "record": rec,
-        "settings": MeasureSettings(str(tmp), asr=AsrOptions(str(model))),
+        "settings": MeasureSettings(str(tmp), asr=AsrOptions(str(model)), embedder=embedder),
         "engine": "ort",
     }
 
@@ -143,6 +145,10 @@ def quality_measures(tmp: Path, monkeypatch) -> World:
         "ASR model (a file by its size and mtime)": lambda: rewrite(model, b"other"),
         "ASR random weights": asr(random=True),
         "DNSMOS engine": lambda: state.update(engine="torch-cuda"),
+        "speaker embedder (context.embedder, a file by its size and mtime)": settings(
+            embedder=replace(embedder, name="nemo")
+        ),
+        "speaker embedder options (a file by its size and mtime)": lambda: rewrite(weights, b"others"),
         "MEASURES_VERSION": lambda: monkeypatch.setattr("sharflow.quality.reuse.MEASURES_VERSION", 99),
         "measuring packages' versions": lambda: bump(monkeypatch, "onnxruntime"),
         "the audio root": settings(audio_root=str(tmp / "elsewhere")),
@@ -765,10 +771,12 @@ def quality_measures_effect(tmp: Path, monkeypatch) -> World:
 
     write_tone(tmp / "a.wav", 2.0), write_tone(tmp / "b.wav", 2.0)
     model = a_file(tmp, "asr.nemo", b"model")
+    weights = a_file(tmp, "ge2e.pt", b"weights")
     rec = {"audio_filepath": "a.wav", "offset": 0.0, "duration": 1.0, "text": "a b", "speaker": "s"}
+    embedder = SpeakerEmbedding("ge2e", (("weights", str(weights)),))
     state = {
         "record": rec,
-        "settings": MeasureSettings(str(tmp), asr=AsrOptions(str(model))),
+        "settings": MeasureSettings(str(tmp), asr=AsrOptions(str(model)), embedder=embedder),
         "engine": "ort",
     }
     records = tmp / "records.jsonl"
@@ -808,6 +816,10 @@ def quality_measures_effect(tmp: Path, monkeypatch) -> World:
         "ASR model (a file by its size and mtime)": lambda: rewrite(model, b"other"),
         "ASR random weights": settings(asr=replace(state["settings"].asr, random=True)),
         "DNSMOS engine": lambda: state.update(engine="torch-cuda"),
+        "speaker embedder (context.embedder, a file by its size and mtime)": settings(
+            embedder=replace(embedder, name="nemo")
+        ),
+        "speaker embedder options (a file by its size and mtime)": lambda: rewrite(weights, b"others"),
         "MEASURES_VERSION": lambda: monkeypatch.setattr("sharflow.quality.reuse.MEASURES_VERSION", 99),
         "measuring packages' versions": lambda: bump(monkeypatch, "onnxruntime"),
         "the audio root": lambda: state.update(

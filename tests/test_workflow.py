@@ -261,11 +261,12 @@ def test_codes_stage_in_the_workflow(two_datasets):
     block = logs["codes_block/demo/tiny_nemo/00000.log"]
     assert block.count("codes tiny_nemo, shard 0000") == 10 and "shards 000000-000009 (10): " in block
     assert re.search(r"start-up [\d.]+ s \(process [\d.]+ s, framework import [\d.]+ s, model restore", block)
-    # the quality and speaker models too: at most once per rank and job (a rank with no records
-    # loads none)
+    # the quality models (and the context stage's speaker embedder, in the same pass) too: at most
+    # once per rank and job (a rank with no records loads none); the context parts load no model,
+    # they read the quality parts' embeddings
     for rule, loaded in (
-        ("quality_part", r"quality models loaded on"),
-        ("context_part", r"speaker model \S+ loaded on"),
+        ("quality_part", r"quality models loaded on .*speaker embedder ge2e"),
+        ("context_part", r"speaker embeddings of ge2e read from \S+/quality/embeddings.npy"),
     ):
         part_logs = [p.read_text() for p in (work / "logs" / rule).rglob("*.log")]
         assert part_logs
@@ -506,7 +507,8 @@ def assert_fresh_dry_run_bounds_the_run(work: Path, config: dict, fresh: Path) -
     dry = run_snakemake(fresh, config, "-n")
     said = dry.stdout + dry.stderr
     assert "the shar and codes jobs come after the shard plan" in said and "snakemake plan" in said
-    assert "GPU rules in the counts below: quality_part (device: auto), context_part (device: auto)" in said
+    # the context parts read the quality parts' embeddings: no GPU rule of their own
+    assert "GPU rules in the counts below: quality_part (device: auto); and the codes jobs" in said
     most = most_jobs_said(said)
     assert set(most) == set(config["datasets"]), said[-3000:]
     for ds, (sets, shar, codes) in most.items():
@@ -694,6 +696,7 @@ def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
             files.text_records,
             files.text_stats,
             files.quality_metrics,
+            files.quality_embeddings,
             files.quality_metrics_stats,
             files.quality_kept,
             files.quality_stats,

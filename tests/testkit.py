@@ -249,11 +249,20 @@ def run_quality_filter(tmp, prepared, metrics, stats, action, filters):
 
 
 def run_stage(
-    tmp, prep, root=DEMO / "audio", parts=1, workers=1, save_embeddings=False, device="cpu", **rules
+    tmp,
+    prep,
+    root=DEMO / "audio",
+    parts=1,
+    workers=1,
+    save_embeddings=False,
+    device="cpu",
+    measured=None,
+    **rules,
 ):
-    """The context stage (plan, every part, merge) over `prep`'s records; (context folder, stats)."""
+    """The context stage (plan, every part, merge) over `prep`'s records, reading the quality parts'
+    embeddings with `measured` (a MeasuredEmbeddings); (context folder, stats)."""
     source = DatasetFiles(str(prep.parent))
-    files = DatasetFiles(str(tmp / f"run-{parts}-{workers}"))
+    files = DatasetFiles(str(tmp / f"run-{parts}-{workers}{'-measured' if measured else ''}"))
     plan_context(
         source.prepared,
         plan=files.context_plan,
@@ -276,6 +285,7 @@ def run_stage(
             workers=workers,
             out_embeddings=embeddings["embeddings"],
             out_embedding_ids=embeddings["embedding_ids"],
+            measured=measured,
         )
     stats = merge_context(
         part_records=[files.context_part(p).records for p in range(parts)],

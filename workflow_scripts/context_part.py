@@ -1,6 +1,6 @@
 """Snakemake adapter: sharflow.context.part.run_context_part."""
 
-from sharflow.context.part import PartSettings, run_context_part
+from sharflow.context.part import MeasuredEmbeddings, PartSettings, run_context_part
 from sharflow.core.layout import ContextPartFiles
 from sharflow.core.logs import job_log
 
@@ -18,4 +18,5 @@ if __name__ == "__main__":
             gpus=snakemake.resources.gpu,
             out_embeddings=snakemake.output.get("embeddings"),
             out_embedding_ids=snakemake.output.get("embedding_ids"),
+            measured=MeasuredEmbeddings.of(snakemake.input),
         )

@@ -10,4 +10,6 @@ with job_log(snakemake.log[0]):
         records_stats=snakemake.input.records_stats,
         metrics=snakemake.output.metrics,
         stats=snakemake.output.stats,
+        part_embeddings=list(snakemake.input.embeddings),
+        embeddings=snakemake.output.embeddings,
     )

@@ -1,9 +1,11 @@
 """The context stage's part job: give every record of a part's groups a same-speaker context.
 
 Three jobs per dataset: the plan (sharflow.context.plan) bin-packs speaker groups onto parts;
-each part (here) bin-packs its groups onto ranks (GPUs or CPU processes); each rank decodes audio
-one batch ahead, embeds, selects (sharflow.context.selection) and writes its groups sorted by (group key,
-input line) (sharflow.context.keyed_lines); the rank files are merged into the part's files, and the
+each part (here) bin-packs its groups onto ranks (GPUs or CPU processes); each rank reads its
+records' embeddings from the quality parts' rows (MeasuredEmbeddings: the one pass decoded and
+embedded every record; with quality off, it decodes audio one batch ahead and embeds each record
+itself), selects (sharflow.context.selection) and writes its groups sorted by (group key, input line)
+(sharflow.context.keyed_lines); the rank files are merged into the part's files, and the
 merge job (sharflow.context.merge) merges the parts. The output order depends only on the data,
 so any number of parts and ranks gives the same bytes. Memory: one group's embeddings and
 metadata, one batch of audio per rank, never n×n.
@@ -59,6 +61,38 @@ class PartSettings:
     save_embeddings: bool = False
 
 
+@dataclass(frozen=True)
+class MeasuredEmbeddings:
+    """The quality stage's speaker embeddings of every record (sharflow.quality.merge): `embeddings`,
+    a row per line of `records` (the text stage's records, which the quality parts measured)."""
+
+    records: str
+    embeddings: str
+
+    @classmethod
+    def of(cls, named) -> "MeasuredEmbeddings | None":
+        """From a context part job's inputs (`measured_records`, `embeddings`), or None without them."""
+        if "embeddings" not in named.keys():  # noqa: SIM118 (a Snakemake Namedlist: `in` looks at its values)
+            return None
+        return cls(named["measured_records"], named["embeddings"])
+
+    def rows(self, spans: dict[str, list[tuple]]) -> dict[tuple, int]:
+        """{span: its row} of the spans wanted, read from the records in one pass (only those held)."""
+        wanted = {span for group in spans.values() for span in group}
+        found: dict[tuple, int] = {}
+        for line_no, _, raw in numbered_lines(self.records):
+            span = _span(json.loads(raw))
+            if span in wanted:
+                found.setdefault(span, line_no - 1)
+        missing = wanted - found.keys()
+        if missing:
+            raise SharflowError(
+                f"{self.records} holds no record of {sorted(missing)[0]}: the quality embeddings are out of "
+                "date; rerun with --forcerun quality_part"
+            )
+        return found
+
+
 # ---- one part -----------------------------------------------------------------------------------
 
 
@@ -74,8 +108,12 @@ def run_context_part(
     gpus: int = 0,
     out_embeddings: str | None = None,
     out_embedding_ids: str | None = None,
+    measured: MeasuredEmbeddings | None = None,
 ) -> dict:
     """Select contexts for the groups of one part, on as many ranks as devices/workers allow.
+
+    With `measured` (the quality parts' embeddings of every record), each record's embedding is
+    read there, by its span; without (quality off), its audio is decoded and embedded here.
 
     With settings.save_embeddings, also writes the embeddings of the part's decodable records
     (`out_embeddings`, .npy, rows in (group, line) order) and their ids (`out_embedding_ids`,
@@ -83,13 +121,19 @@ def run_context_part(
     """
     planned = read_json(plan)
     mine = {k: g for k, g in planned["groups"].items() if g["part"] == part}
-    offsets = _group_offsets(prepared, plan, mine, group_key_function(**planned["grouping"]))
+    offsets, spans = _group_offsets(prepared, plan, mine, group_key_function(**planned["grouping"]))
+    rows = measured.rows(spans) if measured else {}
     costs = {k: mine[k]["cost"] for k in mine}
     what = f"context part {part}"
     with rank_job(what, device=device, workers=workers, gpus=gpus, scratch_beside=out.records) as job:
         n = sum(g["n"] for g in mine.values())
         log.info("context part %d: %d groups, %d records on ranks %s", part, len(mine), n, job.devices)
-        ranks = job.run(process_groups, costs, unit=lambda k: (k, offsets[k]), args=(prepared, settings))
+        ranks = job.run(
+            process_groups,
+            costs,
+            unit=lambda k: (k, offsets[k], [rows.get(span) for span in spans[k]] if measured else None),
+            args=(prepared, settings, measured.embeddings if measured else None),
+        )
         with atomic_file(out.records, "w", encoding="utf-8") as f:
             f.writelines(merge_sorted([r.rank.file(".jsonl") for r in ranks]))
         with atomic_file(out.rejected, "w", encoding="utf-8") as f:
@@ -113,19 +157,27 @@ def run_context_part(
     return stats
 
 
-def _group_offsets(prepared: str, plan: str, mine: dict, key_of) -> dict[str, list[tuple[int, int]]]:
-    """(line, byte offset) of every record of the part's groups; fails if the plan is out of date."""
+def _group_offsets(prepared: str, plan: str, mine: dict, key_of) -> tuple[dict, dict]:
+    """(line, byte offset) and span (audio_filepath, offset, duration) of every record of the part's
+    groups, by group; fails if the plan is out of date."""
     offsets: defaultdict[str, list[tuple[int, int]]] = defaultdict(list)
+    spans: defaultdict[str, list[tuple]] = defaultdict(list)
     for line_no, offset, raw in numbered_lines(prepared):
-        key = key_of(json.loads(raw))
+        record = json.loads(raw)
+        key = key_of(record)
         if key in mine:
             offsets[key].append((line_no, offset))
+            spans[key].append(_span(record))
     stale = [k for k in mine if len(offsets[k]) != mine[k]["n"]]
     if stale:
         raise SharflowError(
             f"{plan} does not match {prepared} (group {stale[0]!r}); rerun the context_plan rule"
         )
-    return offsets
+    return offsets, spans
+
+
+def _span(record: dict) -> tuple:
+    return (record["audio_filepath"], record["offset"], record["duration"])
 
 
 def _merge_embeddings(prefixes: list[str], dims: list[int | None], out_npy: str, out_ids: str) -> None:
@@ -165,29 +217,26 @@ class _Tally:
 
 
 def process_groups(
-    rank: Rank, groups: list[tuple[str, list[tuple[int, int]]]], prepared: str, settings: PartSettings
+    rank: Rank, groups: list[tuple], prepared: str, settings: PartSettings, measured: str | None = None
 ) -> dict:
-    """One rank: embed and select for its groups (key, [(line, byte offset)]); write records and
-    rejects sorted by (group, line) to its scratch files `.jsonl` and `.rej.jsonl`.
+    """One rank: embed and select for its groups (key, [(line, byte offset)], [embedding row] or
+    None); write records and rejects sorted by (group, line) to its scratch files `.jsonl` and
+    `.rej.jsonl`. With `measured` (the quality stage's embeddings file), each record's embedding is
+    its row there; else its audio is decoded and embedded.
 
     With settings.save_embeddings, the embeddings of decodable records are appended to `.emb.f32`
     (raw float32 rows) with their ids in `.emb.ids.jsonl`, in the same order.
     """
     device = rank.device
     from sharflow.context.selection import SelectionRules
-    from sharflow.models.speaker_embedders import load_embedder
 
     start = time.perf_counter()
-    embedder = load_embedder(settings.embedder, device, **settings.embedder_options) if groups else None
-    if groups:  # once per rank and job (tests/test_workflow.py counts these lines)
-        log.info(
-            "speaker model %s loaded on %s in %.1f s", settings.embedder, device, time.perf_counter() - start
-        )
+    embedder = _embedder(settings, device, measured) if groups else None
     rules = SelectionRules(
         settings.min_similarity, settings.min_context_duration, settings.max_context_duration, settings.top_k
     )
     tally = _Tally()
-    total = sum(len(o) for _, o in groups)
+    total = sum(len(group[1]) for group in groups)
     with (
         open(prepared, "rb") as src,
         open(rank.file(".jsonl"), "w", encoding="utf-8") as out,
@@ -197,9 +246,12 @@ def process_groups(
             total=total, desc=f"context rank {rank.index} ({device})", unit="utt", mininterval=5
         ) as progress,
     ):
-        for key, offsets in groups:
+        for key, offsets, rows in groups:
             records = _read_records(src, offsets)
-            good, embeddings, rejects = _embed_group(key, records, embedder, settings, tally)
+            if rows is None:
+                good, embeddings, rejects = _embed_group(key, records, embedder, settings, tally)
+            else:
+                good, embeddings, rejects = _measured_group(key, records, embedder, rows, tally)
             if good:
                 dump.write(key, good, embeddings)
                 rejects += _select_and_write(
@@ -222,6 +274,62 @@ def process_groups(
         "similarity_hist": tally.hist.tolist(),
         "embedding_dim": embedder.dim if embedder else None,
     }
+
+
+class _Measured:
+    """The quality stage's embeddings file, mapped (not read): `dim`, and `rows(indices)`."""
+
+    def __init__(self, path: str):
+        self.table = np.load(path, mmap_mode="r")["embedding"]
+        self.dim = self.table.shape[1]
+
+    def rows(self, indices: list[int]) -> np.ndarray:
+        return np.asarray(self.table[indices], dtype=np.float32)
+
+
+def _embedder(settings: PartSettings, device: str, measured: str | None):
+    """The quality stage's embeddings (`measured`), or the speaker model, loaded once per rank and
+    job (tests/test_workflow.py counts these lines)."""
+    from sharflow.models.speaker_embedders import load_embedder
+
+    start = time.perf_counter()
+    if measured is not None:
+        log.info(
+            "speaker embeddings of %s read from %s (measured by the quality parts)",
+            settings.embedder,
+            measured,
+        )
+        return _Measured(measured)
+    embedder = load_embedder(settings.embedder, device, **settings.embedder_options)
+    log.info(
+        "speaker model %s loaded on %s in %.1f s", settings.embedder, device, time.perf_counter() - start
+    )
+    return embedder
+
+
+def _measured_group(key: str, records: list[tuple[int, dict]], measured: _Measured, rows: list[int], tally):
+    """A group's embeddings from the quality stage's rows: (records, embeddings, rejects). A record
+    with no embedding (a row of zeros: its audio could not be decoded, so quality rejects it before
+    this stage) is rejected too; a group of fewer than two has no context candidate."""
+    if len(records) < 2:
+        return (
+            [],
+            None,
+            [(ln, "no_context_candidate", f"group {key!r} has 1 utterance", r) for ln, r in records],
+        )
+    embeddings = measured.rows(rows)
+    usable = np.any(embeddings != 0, axis=1)
+    good = [item for item, ok in zip(records, usable, strict=True) if ok]
+    rejects = [
+        (ln, "unreadable_audio", f"{rec['audio_filepath']}: no speaker embedding was measured", rec)
+        for (ln, rec), ok in zip(records, usable, strict=True)
+        if not ok
+    ]
+    tally.audio_seconds += sum(rec["duration"] for _, rec in good)
+    if len(good) == 1:
+        ln, rec = good.pop()
+        rejects.append((ln, "no_context_candidate", f"group {key!r} has 1 decodable utterance", rec))
+    return good, (embeddings[usable] if good else None), rejects
 
 
 def _read_records(src, offsets: list[tuple[int, int]]) -> list[tuple[int, dict]]:
@@ -270,8 +378,9 @@ def _embed_group(
                 good.append((ln, rec))
                 ok.append(wave)
                 tally.audio_seconds += len(wave) / embedder.sample_rate
-        if ok:
-            embeddings.append(embedder.embed(ok))
+        # one record a forward pass: its embedding's bytes depend on the record alone, and equal
+        # those the quality parts measure (sharflow.quality.rank.Meters.embedding_rows)
+        embeddings += [embedder.embed([wave]) for wave in ok]
     if len(good) == 1:
         ln, rec = good.pop()
         rejects.append((ln, "no_context_candidate", f"group {key!r} has 1 decodable utterance", rec))

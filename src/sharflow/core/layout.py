@@ -205,6 +205,13 @@ class Outputs:
         return cls(**{name: named[prefix + name] for name in cls.__dataclass_fields__})
 
     @classmethod
+    def of_optional(cls, named, prefix: str = ""):
+        """As `of`, or None when the mapping has none of these names (an output a config leaves out)."""
+        if not any(prefix + name in named.keys() for name in cls.__dataclass_fields__):  # noqa: SIM118
+            return None
+        return cls.of(named, prefix)
+
+    @classmethod
     def of_member(cls, named, m: int):
         """Member m's files from a block job's outputs (<name>_<m>, as block_outputs names them)."""
         return cls(**{name: named[f"{name}_{m}"] for name in cls.__dataclass_fields__})
@@ -228,7 +235,11 @@ class TextPartFiles(Outputs):
 
 @dataclass(frozen=True)
 class QualityPartFiles(Outputs):
+    """A quality part's files: its records' metrics (.jsonl), their speaker embeddings for the
+    context stage (.embeddings.npy, a row per line) and stats."""
+
     metrics: str
+    embeddings: str
     stats: str
 
 
@@ -341,11 +352,17 @@ class DatasetFiles:
 
     def quality_part(self, part: int | str) -> QualityPartFiles:
         prefix = self._path("quality", "parts", f"part-{part_key(part)}")
-        return QualityPartFiles(f"{prefix}.jsonl", prefix + STATS_SUFFIX)
+        return QualityPartFiles(f"{prefix}.jsonl", f"{prefix}.embeddings.npy", prefix + STATS_SUFFIX)
 
     @property
     def quality_metrics(self) -> str:
         return self._path("quality", "metrics.jsonl")
+
+    @property
+    def quality_embeddings(self) -> str:
+        """Every record's speaker embedding (a row per line of quality_metrics), which the context
+        stage reads instead of decoding and embedding again."""
+        return self._path("quality", "embeddings.npy")
 
     @property
     def quality_metrics_stats(self) -> str:

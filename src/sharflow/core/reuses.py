@@ -42,7 +42,8 @@ REUSES: tuple[Reuse, ...] = (
     ),
     Reuse(
         "quality measures",
-        "a record's metrics line from the last run of the quality stage (DNSMOS, VAD, signal, ASR)",
+        "a record's metrics line from the last run of the quality stage (DNSMOS, VAD, signal, ASR) and its"
+        " row of speaker embeddings for the context stage (quality/embeddings.npy, the same line's)",
         (
             "sharflow.quality.reuse.record_key",
             "sharflow.quality.reuse.measure_digest",
@@ -59,6 +60,8 @@ REUSES: tuple[Reuse, ...] = (
             "ASR model (a file by its size and mtime)",
             "ASR random weights",
             "DNSMOS engine",
+            "speaker embedder (context.embedder, a file by its size and mtime)",
+            "speaker embedder options (a file by its size and mtime)",
             "MEASURES_VERSION",
             "measuring packages' versions",
         ),

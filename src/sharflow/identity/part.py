@@ -167,8 +167,8 @@ class PartWriter:
     def __enter__(self):
         out_records, out_hashes, out_voices = self.paths
         self.index = self._stack.enter_context(atomic_file(out_records, "w", encoding="utf-8"))
-        self.sink = self._stack.enter_context(_RowsFile(out_hashes, HASH_DTYPE))
-        self.voice_sink = self._stack.enter_context(_RowsFile(out_voices, self.voices_dtype))
+        self.sink = self._stack.enter_context(RowsFile(out_hashes, HASH_DTYPE))
+        self.voice_sink = self._stack.enter_context(RowsFile(out_voices, self.voices_dtype))
         return self
 
     def __exit__(self, *exc):
@@ -290,7 +290,7 @@ def part_lines(records: str, mine) -> Iterator[tuple[int, bytes]]:
             yield line, src.readline()
 
 
-class _RowsFile:
+class RowsFile:
     """A part's .npy of rows of `dtype`, written as they come: raw rows to a scratch file beside it,
     then copied block by block under an .npy header (the count is known only at the end), renamed
     last. Without a path, nothing is written; None rows are skipped."""

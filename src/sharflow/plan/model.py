@@ -93,10 +93,14 @@ def driver_of(rule: str) -> str:
     return "audio" if rule in AUDIO or SHARD_RULE.match(rule) else "records"
 
 
-def is_gpu_rule(rule: str) -> bool:
-    """Whether a rule's jobs hold a GPU on a cluster (the codes jobs: each kind, and all as one)."""
+def is_gpu_rule(rule: str, config: dict | None = None) -> bool:
+    """Whether a rule's jobs hold a GPU on a cluster (the codes jobs: each kind, and all as one). With
+    the run's `config`: context_part only with quality off (with quality on, the quality parts embed
+    every record in their one pass and the context parts only read the rows, on CPU)."""
     if rule == "codes_jobs":
         return True
+    if rule == "context_part" and config is not None and config["quality"]["enabled"]:
+        return False
     return rule in GPU_RULES or (bool(SHARD_RULE.match(rule)) and rule.startswith("codes_"))
 
 
@@ -246,10 +250,7 @@ class RulePlan:
     per_shard_wall_s: float = 0.0  # shard rules: one shard's variable wall time in the full run
     fixed_wall_s: float = 0.0  # one job's fixed wall time (start-up and model loads)
     grew: bool = False  # whether its CPU per unit was measured above noise (fit_line) for a dataset
-
-    @property
-    def gpu(self) -> bool:
-        return is_gpu_rule(self.rule)
+    gpu: bool = False  # whether its jobs hold a GPU on a cluster (is_gpu_rule with the run's config)
 
 
 def full_jobs(rule: str, sample_jobs: int, dataset: str | None, config: dict, shards: dict[str, int]) -> int:
@@ -372,6 +373,7 @@ def _plan_one(rule, jobs, small_jobs, scales, total, config, shards) -> RulePlan
         peak_rss_mb=max(j.peak_rss_mb for j in jobs),
         gpu_peak_mb=max(j.gpu_peak_mb for j in jobs),
         calibration_cpu_s=sum(j.cpu_s for j in jobs),
+        gpu=is_gpu_rule(rule, config),
     )
     if driver in ("actual", "one_off"):
         plan.jobs = len(jobs)

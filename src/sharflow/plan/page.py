@@ -4,6 +4,67 @@ the stages a dry run prints, and the plan as a picture."""
 from sharflow.plan.model import NOISE_FRACTION, NOISE_S
 from sharflow.plan.resources import MIN_RUNTIME
 
+# NeMo's step-4 script (scripts/magpietts: codes of target and context audio) against sharflow's codes
+# stage over the same audio on one H200: 427 and 981 audio-s a GPU-second (sharflow's codes 2.3x NeMo's).
+# NeMo's codes alone cost the codes stage's GPU-hours times their ratio.
+NEMO_STEP4_AUDIO_S_PER_GPU_S = 427.0
+CODES_AUDIO_S_PER_GPU_S = 981.0
+TARGET_HOURS = 10_000  # the corpus the GPU bill is scaled to
+
+
+def gpu_bill(plan: dict) -> dict | None:
+    """The plan's GPU-hours by GPU stage, for the corpus and scaled to TARGET_HOURS of audio at the
+    same rates, beside what NeMo's step-4 script spends on codes alone (the codes stage's hours at
+    NeMo's rate); None without audio."""
+    audio_s = sum(d["seconds"] for d in plan.get("datasets", {}).values())
+    if not audio_s:
+        return None
+    scale = TARGET_HOURS * 3600 / audio_s
+    stages = {stage: s["gpu_s"] / 3600 for stage, s in plan["stages"].items() if s["gpu_s"]}
+    nemo = stages.get("codes", 0.0) * CODES_AUDIO_S_PER_GPU_S / NEMO_STEP4_AUDIO_S_PER_GPU_S
+    return {
+        "audio_hours": audio_s / 3600,
+        "stages": stages,
+        "gpu_hours": sum(stages.values()),
+        "at_target": {stage: h * scale for stage, h in stages.items()},
+        "gpu_hours_at_target": sum(stages.values()) * scale,
+        "nemo_codes_hours": nemo,
+        "nemo_codes_hours_at_target": nemo * scale,
+        "measured_on_cpu": bool(plan.get("gpu_rules_on_cpu")),
+    }
+
+
+def bill_lines(plan: dict) -> list[str]:
+    """The GPU bill as the page says it: the one pass, this corpus, 10,000 hours, NeMo's codes alone."""
+    bill = gpu_bill(plan)
+    if bill is None:
+        return []
+    per_stage = ", ".join(f"{stage} {hours(h * 3600)}" for stage, h in bill["at_target"].items())
+    lines = [
+        "",
+        "## The GPU bill",
+        "",
+        "One pass over the audio: each quality part decodes a record once and runs every per-utterance "
+        "model on it (DNSMOS, the VAD, the context embedder, with splits the voices); the context parts "
+        "read its embeddings on CPU, the identity stage its fingerprints.",
+        "",
+        f"| | this corpus ({bill['audio_hours']:,.1f} h of audio) | {TARGET_HOURS:,} h of audio |",
+        "|---|---:|---:|",
+        f"| sharflow, every GPU stage | {hours(bill['gpu_hours'] * 3600)} GPU-h | "
+        f"**{hours(bill['gpu_hours_at_target'] * 3600)} GPU-h** ({per_stage}) |",
+        f"| NeMo's step-4 script, codes alone (the codes stage's GPU-h x {CODES_AUDIO_S_PER_GPU_S:.0f} / "
+        f"{NEMO_STEP4_AUDIO_S_PER_GPU_S:.0f}: the two's audio-s a GPU-s on one H200) | "
+        f"{hours(bill['nemo_codes_hours'] * 3600)} GPU-h | "
+        f"{hours(bill['nemo_codes_hours_at_target'] * 3600)} GPU-h |",
+    ]
+    if bill["measured_on_cpu"]:
+        lines += [
+            "",
+            "The calibration ran its GPU rules on CPUs here: these GPU-hours are CPU hours at CPU speed, not "
+            "comparable with NeMo's GPU figure. Calibrate through the profile that gives them GPUs.",
+        ]
+    return lines
+
 
 def hours(seconds: float) -> str:
     """Hours to two decimals; a small stage's (under 18 s, which would read 0.00) to three, or <0.001."""
@@ -44,7 +105,7 @@ def plan_markdown(plan: dict) -> str:
     ]
     for kind, d in plan["disk"].items():
         lines.append(f"| {kind} | {size(d['calibration_bytes'])} | {size(d['bytes'])} |")
-    return "\n".join(lines + notes(plan)) + "\n"
+    return "\n".join(lines + bill_lines(plan) + notes(plan)) + "\n"
 
 
 def stage_rows(plan: dict) -> list[str]:
@@ -130,6 +191,14 @@ def plan_summary(plan: dict) -> str:
         f"  {'total':<16}{'':>8}{hours(t['cpu_s']):>10}{hours(t['gpu_s']):>10}{hours(t['wall_s']):>10}"
     )
     lines.append("  " + critical_line(plan))
+    bill = gpu_bill(plan)
+    if bill is not None:
+        cpu = " (measured on CPUs: not GPU figures)" if bill["measured_on_cpu"] else ""
+        lines.append(
+            f"  GPU bill at {TARGET_HOURS:,} h of audio: {hours(bill['gpu_hours_at_target'] * 3600)} GPU-h "
+            f"for every GPU stage (one pass over the audio){cpu}; NeMo's step-4 script, codes alone: "
+            f"{hours(bill['nemo_codes_hours_at_target'] * 3600)} GPU-h"
+        )
     return "\n".join(lines)
 
 

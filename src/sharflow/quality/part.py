@@ -1,4 +1,9 @@
-"""The quality stage's measuring jobs: metrics of every record, cached per part.
+"""The quality stage's measuring jobs: the one pass over the audio, cached per part.
+
+A record is decoded once before its Shar, here: from that decode a part writes its metrics, its
+speaker embedding for the context stage (the part's `.embeddings.npy`, a row per line; merged by
+sharflow.quality.merge into what sharflow.context.part reads) and, with identity, its identity part
+entry, fingerprint and voice (sharflow.identity.part's files, which the identity index reads).
 
 Each part takes a contiguous run of record lines (the text stage's records) holding an equal share
 of the audio seconds (decided from the records file alone, so no plan job is needed); inside a part,
@@ -7,13 +12,15 @@ visible GPU, each with the job's other threads as CPU workers beside it, else on
 worker. A rank (sharflow.quality.rank) writes one line per record, in line order; a record whose
 audio cannot be decoded gets an `error` instead of metrics (the filter rejects it). Each line
 carries the key of what it measured, and a part keeps the last run's measures of its records where
-their keys still match (sharflow.quality.reuse): a grown corpus measures its growth. Metrics depend
-only on the record, so any number of parts, ranks, workers and batch seconds gives the same bytes.
+their keys still match (sharflow.quality.reuse), with their embedding rows and identity entries: a
+grown corpus measures its growth. Everything depends only on the record, so any number of parts,
+ranks, workers and batch seconds gives the same bytes.
 """
 
 import base64
 import json
 import logging
+import os
 import time
 from dataclasses import replace
 from functools import partial
@@ -21,7 +28,7 @@ from functools import partial
 import numpy as np
 
 from sharflow.core.atomic import atomic_file, write_json
-from sharflow.core.jsonl import merge_by_line
+from sharflow.core.jsonl import count_lines, merge_by_line
 from sharflow.core.layout import IdentityPartFiles
 from sharflow.core.parallel import resolve_workers
 from sharflow.core.parts import part_records
@@ -29,17 +36,27 @@ from sharflow.core.ranks import rank_job
 from sharflow.identity.part import (
     HASH_DTYPE,
     Earlier,
+    IdentityOptions,
     PartWriter,
+    RowsFile,
+    VoiceEmbedding,
     identity_key,
     measure_signature,
     part_entry,
     part_lines,
 )
 from sharflow.models.dnsmos import engine_for
-from sharflow.quality.rank import AsrOptions, MeasureSettings, audio_path, measure_records, text_metrics
+from sharflow.quality.rank import (
+    AsrOptions,
+    MeasureSettings,
+    SpeakerEmbedding,
+    audio_path,
+    measure_records,
+    text_metrics,
+)
 from sharflow.quality.reuse import kept_measures, measure_digest, record_key, reused_lines
 
-__all__ = ["AsrOptions", "MeasureSettings", "measure_records", "run_quality_part"]
+__all__ = ["AsrOptions", "MeasureSettings", "SpeakerEmbedding", "measure_records", "run_quality_part"]
 
 log = logging.getLogger(__name__)
 
@@ -57,48 +74,45 @@ def run_quality_part(
     gpus: int = 0,
     previous: str | None = None,
     out_identity: IdentityPartFiles | None = None,
+    out_embeddings: str | None = None,
+    previous_embeddings: str | None = None,
 ) -> dict:
     """Measure the records of one part on as many ranks as devices/workers allow, keeping the
-    measures in `previous` (the last run's metrics, if any) whose keys still match.
-
-    With settings.identity and `out_identity`, the identity part's files too, from the same decode
-    (their entries kept from those files' last run where their keys still match): a record is
-    decoded when either its metrics or its identity entry is not kept.
+    measures in `previous` (the last run's metrics, if any) whose keys still match. From the same
+    decode: with settings.identity and `out_identity`, the identity part's files (entries kept by
+    key from their last run); with settings.embedder and `out_embeddings`, each record's speaker
+    embedding for the context stage (rows in line order, kept from `previous_embeddings`, a row per
+    line of `previous`). A record is decoded when any of them is not kept.
 
     `workers` is the job's threads: CPU ranks without a GPU; with GPUs, one rank per GPU and the
     other threads shared among them as the ranks' CPU workers."""
     start = time.perf_counter()
     mine = part_records(records, part, parts)
-    what = f"quality part {part}"
     settings, earlier = _with_identity(settings, out_identity)
+    settings, previous, rows = _with_embeddings(settings, out_embeddings, previous, previous_embeddings)
+    what = f"quality part {part}"
     with rank_job(what, device=device, workers=workers, gpus=gpus, scratch_beside=out_metrics) as job:
         digest = measure_digest(settings, engine_for(job.devices[0]))
         keyed, kept, todo = _todo(records, mine, settings, digest, previous, earlier)
-        costs = {line: duration for line, _, duration in todo}
         offsets = {line: offset for line, offset, _ in todo}
         cpu_workers = cpu_workers_per_rank(job.devices, workers)
         log.info(
             "quality part %d of %d: %d kept from the last run, %d records on ranks %s, %d CPU worker(s) each",
-            part,
-            parts,
-            len(mine) - len(todo),
-            len(todo),
-            job.devices,
-            cpu_workers,
+            *(part, parts, len(mine) - len(todo), len(todo), job.devices, cpu_workers),
         )
         ranks = job.run(
             measure_records,
-            costs,
+            {line: duration for line, _, duration in todo},
             unit=lambda line: (line, offsets[line]),
             args=(records, settings, digest, cpu_workers),
         )
-        reused = f"{job.scratch}/reused.jsonl"
-        with open(reused, "w", encoding="utf-8") as f:
-            f.writelines(reused_lines(kept, (k[:3] for k in keyed if k[0] not in offsets)))
-        with atomic_file(out_metrics, "w", encoding="utf-8") as out:
-            out.writelines(merge_by_line([*(r.rank.file(".jsonl") for r in ranks), reused]))
+        scratch = [r.rank.file("") for r in ranks]
+        _write_metrics(out_metrics, f"{job.scratch}/reused.jsonl", scratch, kept, keyed, offsets)
+        if settings.embedder is not None:
+            dim = next((r.value["embedding_dim"] for r in ranks if r.value.get("embedding_dim")), None)
+            write_embeddings(out_embeddings, keyed, offsets, kept, scratch, rows, dim)
         if earlier is not None:
-            measured = merge_by_line([r.rank.file(".identity.jsonl") for r in ranks])
+            measured = merge_by_line([f"{p}.identity.jsonl" for p in scratch])
             writer = write_identity_part(out_identity, settings, records, mine, offsets, measured, earlier)
             writer.finish(out_identity.stats, part, parts, earlier.reused, time.perf_counter() - start)
     rank_stats = [{**r.value, "planned_seconds": round(r.planned_cost, 3)} for r in ranks]
@@ -106,6 +120,59 @@ def run_quality_part(
     stats |= {"asr_model": settings.asr.model if settings.asr else None, "ranks": rank_stats}
     write_json(out_stats, stats)
     return stats
+
+
+def _write_metrics(out: str, reused: str, scratch: list[str], kept, keyed, measured_lines) -> None:
+    """The part's metrics in line order: the ranks' lines (their scratch `.jsonl`) of the records
+    they measured, merged with the kept measures of the others (written to `reused` first)."""
+    with open(reused, "w", encoding="utf-8") as f:
+        f.writelines(reused_lines(kept, (k[:3] for k in keyed if k[0] not in measured_lines)))
+    with atomic_file(out, "w", encoding="utf-8") as merged:
+        merged.writelines(merge_by_line([*(f"{p}.jsonl" for p in scratch), reused]))
+
+
+def _with_embeddings(settings: MeasureSettings, out: str | None, previous: str | None, previous_rows_at):
+    """(settings, previous, the last run's embedding rows or None): without `out`, no embedder; with,
+    the last run's metrics are used only when its embedding rows pair with them (else every record
+    is measured again)."""
+    if settings.embedder is None or out is None:
+        return replace(settings, embedder=None), previous, None
+    rows = previous_rows(previous, previous_rows_at)
+    return settings, (previous if rows is not None else None), rows
+
+
+def embedding_dtype(dim: int) -> np.dtype:
+    """A row of a part's (and the dataset's) speaker embeddings file."""
+    return np.dtype([("embedding", "<f4", (dim,))])
+
+
+def previous_rows(previous: str | None, previous_embeddings: str | None) -> np.ndarray | None:
+    """The last run's embedding rows (mapped, not read), one per line of its metrics `previous`;
+    None when either is missing or they do not pair (a run killed between the merge's renames)."""
+    if not (
+        previous and previous_embeddings and os.path.exists(previous) and os.path.exists(previous_embeddings)
+    ):
+        return None
+    rows = np.load(previous_embeddings, mmap_mode="r")
+    if rows.dtype.names != ("embedding",) or len(rows) != count_lines(previous):
+        return None
+    return rows
+
+
+def write_embeddings(out: str, keyed, measured_lines, kept, scratch: list[str], rows, dim) -> None:
+    """The part's embedding rows in line order: the ranks' (their scratch `.embeddings.jsonl`,
+    merged by line) for the records they measured, the last run's row of each kept measure's line."""
+    if dim is None:  # nothing measured here: the last run's rows give the width
+        dim = rows.dtype["embedding"].shape[0] if rows is not None else 0
+    dtype = embedding_dtype(dim)
+    measured = merge_by_line([f"{p}.embeddings.jsonl" for p in scratch])
+    with RowsFile(out, dtype) as sink:
+        for line, key, *_ in keyed:
+            if line in measured_lines:
+                sink.write(np.frombuffer(base64.b64decode(json.loads(next(measured))["embedding"]), dtype))
+            else:
+                row = kept[key]["line"] - 1
+                sink.write(rows[row : row + 1])
 
 
 def _counts(records: int, measured: int, rank_stats: list[dict]) -> dict:
@@ -194,3 +261,21 @@ def _keyed(records: str, mine, settings: MeasureSettings, digest: str) -> list[t
                 identity = identity_key(path, record, settings.identity.signature)
             out.append((line, key, text_metrics(record), identity))  # no whole records held
     return out
+
+
+def measure_settings(dataset: str, params) -> MeasureSettings:
+    """A quality part job's MeasureSettings from its rule's params (rules/quality.smk)."""
+    identity = None
+    if params.identity:  # with identity: its part's files from the same decode
+        voices = params.identity["voices"]
+        identity = IdentityOptions(
+            dataset, params.identity["own_speaker_ids"], VoiceEmbedding(**voices) if voices else None
+        )
+    return MeasureSettings(
+        params.audio_root,
+        params.dnsmos_max_windows,
+        AsrOptions(**params.asr) if params.asr else None,
+        params.batch_seconds,
+        identity,
+        SpeakerEmbedding(**params.embedder),
+    )

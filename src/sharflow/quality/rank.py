@@ -2,14 +2,17 @@
 
 A rank is given (line, byte offset) pairs of the records file. Its CPU side (`load_record`) reads
 a record, decodes its span (sharflow.core.audio.load_span: the samples the shard stores), resamples
-it to 16 kHz (and to the ASR model's rate) and computes the signal measures, in `workers` spawned
-processes in line order (sharflow.core.parallel.ordered_map), or in one thread. Consecutive records
+it to 16 kHz (and to the ASR model's rate) and computes the signal measures and, with identity, the
+fingerprint and the samples' digest, in `workers` spawned processes in line order
+(sharflow.core.parallel.ordered_map), or in one thread. Consecutive records
 are grouped into about `batch_seconds` of audio, the next group read while the rank's own thread
 runs its models over the last one on its device (`Meters`, sharflow.core.parallel.prefetched):
 DNSMOS windows, the VAD's frames and LSTM rows, and the ASR check's length-sorted batches, each many
-records at once; then it writes one line per record, in line order. Every batch has a fixed shape
-(sharflow.models.dnsmos, sharflow.models.vad), so a record's metrics depend on the record alone,
-not on which records share its group, rank, part or worker.
+records at once, and the speaker embedders (the context stage's, and with identity.voices the
+level-normalised voice), one record a forward pass; then it writes one line per record, in line
+order, to each of its scratch files (metrics, identity entries, embedding rows). Every batch has a
+fixed shape (sharflow.models.dnsmos, sharflow.models.vad), so a record's metrics depend on the
+record alone, not on which records share its group, rank, part or worker.
 """
 
 import base64
@@ -51,6 +54,20 @@ class AsrOptions:
 
 
 @dataclass(frozen=True)
+class SpeakerEmbedding:
+    """The context stage's speaker embedder (context.embedder, context.embedder_options), which the
+    quality parts run over every record so that the context stage never decodes again."""
+
+    name: str = "ge2e"
+    options: tuple = ()  # (key, value) pairs: hashable and picklable
+
+    def build(self, device: str):
+        from sharflow.models.speaker_embedders import load_embedder
+
+        return load_embedder(self.name, device, **dict(self.options))
+
+
+@dataclass(frozen=True)
 class MeasureSettings:
     """What a rank needs besides its records (picklable, sent to spawned ranks and workers)."""
 
@@ -59,6 +76,7 @@ class MeasureSettings:
     asr: AsrOptions | None = None
     batch_seconds: float = 300.0  # audio seconds a rank's models measure together
     identity: IdentityOptions | None = None  # with identity: its parts written from the same decode
+    embedder: SpeakerEmbedding | None = None  # the context stage's embeddings, from the same decode
 
 
 def text_metrics(record: dict) -> dict:
@@ -185,9 +203,45 @@ class Meters:
 
             self.transcriber = Transcriber(settings.asr.model, device, random=settings.asr.random)
             self.asr_batch_seconds = settings.asr.batch_seconds
+        self.identity = settings.identity is not None
         voices = settings.identity.voices if settings.identity else None
         self.voices = voices.build(device) if voices else None
         self.voices_dtype = voices.dtype if voices else None
+        self.embedder = settings.embedder.build(device) if settings.embedder else None
+
+    def names(self, settings: MeasureSettings) -> str:
+        """The models loaded, as the rank's log says them."""
+        names = [f"DNSMOS ({self.dnsmos.engine})", "VAD"]
+        names += ["ASR"] * bool(self.transcriber) + ["voices"] * bool(self.voices)
+        return ", ".join(names + ([f"speaker embedder {settings.embedder.name}"] if self.embedder else []))
+
+    def write(self, group: list[Loaded], out, identities, embeddings) -> None:
+        """A group's metrics lines to `out` and, from the same decode, its identity lines (with
+        identity) and embedding rows (with the embedder) to the rank's other scratch files."""
+        out.writelines(json.dumps(entry) + "\n" for entry in self.measure(group))
+        if self.identity:
+            identities.writelines(identity_lines(group, self.voice_rows(group)))
+        if self.embedder is not None:
+            embeddings.writelines(
+                json.dumps({"line": item.line, "embedding": _b64(row)}) + "\n"
+                for item, row in zip(group, self.embedding_rows(group), strict=True)
+            )
+
+    def embedding_rows(self, group: list[Loaded]) -> list[np.ndarray]:
+        """Each record's speaker embedding by the context stage's embedder (zeros for audio that could
+        not be decoded), one record a forward pass: its bytes depend on the record alone."""
+        dim = self.embedder.dim
+        rows = []
+        for item in group:
+            row = np.zeros((1, dim), np.float32)
+            if item.error is None:
+                row[:] = self.embedder.embed([self._at_rate(item.audio_16k, self.embedder.sample_rate)])
+            rows.append(row)
+        return rows
+
+    @staticmethod
+    def _at_rate(wave: np.ndarray, rate: int) -> np.ndarray:
+        return wave if rate == MODEL_RATE else resample(wave, MODEL_RATE, rate)
 
     def voice_rows(self, group: list[Loaded]) -> list[np.ndarray | None]:
         """With identity.voices, each record's voice embedding (a row of zeros for audio that could
@@ -198,10 +252,7 @@ class Meters:
         for item in group:
             row = np.zeros(1, self.voices_dtype)
             if item.error is None:
-                wave = item.audio_16k
-                if self.voices.sample_rate != MODEL_RATE:
-                    wave = resample(wave, MODEL_RATE, self.voices.sample_rate)
-                row["voice"] = self.voices.embed([wave])
+                row["voice"] = self.voices.embed([self._at_rate(item.audio_16k, self.voices.sample_rate)])
             rows.append(row)
         return rows
 
@@ -285,17 +336,13 @@ def measure_records(
     stats = {"rank": rank.index, "device": rank.device, "records": len(lines), "unreadable": 0}
     stats |= {"audio_seconds": 0.0, "waiting_seconds": 0.0, "measuring_seconds": 0.0, "dnsmos_engine": None}
     if not lines:
-        for suffix in (".jsonl", ".identity.jsonl"):
+        for suffix in (".jsonl", ".identity.jsonl", ".embeddings.jsonl"):
             open(rank.file(suffix), "w").close()
         return {**stats, "seconds": round(time.perf_counter() - start, 3)}
     meters = Meters(rank.device, settings)
     log.info(  # once per rank and job (tests/test_workflow.py counts these lines)
-        "quality models loaded on %s in %.1f s: DNSMOS (%s), VAD%s; %d CPU worker(s) read ahead",
-        rank.device,
-        time.perf_counter() - start,
-        meters.dnsmos.engine,
-        ", ASR" if meters.transcriber else "",
-        workers,
+        "quality models loaded on %s in %.1f s: %s; %d CPU worker(s) read ahead",
+        *(rank.device, time.perf_counter() - start, meters.names(settings), workers),
     )
     digest = digest or measure_digest(settings, meters.dnsmos.engine)
     load = partial(load_record, records, settings, digest, meters.asr_rate)
@@ -303,6 +350,7 @@ def measure_records(
     with (
         open(rank.file(".jsonl"), "w", encoding="utf-8") as out,
         open(rank.file(".identity.jsonl"), "w", encoding="utf-8") as identities,
+        open(rank.file(".embeddings.jsonl"), "w", encoding="utf-8") as embeddings,
         tqdm(total=len(lines), desc=desc, unit="utt", mininterval=5) as bar,
     ):
         # the next group is read while this one is measured
@@ -314,9 +362,7 @@ def measure_records(
             if group is None:
                 break
             measuring = time.perf_counter()
-            out.writelines(json.dumps(entry) + "\n" for entry in meters.measure(group))
-            if settings.identity is not None:
-                identities.writelines(identity_lines(group, meters.voice_rows(group)))
+            meters.write(group, out, identities, embeddings)
             stats["measuring_seconds"] += time.perf_counter() - measuring
             stats["unreadable"] += sum(item.error is not None for item in group)
             stats["audio_seconds"] += sum(item.seconds for item in group)
@@ -327,4 +373,5 @@ def measure_records(
         **rounded,
         "seconds": round(time.perf_counter() - start, 3),
         "dnsmos_engine": meters.dnsmos.engine,
+        "embedding_dim": meters.embedder.dim if meters.embedder else None,
     }

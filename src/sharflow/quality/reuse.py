@@ -39,14 +39,17 @@ MEASURING_PACKAGES = (
     "torch",
     "pyloudnorm",
     "nemo_toolkit",
+    "resemblyzer",
 )
 
 
 def measure_digest(settings, dnsmos_engine: str) -> str:
     """What every measure of a run depends on besides its record: the settings (less the audio root,
     which only says where the files are, and batch_seconds, which only groups records), the DNSMOS
-    engine ("onnxruntime-cpu" or "torch-cuda": their scores differ in the last decimals), and the
-    versions of sharflow's measures and of the measuring packages."""
+    engine ("onnxruntime-cpu" or "torch-cuda": their scores differ in the last decimals), the
+    context stage's speaker embedder and its options (a file by its size and time), and the
+    versions of sharflow's measures and of the measuring packages (resemblyzer's weights and NeMo's
+    models among them)."""
     asr = settings.asr
     model = None
     if asr is not None:  # a model file by its size and time, not just its name
@@ -58,6 +61,12 @@ def measure_digest(settings, dnsmos_engine: str) -> str:
         "measures": MEASURES_VERSION,
         "versions": package_versions(*MEASURING_PACKAGES),
     }
+    embedder = getattr(settings, "embedder", None)
+    if embedder is not None:  # the context stage's embeddings, measured in the same pass
+        parts["embedder"] = {
+            "name": file_identity(embedder.name),
+            "options": [[k, file_identity(v)] for k, v in embedder.options],
+        }
     return _digest(parts)
 
 
