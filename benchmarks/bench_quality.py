@@ -23,12 +23,15 @@ and a part's peak memory.
 --dnsmos-max-windows (default 1 on a CPU, where every window costs ~0.5 s of a thread; 0, every
 window, is the published pipeline) applies to the floor and the stage alike. --asr MODEL adds the ASR
 check (a NeMo ASR .nemo or pretrained name; `random` builds the tiny random CTC model of
-config/models/tiny_asr.yaml).
+config/models/tiny_asr.yaml). --one-pass measures the whole one pass over the audio (issue 62): also
+the context embedder and, as with splits, the identity part's fingerprints and level-normalised
+voices, each GE2E variant in the floor too; every run's embedding rows and identity files must then
+be the same bytes as well.
 
 Usage: python benchmarks/bench_quality.py [--times 3] [--rss-times 1 10] [--device cpu|cuda]
                                           [--dnsmos-max-windows N] [--workers 8] [--asr MODEL]
                                           [--batch-seconds 300] [--skip-memory] [--skip-models]
-                                          [--against-cpu]
+                                          [--against-cpu] [--one-pass]
 """
 
 import argparse
@@ -226,6 +229,9 @@ def floor(clips: list[tuple], durations: list[float], device: str, settings) -> 
         meters.scores_and_spans([a for a, _ in group])  # as the stage runs them (side by side on a GPU)
         if meters.transcriber:
             meters.transcriber.transcribe_sorted([w for _, w in group], meters.asr_batch_seconds)
+        for embedder in (meters.embedder, meters.voices):  # --one-pass: one record a forward pass
+            for clip, _ in group if embedder else ():
+                embedder.embed([clip])
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     return time.perf_counter() - t
@@ -246,11 +252,14 @@ def cpu_side(prepared: str, settings) -> float:
     return time.perf_counter() - t
 
 
-def stage(prepared: str, out: Path, device: str, workers: int, settings) -> tuple[float, bytes, dict]:
-    """(seconds, metrics bytes, stats) of one quality part over the whole prepared file."""
+def stage(prepared: str, out: Path, device: str, workers: int, settings) -> tuple[float, bytes, dict, bytes]:
+    """(seconds, metrics bytes, stats, the rest's bytes) of one quality part over the whole prepared
+    file: the rest, with --one-pass, its embedding rows and its identity part's files."""
+    from sharflow.core.layout import DatasetFiles
     from sharflow.quality.part import run_quality_part
 
-    metrics = out / "metrics.jsonl"
+    metrics, embeddings = out / "metrics.jsonl", out / "embeddings.npy"
+    identity = DatasetFiles(str(out)).identity_part(0) if settings.identity else None
     t = time.perf_counter()
     stats = run_quality_part(
         0,
@@ -261,8 +270,14 @@ def stage(prepared: str, out: Path, device: str, workers: int, settings) -> tupl
         settings=settings,
         device=device,
         workers=workers,
+        out_identity=identity,
+        out_embeddings=str(embeddings) if settings.embedder else None,
     )
-    return time.perf_counter() - t, metrics.read_bytes(), stats
+    seconds = time.perf_counter() - t
+    rest = ([embeddings] if settings.embedder else []) + (
+        [Path(identity.records), Path(identity.hashes), Path(identity.voices)] if identity else []
+    )
+    return seconds, metrics.read_bytes(), stats, b"".join(f.read_bytes() for f in rest)
 
 
 def asr_options(model: str | None, batch_seconds: float, tmp: Path):
@@ -289,6 +304,12 @@ def bench_throughput(args) -> None:
             bench_models(records, root, args.device)
         asr = asr_options(args.asr, args.asr_batch_seconds, tmp)
         settings = MeasureSettings(root, args.dnsmos_max_windows, asr, args.batch_seconds)
+        if args.one_pass:  # the context embedder and the identity part (voices) from the same decode
+            from sharflow.identity.part import IdentityOptions, VoiceEmbedding
+            from sharflow.quality.part import SpeakerEmbedding
+
+            voices = IdentityOptions("demo", False, VoiceEmbedding("ge2e"))
+            settings = replace(settings, identity=voices, embedder=SpeakerEmbedding("ge2e"))
         n, audio = len(records), sum(r["duration"] for r in records)
         floor_device = "cuda:0" if args.device == "cuda" else "cpu"
         asr_rate = 16000 if asr else None
@@ -316,6 +337,7 @@ def bench_throughput(args) -> None:
             regrouped = stage(prepared, tmp / "small-groups", args.device, args.workers, small)
     gpus = len({r["device"] for r in results[runs[0]][2]["ranks"]}) if args.device == "cuda" else 1
     with_asr = f", ASR {args.asr} in batches of {args.asr_batch_seconds:g} s" if asr else ""
+    with_asr += ", the one pass (context embedder, identity voices and fingerprints)" if args.one_pass else ""
     print(
         f"\n2. quality stage on the demo corpus x{args.times}: {n} utterances, {audio:.0f} s of audio, "
         f"device {args.device}, dnsmos_max_windows {args.dnsmos_max_windows}, groups of "
@@ -327,14 +349,14 @@ def bench_throughput(args) -> None:
     rows += [(f"stage (one part), {dev}, {w} worker(s)", results[(dev, w)][0], gpus) for dev, w in runs]
     for name, s, count in rows:
         print(f"{name:<62}{s:>9.2f}{n / s:>8.2f}{audio / s / count:>18.2f}")
-    first_s, _, first_stats = results[runs[0]]
+    first_s, _, first_stats, _ = results[runs[0]]
     line = f"stage / floor speed (per GPU): {floor_s / (first_s * gpus):.3f} (bar >= 0.9)"
     if ("cpu", 2) in results:
         line += f";  2 workers / 1 worker: {first_s / results[('cpu', 2)][0]:.2f}x (bar >= 1.7)"
     if args.device == "cuda":
         line += f";  GPU busy {busy.share} (bar >= 70 %)"
-    identical = all(r[1] == results[runs[0]][1] for r in results.values())
-    print(line + f";  metrics identical across runs: {identical}")
+    identical = all(r[1] == results[runs[0]][1] and r[3] == results[runs[0]][3] for r in results.values())
+    print(line + f";  outputs identical across runs: {identical}")
     print(
         f"CPU side alone (read, decode, resample, signal measures), 1 process: {audio / cpu_s:.0f} "
         f"audio-s/s ({1000 * cpu_s / audio:.2f} ms per audio second): models that measure X audio-s/s "
@@ -420,6 +442,11 @@ def main() -> None:
         "--asr", default=None, help="NeMo ASR .nemo or name, or `random` (the tiny random model)"
     )
     parser.add_argument("--asr-batch-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--one-pass",
+        action="store_true",
+        help="the whole one pass: also the context embedder and the identity part's fingerprints and voices",
+    )
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--skip-models", action="store_true", help="skip part 1 (throughput only)")
     parser.add_argument(
