@@ -299,7 +299,7 @@ class CacheWatch:
 
     def _run(self):
         while not self._stop.is_set():
-            total = 0
+            sizes = {}
             for p in self.folder.rglob("*"):
                 try:
                     if (
@@ -307,10 +307,12 @@ class CacheWatch:
                         and not p.name.startswith(object_cache.LEDGER)
                         and p.name != object_cache.LOCK
                     ):
-                        total += p.stat().st_size
+                        sizes[p] = p.stat().st_size
                 except FileNotFoundError:
                     pass
-            self.peak = max(self.peak, total)
+            # a walk is no snapshot: a file counted, then evicted while another was fetched and counted,
+            # would sum two files that never lay there together; only those still there are summed
+            self.peak = max(self.peak, sum(size for p, size in sizes.items() if p.exists()))
             time.sleep(0.002)
 
     def __enter__(self):
