@@ -23,20 +23,21 @@ same for the held-out sets, without bins), `text_merge` (the text parts joined i
 counts summed) and `splits` (each record's split by speaker and utterance hash, its identity fields
 read in step from the identity parts, each audio file's size for its span key), and the identity
 stage over every dataset: `identity_index` (the held-out records' fingerprints sorted into one
-index, the train records' first copies, the speakers), `identity_check` (one check part over every
-train record: each looked up in the index; it prints how many of the planted copies of held-out
-records it found) and `identity_merge` (8 check parts' links joined, their counts summed), whose
-fingerprints are drawn from the demo's speech hashes (HASHES_PER_SECOND a second; demo_hash_draw
-says how); `dataset_card` (the catalog's columns, speakers and percentiles into DATASET.md); and
-`calibration_sample` (the cost plan's sample of whole speakers, drawn from the records in three
-passes; the plan's other job reads the calibration's logs, not the records); `evaluation_set` (the
-test split's Shar exported cut by cut to WAV files and MagpieTTS's manifest); `verify` (every shard
-of the train split's Shar, every field's members decoded and checked, the catalog along them, the
-totals; in one process) and `report` (every stage's stats, as the jobs here write them, the catalog,
-buckets, records and quality metrics into the run's plots and tables). The evaluation and verify
-Shar hold short cuts (EVALUATION_SECONDS, VERIFY_SECONDS): their cost per second of audio is
-decoding, measured on real audio by bench_plan (verify); here it is the cost per cut that must not
-grow.
+index, the train records' first copies, the speakers), `identity_check` (the first of the check
+parts of about CHECK_RECORDS train records each, as the workflow splits them: its records each
+looked up in the whole index; it prints how many of the planted copies of held-out records among
+them it found; run REPEATS times, the least CPU kept) and `identity_merge` (8 check parts' links
+joined, their counts summed), whose fingerprints are drawn from the demo's speech hashes
+(HASHES_PER_SECOND a second; demo_hash_draw says how); `dataset_card` (the catalog's columns,
+speakers and percentiles into DATASET.md); and `calibration_sample` (the cost plan's sample of whole
+speakers, drawn from the records in three passes; the plan's other job reads the calibration's logs,
+not the records); `evaluation_set` (the test split's Shar exported cut by cut to WAV files and
+MagpieTTS's manifest); `verify` (every shard of the train split's Shar, every field's members
+decoded and checked, the catalog along them, the totals; in one process) and `report` (every stage's
+stats, as the jobs here write them, the catalog, buckets, records and quality metrics into the run's
+plots and tables). The evaluation and verify Shar hold short cuts (EVALUATION_SECONDS,
+VERIFY_SECONDS): their cost per second of audio is decoding, measured on real audio by bench_plan
+(verify); here it is the cost per cut that must not grow.
 
 Printed per job and size: records, wall, the job's CPU-µs per record (after its imports), the
 process's peak RSS and the job's own part of it (above the RSS before the job), the growth of CPU per
@@ -801,9 +802,62 @@ def report_files(folder: Path) -> dict:
     }
 
 
-def make_inputs(n: int, folder: Path) -> None:
-    """Every input file the measured jobs read, for `n` records, in `folder` (kept: each step made
-    once, marked done by a file of its name)."""
+# The input steps each step reads (made before it), and those each job reads: make_inputs makes only
+# what its jobs need, with what that needs
+STEP_NEEDS = {
+    "shard_files": ("with_context",),
+    "context_parts": ("with_context",),
+    "quality_inputs": ("with_context",),
+    "text_parts": ("quality_inputs",),
+    "identity_parts": ("quality_inputs",),
+    "fingerprints": ("identity_parts",),
+    "identity_checks": ("fingerprints",),
+    "card_inputs": ("shard_files",),
+    "report_inputs": ("prepare_inputs", "text_parts", "context_parts", "card_inputs", "identity_checks"),
+    "evaluation_inputs": ("with_context",),
+    "verify_inputs": ("with_context",),
+}
+JOB_INPUTS = {
+    "prepare": ("prepare_inputs",),
+    "text_merge": ("text_parts",),
+    "splits": ("identity_parts",),
+    "context_plan": ("with_context",),
+    "shar_plan": ("with_context",),
+    "calibration_sample": ("with_context",),
+    "buckets": ("catalog",),
+    "catalog": ("shard_files",),
+    "shar_merge": ("shard_files",),
+    "codes_merge": ("shard_files",),
+    "input_cfg": ("catalog", "shard_files"),
+    "validation_ds": ("catalog", "shard_files"),
+    "context_merge": ("context_parts",),
+    "quality_merge": ("quality_inputs",),
+    "quality_filter": ("quality_inputs",),
+    "identity_index": ("fingerprints",),
+    "identity_check": ("identity_checks",),
+    "identity_merge": ("identity_checks",),
+    "dataset_card": ("card_inputs",),
+    "evaluation_set": ("evaluation_inputs",),
+    "verify": ("verify_inputs",),
+    "report": ("report_inputs",),
+}
+
+
+def needed_steps(jobs: list[str]) -> set[str]:
+    """The input steps `jobs` read, with the steps those read."""
+    todo, steps = [step for job in jobs for step in JOB_INPUTS[job]], set()
+    while todo:
+        step = todo.pop()
+        if step not in steps:
+            steps.add(step)
+            todo.extend(STEP_NEEDS.get(step, ()))
+    return steps
+
+
+def make_inputs(n: int, folder: Path, jobs: list[str] | None = None) -> None:
+    """The input files `jobs` (default: every job) read, for `n` records, in `folder` (kept: each step
+    made once, marked done by a file of its name)."""
+    wanted = needed_steps(list(JOBS) if jobs is None else jobs)
     folder.mkdir(parents=True, exist_ok=True)
     columns = corpus(n)
     records = folder / "with_context.jsonl"
@@ -825,7 +879,7 @@ def make_inputs(n: int, folder: Path) -> None:
     }
     for name, step in steps.items():
         done = folder / "inputs" / f"{name}.done"
-        if not done.exists():
+        if name in wanted and not done.exists():
             step()
             done.parent.mkdir(exist_ok=True)
             done.write_text(str(n))
@@ -1081,29 +1135,45 @@ def write_identity_checks(folder: Path) -> None:
         (checks / f"{p}.stats.json").write_text(json.dumps({**stats, "seconds": 1.0}))
 
 
-def job_identity_check(folder: Path, out: Path) -> None:
-    """One check part over every train record (parts=1): the lookups' cost per record as the corpus
-    (and so its held-out set) grows."""
+CHECK_RECORDS = 100_000  # train records a measured identity check part holds, about: the corpus in such parts
+
+
+def job_identity_check(folder: Path, out: Path) -> dict:
+    """The first of the check parts of about CHECK_RECORDS train records each (one part up to 10^5
+    records, ten at 10^6), as the workflow runs them (identity.check_parts): each loads the whole
+    index and looks its records up. The lookups' cost per record as the corpus (and so its
+    held-out set) grows; {"share": the share of the corpus's records it checked}."""
     from sharflow.core.layout import IdentityCheckFiles
     from sharflow.identity.links import MatchRules, check_identities
 
-    check_identities(
+    train = sum(json.loads(Path(identity_index(folder).summary).read_text())["train_checked"].values())
+    stats = check_identities(
         identity_datasets(folder),
         index=identity_index(folder),
         part=0,
-        parts=1,
+        parts=max(1, round(train / CHECK_RECORDS)),
         rules=MatchRules(),
         out=IdentityCheckFiles(str(out / "links.jsonl"), str(out / "stats.json")),
     )
+    return {"share": stats["records"] / train}
 
 
 def planted_found(folder: Path, out: Path) -> dict:
     """After job_identity_check (not timed): {planted, found}, the planted copies of held-out records
-    (write_fingerprints) and how many of them it linked to their original."""
-    from sharflow.identity.links import SAME_CONTENT
+    (write_fingerprints) among the train records its part checked, and how many of them it linked to
+    their original."""
+    from sharflow.core.splits import TRAIN
+    from sharflow.identity.links import SAME_CONTENT, _Records
 
+    part = json.loads((out / "stats.json").read_text())
+    checked, n = set(), -1
+    for _, entry, _, split, _ in _Records(identity_datasets(folder)):
+        n += split == TRAIN
+        if split == TRAIN and part["first"] <= n < part["first"] + part["records"]:
+            checked.add((entry["audio_filepath"], entry["offset"]))
     with open(folder / "fingerprints" / "planted.jsonl", encoding="utf-8") as f:
         planted = {(c["copy"]["audio_filepath"], c["copy"]["offset"]): c["of"] for c in map(json.loads, f)}
+    planted = {where: of for where, of in planted.items() if where in checked}
     found = 0
     with open(out / "links.jsonl", encoding="utf-8") as f:
         for row in map(json.loads, f):
@@ -1306,24 +1376,34 @@ def run_job(name: str, folder: Path) -> dict:
     out = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=folder))
     base = peak_rss_mb()
     start, cpu = time.perf_counter(), time.process_time()
-    JOBS[name](folder, out)
+    done = JOBS[name](folder, out) or {}
     figures = {
         "wall": time.perf_counter() - start,
         "cpu": time.process_time() - cpu,
         "rss_mb": peak_rss_mb(),
         "base_mb": base,
+        "share": done.get("share", 1.0),  # of the corpus's records, the share the job handled
     }
     return {**figures, "said": SAID[name](folder, out) if name in SAID else None}
 
 
+# Jobs run more than once at each size, the run of least CPU kept: a few seconds' run on a shared
+# machine varies by up to a third (identity_check at 10^4: 5.9 to 8.4 s), enough to decide its bar
+REPEATS = {"identity_check": 3}
+
+
 def measure(name: str, folder: Path) -> dict:
-    """The job in a fresh process: {wall, cpu, rss_mb, base_mb} (CPU: the job's own, after its
-    imports; peak RSS of the process, and its RSS before the job)."""
-    cmd = [sys.executable, __file__, "--run-job", name, "--folder", str(folder)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-    if proc.returncode != 0:
-        sys.exit(f"{name} at {folder} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    """The job in a fresh process (REPEATS times, the least CPU kept): {wall, cpu, rss_mb, base_mb,
+    share, said} (CPU: the job's own, after its imports; peak RSS of the process, and its RSS before
+    the job; the share of the records it handled)."""
+    runs = []
+    for _ in range(REPEATS.get(name, 1)):
+        cmd = [sys.executable, __file__, "--run-job", name, "--folder", str(folder)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+        if proc.returncode != 0:
+            sys.exit(f"{name} at {folder} failed:\n{proc.stderr[-3000:]}")
+        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return min(runs, key=lambda row: row["cpu"])
 
 
 def ladder(sizes: list[int], jobs: list[str], work: Path) -> dict[str, dict[int, dict]]:
@@ -1332,7 +1412,7 @@ def ladder(sizes: list[int], jobs: list[str], work: Path) -> dict[str, dict[int,
     for n in sizes:
         folder = work / f"n{n}"
         t = time.perf_counter()
-        make_inputs(n, folder)
+        make_inputs(n, folder, jobs)
         print(f"inputs for {n:,} records: {time.perf_counter() - t:.1f} s", flush=True)
         for job in jobs:
             if n > MOST_RECORDS.get(job, n):
@@ -1342,6 +1422,11 @@ def ladder(sizes: list[int], jobs: list[str], work: Path) -> dict[str, dict[int,
             if rows[job][n]["said"]:
                 print(f"{job} at {n:,} records: {rows[job][n]['said']}", flush=True)
     return rows
+
+
+def per_record(row: dict, n: int) -> float:
+    """CPU seconds per record of a job's run over `n` records (of those it handled: its share)."""
+    return row["cpu"] / (n * row.get("share", 1.0))
 
 
 def growth(rows: dict[int, dict]) -> dict[int, tuple[float, float]]:
@@ -1355,7 +1440,7 @@ def growth(rows: dict[int, dict]) -> dict[int, tuple[float, float]]:
 
     return {
         n: (
-            (row["cpu"] / n) / (base["cpu"] / first),
+            per_record(row, n) / per_record(base, first),
             max(0.0, own(row) - own(base)) * 2**20 / (n - first) if n > first else 0.0,
         )
         for n, row in rows.items()
@@ -1375,7 +1460,7 @@ def report(rows: dict[str, dict[int, dict]]) -> bool:
         for n, row in sorted(by_size.items()):
             per, added = g[n]
             print(
-                f"{job:14} {n:>10,} {row['wall']:>8.2f} {row['cpu'] / n * 1e6:>11.1f} "
+                f"{job:14} {n:>10,} {row['wall']:>8.2f} {per_record(row, n) * 1e6:>11.1f} "
                 f"{row['rss_mb']:>12.0f} {row['rss_mb'] - row['base_mb']:>7.0f} {per:>10.2f} {added:>8.0f}"
             )
             ok &= per <= 1.5 and (added <= 2048 or row["rss_mb"] <= 4096)

@@ -1034,6 +1034,27 @@ def test_a_lookup_scores_the_records_that_share_triplets_and_the_most_of_them_fi
     assert held.best(query, anyhow) == (1, 10 / 16, 10)  # both scored: 10 pairs beat 6
 
 
+def test_a_found_triplet_names_its_record_as_a_binary_search_over_the_starts_would():
+    """The owners of pair positions (HeldOut._owners: a table a block of 2^OWNER_BLOCK pairs, then a
+    walk): records of many sizes, empty ones first, side by side and last, records longer than a
+    block and many in one block; every pair position and the block edges give the last record
+    starting at or before it, as np.searchsorted does."""
+    import sharflow.identity.links as links
+
+    rng = np.random.default_rng(3)
+    block = 1 << links.OWNER_BLOCK
+    sizes = np.concatenate(
+        ([0, 0], rng.integers(0, 3 * block, 200), [0, 0, 5, 0], rng.integers(0, 9, 300), [0])
+    )
+    held = HeldOut()
+    held.sizes, held.triplets = sizes, np.zeros(1, np.uint64)
+    held._derive()
+    pairs = np.arange(int(sizes.sum()))
+    owners = held._owners(pairs)
+    assert (owners == np.searchsorted(held.starts, pairs, side="right") - 1).all()
+    assert len(np.unique(owners)) > 300 and (sizes[owners] > 0).all()  # many records, never an empty one
+
+
 def test_a_part_counts_a_missing_file_as_unreadable_and_silence_as_unusable(tmp_path, monkeypatch):
     """A missing file's records are unreadable (their rows say why), a silent file's unusable; the
     part writes its scratch beside its files, not in the system's temporary folder (which on a

@@ -26,6 +26,24 @@ def test_the_growth_check_catches_a_step_that_grows_faster_than_its_records():
     assert bench_scale.growth(linear)[10_000][0] == 1.0
     assert bench_scale.growth(quadratic)[10_000][0] == 10.0 > MOST_GROWTH
     assert bench_scale.growth(linear)[10_000][1] == 2**20 / 9_000  # the bytes each record added
+    # a job run on a share of the records (a check part of ten) is per record of that share
+    part = {**linear, 10_000: {**linear[10_000], "cpu": 0.010, "share": 0.1}}
+    assert bench_scale.growth(part)[10_000][0] == 1.0
+
+
+def test_each_job_alone_gets_the_inputs_it_reads_and_no_more(tmp_path):
+    """`--jobs` makes only the inputs its jobs read (with the steps those read): a job run alone on
+    them does its work; context_plan needs the records alone, splits no fingerprints."""
+    assert set(bench_scale.JOB_INPUTS) == set(bench_scale.JOBS)
+    assert bench_scale.needed_steps(["context_plan"]) == {"with_context"}
+    assert bench_scale.needed_steps(["splits"]) == {"with_context", "quality_inputs", "identity_parts"}
+    assert bench_scale.needed_steps(["report"]) >= {"fingerprints", "shard_files", "card_inputs"}
+    for job in ("splits", "text_merge", "dataset_card", "input_cfg", "identity_check"):
+        folder = tmp_path / job
+        bench_scale.make_inputs(1_000, folder, [job])
+        made = {p.stem for p in (folder / "inputs").glob("*.done")}
+        assert made == bench_scale.needed_steps([job]), job
+        assert bench_scale.measure(job, folder)["cpu"] > 0
 
 
 def test_whole_dataset_jobs_cost_no_more_per_record_at_ten_thousand_than_at_a_thousand(tmp_path):

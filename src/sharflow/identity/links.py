@@ -4,9 +4,10 @@ Three jobs: the index job (index_identities) indexes the held-out records, finds
 within train and links speakers; `identity.check_parts` check jobs (check_identities) each look an
 equal share of the train records up in that index, side by side; the merge (merge_identities)
 joins their links in order, the same bytes for any count. A lookup finds its candidates by
-fingerprint triplets, which are rare, so its cost stays about the same as the held-out set grows;
-at millions of records the lookups are still most of the stage's CPU: in parts, no one job holds
-it. link_identities runs the three in one process.
+fingerprint triplets, which are rare, so its cost grows slowly with the held-out set (each triplet
+of another record that it meets costs a little: more of them, the larger the set); at millions of
+records the lookups are still most of the stage's CPU: in parts, no one job holds it.
+link_identities runs the three in one process.
 
 Held out means held out for content, not for names. A record of any dataset whose split (its own
 dataset's rules, sharflow.core.splits) is train is linked to a held-out record of any dataset,
@@ -94,6 +95,7 @@ CANDIDATE_VOTES = 2  # triplets a held-out record shares with a query at one off
 MAX_CANDIDATES = 64  # held-out records scored per query at most: those sharing the most triplets
 _INDEX_ARRAYS = ("hashes", "times", "sizes", "triplets")
 _LOW = np.uint64(0xFFFFFFFF)  # a triplet's pair position, below its key
+OWNER_BLOCK = 9  # pairs a block of the owners' table (512; a record has ~100 pairs a second)
 OFFSET_BITS = 24  # a time offset of ± 8 M frames (18 hours at 8 ms) fits below the record index
 EXAMPLES = 5  # links shown per reason in the stats (the report and card show them)
 
@@ -122,9 +124,10 @@ class HeldOut:
     hash (8 bytes a hash), and their triplets (sharflow.identity.fingerprint.triplets), each a
     key and the position of one of its anchor's pairs (whose record and time it takes), sorted (8
     bytes a triplet, about one a hash; 4 more of bucket bounds when loaded). A lookup (`best`) finds
-    its candidates by triplets, which are rare, then scores each candidate by its pairs: its cost
-    stays about the same as the held-out set grows (a pair's posting list grows with it; a
-    triplet's, ~10^4 times less so)."""
+    its candidates by triplets, which are rare, then scores each candidate by its pairs. The
+    triplets it meets grow with the held-out set (~28 a lookup of ~6,200 keys at 10^4 records, ~320
+    at 10^6), each a few reads and a place in two sorts; a pair's posting list would grow the same
+    way and name thousands of records."""
 
     def __init__(self):
         self.items: list[dict] = []
@@ -133,6 +136,7 @@ class HeldOut:
         self._chunks: list[tuple[np.ndarray, np.ndarray]] = []
         self._pairs = 0
         self.hashes = self.times = self.sizes = self.starts = self.triplets = self.bounds = None
+        self.next_starts = self.block_owners = None
         self.shift = 32
 
     def add(self, dataset: str, entry: dict, split: str, hashes: np.ndarray) -> None:
@@ -163,11 +167,15 @@ class HeldOut:
         self._derive()
 
     def _derive(self) -> None:
-        """What the saved arrays give: where each record's pairs start, and where each bucket of
-        triplet keys (by their top bits, about one triplet a bucket) starts: a lookup reads its
-        bucket, not a binary search's ~25 scattered reads. The keys are hashed, so the buckets are
-        even. 4 bytes a triplet at most."""
+        """What the saved arrays give: where each record's pairs start (and the next's), the first
+        record of each block of 2^OWNER_BLOCK pairs (_owners), and where each bucket of triplet keys
+        (by their top bits, about one triplet a bucket) starts: a lookup reads its bucket, not a
+        binary search's ~25 scattered reads. The keys are hashed, so the buckets are even. 4 bytes a
+        triplet at most, and 8 a held-out record."""
         self.starts = np.concatenate(([0], np.cumsum(self.sizes)[:-1])).astype(np.int64)
+        self.next_starts = np.append(self.starts[1:], np.iinfo(np.int64).max)
+        blocks = np.arange(0, int(self.sizes.sum()), 1 << OWNER_BLOCK)
+        self.block_owners = np.searchsorted(self.starts, blocks, side="right") - 1
         bits = max(1, min(31, int(len(self.triplets)).bit_length() - 1))
         self.shift = 32 - bits
         counts = np.bincount((self.triplets >> np.uint64(64 - bits)).astype(np.int64), minlength=1 << bits)
@@ -231,16 +239,14 @@ class HeldOut:
     def _candidates(self, keys: np.ndarray, at: np.ndarray) -> np.ndarray:
         """The records (ascending) whose triplets meet a query's (`keys` at times `at`) at one offset
         CANDIDATE_VOTES times or more, the MAX_CANDIDATES with the most (then the lowest record)."""
-        pos, n = self._triplet_postings(keys)
+        pos, key = self._triplet_postings(keys)
         if len(pos) == 0:
             return pos
-        offsets = self.times[(self.triplets[pos] & _LOW).astype(np.int64)].astype(np.int64) - np.repeat(at, n)
+        offsets = self.times[(self.triplets[pos] & _LOW).astype(np.int64)].astype(np.int64) - at[key]
         # one vote a stored triplet at an offset: a key the query holds twice, or finds by two of its
         # time steps' variants, meets that triplet once
-        met = np.unique(((offsets + (1 << (OFFSET_BITS - 1))) << 32) | pos.astype(np.int64))
-        pairs = (self.triplets[met & 0xFFFFFFFF] & _LOW).astype(np.int64)
-        # the last record starting at or before each pair (an empty record starts where the next does)
-        owners = np.searchsorted(self.starts, pairs, side="right") - 1
+        met = _distinct(((offsets + (1 << (OFFSET_BITS - 1))) << 32) | pos)
+        owners = self._owners((self.triplets[met & 0xFFFFFFFF] & _LOW).astype(np.int64))
         owners, votes = _votes(owners, (met >> 32) - (1 << (OFFSET_BITS - 1)))
         firsts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
         owners, votes = owners[firsts], np.maximum.reduceat(votes, firsts)
@@ -248,16 +254,29 @@ class HeldOut:
         chosen = np.lexsort((owners, -votes))[:MAX_CANDIDATES]
         return np.sort(owners[chosen])
 
+    def _owners(self, pairs: np.ndarray) -> np.ndarray:
+        """The record of each pair position: the last record starting at or before it (an empty
+        record starts where the next does), walked from the first record of its block of
+        2^OWNER_BLOCK pairs (a step or two; a binary search over every record's start takes ~17
+        reads, and a lookup asks for every triplet it finds, more as the held-out set grows)."""
+        owners = self.block_owners[pairs >> OWNER_BLOCK]
+        later = self.next_starts[owners] <= pairs
+        while later.any():
+            owners = owners + later
+            later = self.next_starts[owners] <= pairs
+        return owners
+
     def _triplet_postings(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The positions in the triplets of every entry whose key equals each of `keys` (key by key),
-        and how many each key has: each key's bucket read whole, its equal keys kept."""
+        """The positions in the triplets of every entry whose key equals one of `keys`, in key order,
+        and which key (its index in `keys`) each is: each key's bucket read whole, its equal keys
+        kept."""
         bucket = (keys >> np.uint32(self.shift)).astype(np.int64)
         lo = self.bounds[bucket].astype(np.int64)
         size = self.bounds[bucket + 1] - lo
         which = np.repeat(np.arange(len(keys)), size)
         pos = np.repeat(lo - np.concatenate(([0], np.cumsum(size)[:-1])), size) + np.arange(len(which))
         equal = (self.triplets[pos] >> np.uint64(32)) == keys[which]
-        return pos[equal], np.bincount(which[equal], minlength=len(keys))
+        return pos[equal], which[equal]
 
     def _pair_votes(self, query: np.ndarray, candidates: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(record, hashes at one offset ± 1 frame) for every offset at which a candidate's pairs
@@ -278,14 +297,20 @@ class HeldOut:
 def _votes(owners: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(owner, count) of each (owner, offset) the matches fall on, by owner then offset, each count
     with its owner's counts one frame either side (a copy's offsets agree to within a frame)."""
-    keys, counts = np.unique(
-        (owners.astype(np.int64) << OFFSET_BITS) | (offsets + (1 << (OFFSET_BITS - 1))), return_counts=True
-    )
+    keys = np.sort((owners.astype(np.int64) << OFFSET_BITS) | (offsets + (1 << (OFFSET_BITS - 1))))
+    firsts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]][: len(keys)])
+    keys, counts = keys[firsts], np.diff(np.r_[firsts, len(keys)])
     near = np.diff(keys) == 1  # the same owner, offsets one frame apart
     tolerant = counts.copy()
     tolerant[1:] += np.where(near, counts[:-1], 0)
     tolerant[:-1] += np.where(near, counts[1:], 0)
     return keys >> OFFSET_BITS, tolerant
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """The distinct values, ascending (np.unique's, without its overheads on a few hundred)."""
+    values = np.sort(values)
+    return values[np.r_[True, values[1:] != values[:-1]][: len(values)]]
 
 
 def link_identities(

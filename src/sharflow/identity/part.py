@@ -273,13 +273,17 @@ class Earlier:
         except (OSError, SharflowError):
             return None, None  # measuring says what is wrong with it
         key = identity_key(path, record, signature)
-        found = self.by_key.get(key)
-        if found is None:
-            return key, None
-        row, start, count, digest = found
+        return key, self.found(key)
+
+    def found(self, key: str | None) -> tuple | None:
+        """(digest, hashes, voice row) the last run measured under `key`, or None."""
+        hit = self.by_key.get(key) if key is not None else None
+        if hit is None:
+            return None
+        row, start, count, digest = hit
         self.reused += 1
         voice = np.array(self.voices[row : row + 1]) if self.voices is not None and len(self.voices) else None
-        return key, (digest, np.array(self.hashes[start : start + count]), voice)
+        return digest, np.array(self.hashes[start : start + count]), voice
 
 
 def part_lines(records: str, mine) -> Iterator[tuple[int, bytes]]:

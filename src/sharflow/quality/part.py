@@ -109,11 +109,11 @@ def run_quality_part(
         scratch = [r.rank.file("") for r in ranks]
         _write_metrics(out_metrics, f"{job.scratch}/reused.jsonl", scratch, kept, keyed, offsets)
         if settings.embedder is not None:
-            dim = next((r.value["embedding_dim"] for r in ranks if r.value.get("embedding_dim")), None)
-            write_embeddings(out_embeddings, keyed, offsets, kept, scratch, rows, dim)
+            write_embeddings(out_embeddings, keyed, offsets, kept, scratch, rows, [r.value for r in ranks])
         if earlier is not None:
-            measured = merge_by_line([f"{p}.identity.jsonl" for p in scratch])
-            writer = write_identity_part(out_identity, settings, records, mine, offsets, measured, earlier)
+            writer = write_identity_part(
+                out_identity, settings, records, mine, offsets, earlier, keyed, scratch
+            )
             writer.finish(out_identity.stats, part, parts, earlier.reused, time.perf_counter() - start)
     rank_stats = [{**r.value, "planned_seconds": round(r.planned_cost, 3)} for r in ranks]
     stats = {"part": part, "parts": parts, **_counts(len(mine), len(todo), rank_stats)}
@@ -159,9 +159,11 @@ def previous_rows(previous: str | None, previous_embeddings: str | None) -> np.n
     return rows
 
 
-def write_embeddings(out: str, keyed, measured_lines, kept, scratch: list[str], rows, dim) -> None:
+def write_embeddings(out: str, keyed, measured_lines, kept, scratch: list[str], rows, rank_stats) -> None:
     """The part's embedding rows in line order: the ranks' (their scratch `.embeddings.jsonl`,
-    merged by line) for the records they measured, the last run's row of each kept measure's line."""
+    merged by line) for the records they measured, the last run's row of each kept measure's line;
+    their width the ranks' (`rank_stats`), else the last run's rows'."""
+    dim = next((r["embedding_dim"] for r in rank_stats if r.get("embedding_dim")), None)
     if dim is None:  # nothing measured here: the last run's rows give the width
         dim = rows.dtype["embedding"].shape[0] if rows is not None else 0
     dtype = embedding_dtype(dim)
@@ -215,11 +217,14 @@ def _with_identity(settings: MeasureSettings, out_identity: IdentityPartFiles | 
 
 
 def write_identity_part(
-    out: IdentityPartFiles, settings, records: str, mine, measured_lines, measured, earlier
+    out: IdentityPartFiles, settings, records: str, mine, measured_lines, earlier, keyed, scratch: list[str]
 ) -> PartWriter:
     """The identity part's files in line order: the ranks' entries of the records they measured
-    (`measured_lines`; `measured`, their scratch lines merged by line), the last run's of the
-    others. Returns the writer, whose `finish` writes the part's stats."""
+    (`measured_lines`; their scratch `.identity.jsonl` merged by line), the last run's of the
+    others, found by the identity keys _keyed made (`keyed`). Returns the writer, whose `finish`
+    writes the part's stats."""
+    measured = merge_by_line([f"{p}.identity.jsonl" for p in scratch])
+    keys = {line: identity for line, _, _, identity in keyed}
     options = settings.identity
     voices = options.voices
     reuse = partial(part_entry, settings.audio_root, options.dataset, options.own_speaker_ids, voices)
@@ -233,8 +238,7 @@ def write_identity_part(
                     voice = np.frombuffer(base64.b64decode(voice), voices.dtype)
                 writer.add(line, scratch["entry"], hashes, voice)
             else:
-                key, found = earlier.find(settings.audio_root, raw, options.signature)
-                writer.add(line, *reuse((line, raw, key, found)))
+                writer.add(line, *reuse((line, raw, keys[line], earlier.found(keys[line]))))
     return writer
 
 
