@@ -13,8 +13,8 @@ are this process's:
    reading those rows.
 3. the floor: the one pass's own work with nothing around it, on the same records in one loop:
    decode the span and resample it once, the signal measures, the fingerprint and the samples'
-   digest, DNSMOS and the VAD over the same groups of --batch-seconds the stage forms, each GE2E
-   variant one record a forward pass.
+   digest, DNSMOS, the VAD and each GE2E variant over the same groups of --batch-seconds the stage
+   forms.
 
 It prints CPU-s per record of each, how many times each record was decoded (counted at
 sharflow.core.audio.load_span's callers), the floor's CPU-s by part (and so the most the one pass
@@ -22,7 +22,7 @@ can save: the two decodes and resamples a record the three passes repeat), the o
 passes ratio (the bar: <= 0.8) and floor / one pass (the bar: >= 0.9), and checks that the one
 pass's identity files, metrics (but for their key, which also holds the context embedder) and
 context records are the bytes the three passes wrote (the context records: the same bytes since
-both embed one record a forward pass).
+a GE2E embedding's bytes depend on the record alone, however many records share a call).
 
 Usage: python benchmarks/bench_one_pass.py [--times 2] [--dnsmos-max-windows 1] [--batch-seconds 300]
 """
@@ -171,13 +171,13 @@ def floor(records: list[dict], root: str, dnsmos_windows: int, batch_seconds: fl
         wave = timed("resample to 16 kHz", resample, audio, rate, MODEL_RATE)
         timed("signal measures", signal_measures, audio, rate)
         timed("fingerprint + digest", lambda a=audio, r=rate: (fingerprint_rows(a, r), samples_digest(a)))
-        timed("GE2E, context", context_embedder.embed, [wave])
-        timed("GE2E, voices", voices.embed, [wave])
         group.append(wave)
         seconds += len(wave) / MODEL_RATE
         if seconds >= batch_seconds or r is records[-1]:
             timed("DNSMOS", dnsmos.score, group)
             timed("VAD", vad.speech, group)
+            timed("GE2E, context", context_embedder.embed, group)  # a group's records in one call
+            timed("GE2E, voices", voices.embed, group)
             group, seconds = [], 0.0
     return dict(spent)
 

@@ -211,6 +211,7 @@ def floor(clips: list[tuple], durations: list[float], device: str, settings) -> 
     """Seconds of the models alone over the stage's groups of batch_seconds, one process."""
     import torch
 
+    from sharflow.models.speaker_embedders import embed_each
     from sharflow.quality.rank import Meters
 
     torch.set_num_threads(1)
@@ -229,9 +230,9 @@ def floor(clips: list[tuple], durations: list[float], device: str, settings) -> 
         meters.scores_and_spans([a for a, _ in group])  # as the stage runs them (side by side on a GPU)
         if meters.transcriber:
             meters.transcriber.transcribe_sorted([w for _, w in group], meters.asr_batch_seconds)
-        for embedder in (meters.embedder, meters.voices):  # --one-pass: one record a forward pass
-            for clip, _ in group if embedder else ():
-                embedder.embed([clip])
+        for embedder in (meters.embedder, meters.voices):  # --one-pass: a group's records in one call
+            if embedder:
+                embed_each(embedder, [clip for clip, _ in group])
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     return time.perf_counter() - t

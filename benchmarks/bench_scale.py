@@ -1384,7 +1384,7 @@ def run_job(name: str, folder: Path) -> dict:
         "base_mb": base,
         "share": done.get("share", 1.0),  # of the corpus's records, the share the job handled
     }
-    return {**figures, "said": SAID[name](folder, out) if name in SAID else None}
+    return {**figures, "out": str(out)}
 
 
 # Jobs run more than once at each size, the run of least CPU kept: a few seconds' run on a shared
@@ -1403,7 +1403,9 @@ def measure(name: str, folder: Path) -> dict:
         if proc.returncode != 0:
             sys.exit(f"{name} at {folder} failed:\n{proc.stderr[-3000:]}")
         runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    return min(runs, key=lambda row: row["cpu"])
+    kept = min(runs, key=lambda row: row["cpu"])
+    out = Path(kept.pop("out"))
+    return {**kept, "said": SAID[name](folder, out) if name in SAID else None}  # the kept run's outputs
 
 
 def ladder(sizes: list[int], jobs: list[str], work: Path) -> dict[str, dict[int, dict]]:

@@ -146,7 +146,7 @@ EFFECTS: dict[str, str] = {
     "context.max_context_duration": "test_selection.py::test_thresholds_at_the_value_itself_and_on_each_side",
     "context.top_k": "test_selection.py::test_topk_equals_exhaustive",
     "context.block_rows": "test_selection.py::test_blocks_of_any_size_give_the_same_selection",
-    "context.embed_batch": "test_ge2e.py::test_batching_does_not_change_embeddings",
+    "context.embed_batch": "test_ge2e.py::test_an_embedding_is_the_same_bytes_alone_or_among_others",
     "context.parts": "test_context.py::test_parts_and_ranks_do_not_change_the_bytes",
     "context.workers": "test_context.py::test_parts_and_ranks_do_not_change_the_bytes",
     "context.save_embeddings": "test_context.py::test_saved_embeddings_match_their_ids",

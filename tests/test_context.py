@@ -120,8 +120,8 @@ def test_saved_embeddings_match_their_ids(demo_runs):
 def test_the_quality_parts_embeddings_give_the_contexts_that_decoding_again_gives(
     demo_runs, tmp_path, monkeypatch
 ):
-    """The one pass: two quality parts embed every demo record from the decode they measure (one
-    forward pass a record, counted), merged a row per line; the context stage reads those rows and
+    """The one pass: two quality parts embed every demo record from the decode they measure (once
+    each, many records a call, counted), merged a row per line; the context stage reads those rows and
     decodes nothing (a decode fails the test), and writes byte for byte what the context stage
     that decodes and embeds again writes (demo_runs, the quality-off path)."""
     from sharflow.context.part import MeasuredEmbeddings
@@ -154,7 +154,7 @@ def test_the_quality_parts_embeddings_give_the_contexts_that_decoding_again_give
         part_embeddings=[str(out / f"part-{p}.embeddings.npy") for p in range(2)],
         embeddings=str(out / "embeddings.npy"),
     )
-    assert forwards == [1] * 56
+    assert sum(forwards) == 56 and len(forwards) < 56  # each record embedded once, many a call
     rows = np.load(out / "embeddings.npy")["embedding"]
     assert rows.shape == (56, 256) and len({row.tobytes() for row in rows}) == 56  # distinct voices
     # run again: every measure and row kept from the merged files, nothing embedded, the same bytes

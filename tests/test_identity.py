@@ -1319,9 +1319,9 @@ def test_a_named_pair_shows_its_similarity_to_four_decimals_whatever_it_is():
 
 def test_a_quality_part_writes_the_identity_part_from_its_one_decode_byte_for_byte(tmp_path, monkeypatch):
     """The one pass: a quality part with identity decodes each record once (counted) and embeds each
-    voice in one forward pass (counted); its identity files equal the identity stage's own part's,
-    byte for byte, and its metrics a quality part's without identity. Run again, it decodes nothing
-    and keeps every entry; a grown manifest decodes only its new record."""
+    voice once, the group's voices in one call (counted); its identity files equal the identity
+    stage's own part's, byte for byte, and its metrics a quality part's without identity. Run again,
+    it decodes nothing and keeps every entry; a grown manifest decodes only its new record."""
     from sharflow.core.layout import IdentityPartFiles
     from sharflow.identity import part as identity_module
     from sharflow.identity.part import IdentityOptions
@@ -1371,7 +1371,7 @@ def test_a_quality_part_writes_the_identity_part_from_its_one_decode_byte_for_by
 
     stats, out = one_pass(first, "one")
     assert stats["measured"] == 6 and len(decodes) == 5  # the missing file fails to decode
-    assert forwards == [1] * 5  # a voice a forward pass, one record at a time
+    assert forwards == [5]  # each voice embedded once, the group's records in one call
     for mine, theirs in zip([out.records, out.hashes, out.voices], reference, strict=True):
         assert Path(mine).read_bytes() == Path(theirs).read_bytes(), mine
     entries = read_jsonl(out.records)

@@ -3,7 +3,7 @@ from functools import partial
 
 import pytest
 
-from sharflow.core.parallel import ahead, ordered_map, prefetched
+from sharflow.core.parallel import ahead, chunked, ordered_map, prefetched
 
 
 def scaled(factor, x):
@@ -114,3 +114,17 @@ def test_prefetched_raises_the_producers_error_and_stops_a_producer_when_the_con
     assert count <= 3 + 4
     time.sleep(0.3)
     assert len(made) == count  # the producer stopped with the consumer
+
+
+def test_chunked_gives_every_item_once_in_order_and_reads_only_what_it_hands_out():
+    read = []
+
+    def items():
+        for i in range(10):
+            read.append(i)
+            yield i
+
+    chunks = chunked(items(), 4)
+    assert next(chunks) == [0, 1, 2, 3] and read == [0, 1, 2, 3]
+    assert list(chunks) == [[4, 5, 6, 7], [8, 9]]
+    assert list(chunked([], 4)) == []

@@ -149,6 +149,9 @@ def quality_measures(tmp: Path, monkeypatch) -> World:
             embedder=replace(embedder, name="nemo")
         ),
         "speaker embedder options (a file by its size and mtime)": lambda: rewrite(weights, b"others"),
+        "EMBEDDING_VERSION": lambda: monkeypatch.setattr(
+            "sharflow.models.speaker_embedders.EMBEDDING_VERSION", 99
+        ),
         "MEASURES_VERSION": lambda: monkeypatch.setattr("sharflow.quality.reuse.MEASURES_VERSION", 99),
         "measuring packages' versions": lambda: bump(monkeypatch, "onnxruntime"),
         "the audio root": settings(audio_root=str(tmp / "elsewhere")),
@@ -179,6 +182,9 @@ def identity_fingerprints_and_voices(tmp: Path, monkeypatch) -> World:
             voices=replace(state["voices"], embedder=str(a_file(tmp, "model.nemo")))
         ),
         "embedder options (a file by its size and mtime)": lambda: rewrite(weights, b"other weights"),
+        "EMBEDDING_VERSION": lambda: monkeypatch.setattr(
+            "sharflow.models.speaker_embedders.EMBEDDING_VERSION", 99
+        ),
         "embedding packages' versions": lambda: bump(monkeypatch, "torch"),
         "the record's line": record(line=99),
         "the record's text": record(text="c d", normalized_text="c d"),
@@ -820,6 +826,9 @@ def quality_measures_effect(tmp: Path, monkeypatch) -> World:
             embedder=replace(embedder, name="nemo")
         ),
         "speaker embedder options (a file by its size and mtime)": lambda: rewrite(weights, b"others"),
+        "EMBEDDING_VERSION": lambda: monkeypatch.setattr(
+            "sharflow.models.speaker_embedders.EMBEDDING_VERSION", 99
+        ),
         "MEASURES_VERSION": lambda: monkeypatch.setattr("sharflow.quality.reuse.MEASURES_VERSION", 99),
         "measuring packages' versions": lambda: bump(monkeypatch, "onnxruntime"),
         "the audio root": lambda: state.update(

@@ -32,6 +32,7 @@ from sharflow.core.ledger import totals
 from sharflow.core.parallel import ahead
 from sharflow.core.ranks import Rank, rank_job
 from sharflow.core.splits import TRAIN, context_pool
+from sharflow.models.speaker_embedders import embed_each
 
 log = logging.getLogger(__name__)
 
@@ -378,9 +379,9 @@ def _embed_group(
                 good.append((ln, rec))
                 ok.append(wave)
                 tally.audio_seconds += len(wave) / embedder.sample_rate
-        # one record a forward pass: its embedding's bytes depend on the record alone, and equal
-        # those the quality parts measure (sharflow.quality.rank.Meters.embedding_rows)
-        embeddings += [embedder.embed([wave]) for wave in ok]
+        # embed_each: an embedding's bytes depend on the record alone, and equal those the quality
+        # parts measure (sharflow.quality.rank.Meters.embedding_rows)
+        embeddings.append(embed_each(embedder, ok))
     if len(good) == 1:
         ln, rec = good.pop()
         rejects.append((ln, "no_context_candidate", f"group {key!r} has 1 decodable utterance", rec))

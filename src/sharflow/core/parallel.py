@@ -82,6 +82,13 @@ def prefetched(items: Iterable[T], depth: int = 1) -> Iterator[T]:
         thread.join()
 
 
+def chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Consecutive lists of `size` items of `items` (the last may be shorter), read as they are needed."""
+    items = iter(items)
+    while chunk := list(itertools.islice(items, size)):
+        yield chunk
+
+
 def ordered_map(
     fn: Callable[[T], R],
     items: Iterable[T],

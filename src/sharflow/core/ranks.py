@@ -127,6 +127,10 @@ def _init_rank(device: str) -> None:
     torch.set_num_threads(1)
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
+        # the same bytes from run to run: cuDNN's deterministic algorithms, none chosen by timing them
+        # (its cost on a GPU not yet measured: bench_quality and bench_codes time the ranks with it)
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
 
 
 def _call(fn: Callable, rank: Rank, args: tuple):

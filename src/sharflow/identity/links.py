@@ -248,7 +248,7 @@ class HeldOut:
         met = _distinct(((offsets + (1 << (OFFSET_BITS - 1))) << 32) | pos)
         owners = self._owners((self.triplets[met & 0xFFFFFFFF] & _LOW).astype(np.int64))
         owners, votes = _votes(owners, (met >> 32) - (1 << (OFFSET_BITS - 1)))
-        firsts = np.flatnonzero(np.r_[True, owners[1:] != owners[:-1]])
+        firsts = _run_starts(owners)
         owners, votes = owners[firsts], np.maximum.reduceat(votes, firsts)
         owners, votes = owners[votes >= CANDIDATE_VOTES], votes[votes >= CANDIDATE_VOTES]
         chosen = np.lexsort((owners, -votes))[:MAX_CANDIDATES]
@@ -298,7 +298,7 @@ def _votes(owners: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndar
     """(owner, count) of each (owner, offset) the matches fall on, by owner then offset, each count
     with its owner's counts one frame either side (a copy's offsets agree to within a frame)."""
     keys = np.sort((owners.astype(np.int64) << OFFSET_BITS) | (offsets + (1 << (OFFSET_BITS - 1))))
-    firsts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]][: len(keys)])
+    firsts = _run_starts(keys)
     keys, counts = keys[firsts], np.diff(np.r_[firsts, len(keys)])
     near = np.diff(keys) == 1  # the same owner, offsets one frame apart
     tolerant = counts.copy()
@@ -310,7 +310,12 @@ def _votes(owners: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndar
 def _distinct(values: np.ndarray) -> np.ndarray:
     """The distinct values, ascending (np.unique's, without its overheads on a few hundred)."""
     values = np.sort(values)
-    return values[np.r_[True, values[1:] != values[:-1]][: len(values)]]
+    return values[_run_starts(values)]
+
+
+def _run_starts(ordered: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of `ordered` (sorted) starts: its first index."""
+    return np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]][: len(ordered)])
 
 
 def link_identities(

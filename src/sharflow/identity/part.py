@@ -52,15 +52,18 @@ from sharflow.core.atomic import atomic_file, atomic_path, write_json
 from sharflow.core.audio import load_span, resample, resolve_audio_path
 from sharflow.core.cache import file_identity, package_versions
 from sharflow.core.errors import SharflowError
-from sharflow.core.parallel import ordered_map
+from sharflow.core.parallel import chunked, ordered_map
 from sharflow.core.parts import part_records
 from sharflow.core.speakers import parse_speaker
 from sharflow.core.splits import span_key, speaker_identity
 from sharflow.identity.fingerprint import HASH_DTYPE, VERSION, fingerprint
 from sharflow.identity.keys import utterance_key
+from sharflow.models import speaker_embedders
+from sharflow.models.speaker_embedders import embed_each
 
 log = logging.getLogger(__name__)
 
+VOICE_BATCH = 16  # records a worker decodes, then embeds their voices in one call (part_entries)
 NO_VOICES = np.dtype([("voice", "<f4", (0,))])  # the voices file of a part without identity.voices
 
 
@@ -144,13 +147,14 @@ def run_identity_part(
         PartWriter(out_records, out_hashes, out_voices, voices) as writer,
         tqdm(total=len(mine), desc=f"identity part {part}", unit="utt", mininterval=5) as bar,
     ):
-        work = partial(part_entry, audio_root, dataset, own_speaker_ids, voices)
+        work = partial(part_entries, audio_root, dataset, own_speaker_ids, voices)
         items = (
             (line, raw, *earlier.find(audio_root, raw, signature)) for line, raw in part_lines(records, mine)
         )
-        for (line, *_), (entry, hashes, voice) in ordered_map(work, items, workers):
-            writer.add(line, entry, hashes, voice)
-            bar.update()
+        for chunk, entries in ordered_map(work, chunked(items, VOICE_BATCH), workers):
+            for (line, *_), (entry, hashes, voice) in zip(chunk, entries, strict=True):
+                writer.add(line, entry, hashes, voice)
+            bar.update(len(chunk))
     return writer.finish(out_stats, part, parts, earlier.reused, time.perf_counter() - start)
 
 
@@ -221,12 +225,13 @@ VOICE_PACKAGES = ("torch", "resemblyzer", "nemo_toolkit")
 def measure_signature(voices: "VoiceEmbedding | None") -> str:
     """What every entry of a run depends on besides its record: the fingerprint version, the decoding
     and fingerprinting packages' versions, and with voices the embedder, its options (a weights or
-    model file by its size and time) and the embedding packages' versions."""
+    model file by its size and time), sharflow's EMBEDDING_VERSION and the embedding packages' versions."""
     what: dict = {"fingerprint": VERSION, "versions": package_versions(*FINGERPRINT_PACKAGES)}
     if voices is not None:
         what["voices"] = {
             "embedder": file_identity(voices.embedder),
             "options": [[k, file_identity(v)] for k, v in voices.options],
+            "embedding": speaker_embedders.EMBEDDING_VERSION,
             "versions": package_versions(*VOICE_PACKAGES),
         }
     return json.dumps(what, sort_keys=True)
@@ -398,23 +403,46 @@ def identity_entry(
     return entry, hashes, extra
 
 
+def part_entries(
+    audio_root: str, dataset: str, own_ids: bool, voices: VoiceEmbedding | None, items: list[tuple]
+) -> list[tuple[dict, np.ndarray, np.ndarray | None]]:
+    """part_entry of each of `items`, the voices of those decoded embedded in one call (embed_each)."""
+    pending: list[tuple[np.ndarray, np.ndarray]] = []
+    out = [part_entry(audio_root, dataset, own_ids, voices, item, pending) for item in items]
+    if pending:
+        embedded = embed_each(voices.load(), [wave for _, wave in pending])
+        for (voice, _), row in zip(pending, embedded, strict=True):
+            voice["voice"] = row
+    return out
+
+
 def part_entry(
-    audio_root: str, dataset: str, own_ids: bool, voices: VoiceEmbedding | None, item: tuple
+    audio_root: str,
+    dataset: str,
+    own_ids: bool,
+    voices: VoiceEmbedding | None,
+    item: tuple,
+    pending: list | None = None,
 ) -> tuple[dict, np.ndarray, np.ndarray | None]:
     """(index entry less line and start, hashes, voice row or None) of one item: a record line, the
-    key of what it measures, and what the last run measured under that key (or None: decode)."""
+    key of what it measures, and what the last run measured under that key (or None: decode). With
+    `pending`, a decoded record's voice row is returned empty and (row, waveform) added there for
+    the caller to embed (part_entries), else it is embedded here."""
     _, raw, key, earlier = item
 
     def measure(path: str):
         if earlier is not None:  # measured under the same key: the same voices setting
             return earlier
         audio, rate = load_span(path, json_record["offset"], json_record["duration"])
-        voice = None
+        digest, hashes, voice = samples_digest(audio), fingerprint_rows(audio, rate), None
         if voices:
             embedder = voices.load()
-            voice = np.zeros(1, voices.dtype)
-            voice["voice"] = embedder.embed([resample(audio, rate, embedder.sample_rate)])
-        return samples_digest(audio), fingerprint_rows(audio, rate), voice
+            voice, wave = np.zeros(1, voices.dtype), resample(audio, rate, embedder.sample_rate)
+            if pending is None:
+                voice["voice"] = embedder.embed([wave])
+            else:
+                pending.append((voice, wave))
+        return digest, hashes, voice
 
     json_record = json.loads(raw)
     entry, hashes, voice = identity_entry(audio_root, dataset, own_ids, json_record, key, measure)

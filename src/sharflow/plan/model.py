@@ -281,6 +281,7 @@ RSS_PER_RECORD = {
     "splits": 10,  # the speakers it has seen (per split)
     "input_cfg": 100,  # over every dataset: each train record's duration, for the bucket bins
     "dataset_card": 150,  # four catalog columns and the speakers' table
+    "calibration_sample": 8,  # the records' speakers and durations it draws whole speakers from
     "text_merge": 0,
     "validation_ds": 0,
     "context_merge": 0,

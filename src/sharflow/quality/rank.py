@@ -9,7 +9,7 @@ are grouped into about `batch_seconds` of audio, the next group read while the r
 runs its models over the last one on its device (`Meters`, sharflow.core.parallel.prefetched):
 DNSMOS windows, the VAD's frames and LSTM rows, and the ASR check's length-sorted batches, each many
 records at once, and the speaker embedders (the context stage's, and with identity.voices the
-level-normalised voice), one record a forward pass; then it writes one line per record, in line
+level-normalised voice), a group's records in one call; then it writes one line per record, in line
 order, to each of its scratch files (metrics, identity entries, embedding rows). Every batch has a
 fixed shape (sharflow.models.dnsmos, sharflow.models.vad), so a record's metrics depend on the
 record alone, not on which records share its group, rank, part or worker.
@@ -38,6 +38,7 @@ from sharflow.identity.part import (
     identity_key,
     samples_digest,
 )
+from sharflow.models.speaker_embedders import embed_each
 from sharflow.quality.metrics import MODEL_RATE, record_metrics, signal_measures
 from sharflow.quality.reuse import measure_digest, record_key
 
@@ -229,32 +230,30 @@ class Meters:
 
     def embedding_rows(self, group: list[Loaded]) -> list[np.ndarray]:
         """Each record's speaker embedding by the context stage's embedder (zeros for audio that could
-        not be decoded), one record a forward pass: its bytes depend on the record alone."""
-        dim = self.embedder.dim
-        rows = []
-        for item in group:
-            row = np.zeros((1, dim), np.float32)
-            if item.error is None:
-                row[:] = self.embedder.embed([self._at_rate(item.audio_16k, self.embedder.sample_rate)])
-            rows.append(row)
-        return rows
-
-    @staticmethod
-    def _at_rate(wave: np.ndarray, rate: int) -> np.ndarray:
-        return wave if rate == MODEL_RATE else resample(wave, MODEL_RATE, rate)
+        not be decoded), the group's records in one call (embed_each: its bytes depend on the record
+        alone)."""
+        rows = np.zeros((len(group), 1, self.embedder.dim), np.float32)
+        self._embed_into(rows[:, 0], self.embedder, group)
+        return list(rows)
 
     def voice_rows(self, group: list[Loaded]) -> list[np.ndarray | None]:
         """With identity.voices, each record's voice embedding (a row of zeros for audio that could
-        not be decoded), one record a forward pass: its bytes depend on the record alone."""
+        not be decoded), the group's records in one call, as embedding_rows."""
         if self.voices is None:
             return [None] * len(group)
-        rows = []
-        for item in group:
-            row = np.zeros(1, self.voices_dtype)
-            if item.error is None:
-                row["voice"] = self.voices.embed([self._at_rate(item.audio_16k, self.voices.sample_rate)])
-            rows.append(row)
-        return rows
+        rows = np.zeros((len(group), 1), self.voices_dtype)
+        self._embed_into(rows["voice"][:, 0], self.voices, group)
+        return list(rows)
+
+    @staticmethod
+    def _embed_into(rows: np.ndarray, embedder, group: list[Loaded]) -> None:
+        """Each decoded record's embedding into its row of `rows` (a row per record of the group)."""
+        done = [i for i, item in enumerate(group) if item.error is None]
+        rate = embedder.sample_rate
+        waves = [group[i].audio_16k for i in done]
+        if rate != MODEL_RATE:
+            waves = [resample(wave, MODEL_RATE, rate) for wave in waves]
+        rows[done] = embed_each(embedder, waves)
 
     @property
     def asr_rate(self) -> int | None:

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Iterator
 from sharflow.core import containers
 from sharflow.core.cache import file_identity, package_versions
 from sharflow.core.metrics import TEXT_METRICS
+from sharflow.models import speaker_embedders
 from sharflow.quality.text import reference_text
 
 # The version of how sharflow computes its measures: bump it when a metric's computation or rounding
@@ -47,9 +48,9 @@ def measure_digest(settings, dnsmos_engine: str) -> str:
     """What every measure of a run depends on besides its record: the settings (less the audio root,
     which only says where the files are, and batch_seconds, which only groups records), the DNSMOS
     engine ("onnxruntime-cpu" or "torch-cuda": their scores differ in the last decimals), the
-    context stage's speaker embedder and its options (a file by its size and time), and the
-    versions of sharflow's measures and of the measuring packages (resemblyzer's weights and NeMo's
-    models among them)."""
+    context stage's speaker embedder and its options (a file by its size and time) and sharflow's
+    EMBEDDING_VERSION, and the versions of sharflow's measures and of the measuring packages
+    (resemblyzer's weights and NeMo's models among them)."""
     asr = settings.asr
     model = None
     if asr is not None:  # a model file by its size and time, not just its name
@@ -66,6 +67,7 @@ def measure_digest(settings, dnsmos_engine: str) -> str:
         parts["embedder"] = {
             "name": file_identity(embedder.name),
             "options": [[k, file_identity(v)] for k, v in embedder.options],
+            "version": speaker_embedders.EMBEDDING_VERSION,
         }
     return _digest(parts)
 

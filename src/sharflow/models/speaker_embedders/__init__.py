@@ -1,7 +1,10 @@
 """Speaker embedders behind one small interface, chosen by name in config (`context.embedder`).
 
 A backend is a class with `sample_rate` (Hz of the waveforms it takes), `dim`, and
-`embed(waves) -> (B, dim) float32` for a list of mono float32 waveforms at that rate, in order.
+`embed(waves) -> (B, dim) float32` for a list of mono float32 waveforms at that rate, in order, and
+`batch_invariant`: True when a waveform's row is the same bytes whatever other waveforms share the
+call. Callers embed through `embed_each`, many records a call for such a backend and one record a
+call for another, so that a record's embedding depends on the record alone either way.
 Adding one: a module here and a line in BACKENDS. Backends are imported only when chosen, so
 that NeMo is never imported unless the `nemo` backend is used.
 """
@@ -13,6 +16,10 @@ import numpy as np
 
 from sharflow.core.logs import model_load
 
+# The version of how sharflow computes an embedding: bump it when a backend's bytes change, so that a
+# rerun embeds again what an older sharflow embedded (the quality and identity keys hold it).
+EMBEDDING_VERSION = 2  # 2: ge2e in fixed-shape batches of partials
+
 BACKENDS = {
     "ge2e": "sharflow.models.speaker_embedders.ge2e:GE2EEmbedder",
     "nemo": "sharflow.models.speaker_embedders.nemo:NemoSpeakerEmbedder",
@@ -22,8 +29,19 @@ BACKENDS = {
 class SpeakerEmbedder(Protocol):
     sample_rate: int
     dim: int
+    batch_invariant: bool
 
     def embed(self, waves: list[np.ndarray]) -> np.ndarray: ...
+
+
+def embed_each(embedder: SpeakerEmbedder, waves: list[np.ndarray]) -> np.ndarray:
+    """(len(waves), dim) embeddings, each the bytes of its waveform alone: one call for a batch-invariant
+    backend, else one call a waveform."""
+    if not waves:
+        return np.zeros((0, embedder.dim), np.float32)
+    if embedder.batch_invariant:
+        return embedder.embed(waves)
+    return np.concatenate([embedder.embed([wave]) for wave in waves])
 
 
 def load_embedder(name: str, device: str = "cpu", **options) -> SpeakerEmbedder:

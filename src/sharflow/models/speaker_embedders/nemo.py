@@ -32,6 +32,8 @@ def _load(model: str, device: torch.device):
 
 
 class NemoSpeakerEmbedder:
+    batch_invariant = False  # a padded batch masks its padding, but rounds otherwise than one alone
+
     def __init__(self, device: str = "cpu", model: str = "titanet_large"):
         self.device = torch.device(device)
         self.model = _load(model, self.device).eval()
