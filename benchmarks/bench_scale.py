@@ -1392,12 +1392,12 @@ def run_job(name: str, folder: Path) -> dict:
 REPEATS = {"identity_check": 3}
 
 
-def measure(name: str, folder: Path) -> dict:
-    """The job in a fresh process (REPEATS times, the least CPU kept): {wall, cpu, rss_mb, base_mb,
+def measure(name: str, folder: Path, repeats: dict[str, int] = REPEATS) -> dict:
+    """The job in a fresh process (`repeats` times, the least CPU kept): {wall, cpu, rss_mb, base_mb,
     share, said} (CPU: the job's own, after its imports; peak RSS of the process, and its RSS before
     the job; the share of the records it handled)."""
     runs = []
-    for _ in range(REPEATS.get(name, 1)):
+    for _ in range(repeats.get(name, 1)):
         cmd = [sys.executable, __file__, "--run-job", name, "--folder", str(folder)]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
         if proc.returncode != 0:
@@ -1408,8 +1408,10 @@ def measure(name: str, folder: Path) -> dict:
     return {**kept, "said": SAID[name](folder, out) if name in SAID else None}  # the kept run's outputs
 
 
-def ladder(sizes: list[int], jobs: list[str], work: Path) -> dict[str, dict[int, dict]]:
-    """{job: {size: figures}} over the ladder (the inputs made once per size)."""
+def ladder(
+    sizes: list[int], jobs: list[str], work: Path, repeats: dict[str, int] = REPEATS
+) -> dict[str, dict[int, dict]]:
+    """{job: {size: figures}} over the ladder (the inputs made once per size; measure's `repeats`)."""
     rows: dict[str, dict[int, dict]] = {job: {} for job in jobs}
     for n in sizes:
         folder = work / f"n{n}"
@@ -1420,7 +1422,7 @@ def ladder(sizes: list[int], jobs: list[str], work: Path) -> dict[str, dict[int,
             if n > MOST_RECORDS.get(job, n):
                 print(f"{job}: not run at {n:,} records ({MOST_RECORDS[job]:,} at most: {WHY_NOT[job]})")
                 continue
-            rows[job][n] = measure(job, folder)
+            rows[job][n] = measure(job, folder, repeats)
             if rows[job][n]["said"]:
                 print(f"{job} at {n:,} records: {rows[job][n]['said']}", flush=True)
     return rows

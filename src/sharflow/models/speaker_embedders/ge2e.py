@@ -12,9 +12,10 @@ The network runs over fixed-shape batches: every call's partials, of all its utt
 in batches of exactly `batch_partials` rows (the last padded with silent partials). A row's result
 does not depend on the other rows of a batch of a fixed shape, so an utterance's embedding is the
 same bytes alone or among any others, at any position (checked on this machine's CPU, one and two
-torch threads), and callers embed many records a forward pass: on a GPU, a few large kernels in
-place of ~10 launches a record. The default is 16 partials on a CPU (faster per record than one
-utterance a pass there, ~0.8x its CPU-s, with at most 15 padding rows a call) and 256 on a GPU.
+torch threads), and callers embed many records a forward pass: on a GPU, the LSTM runs one call a
+batch in place of one a record (the mel front end stays a few kernels a record). The default is 16
+partials on a CPU (faster per record than one utterance a pass there, ~0.8x its CPU-s, with at most
+15 padding rows a call) and 256 on a GPU.
 
 With `level="normalize"` the volume is also lowered to -30 dBFS, so that a voice louder or quieter
 is the same voice: the power (not log) mel input makes the raise-only front end's embedding depend
