@@ -276,18 +276,30 @@ def write_context_parts(with_context: Path, folder: Path) -> None:
     from sharflow.context.keyed_lines import keyed_line
     from sharflow.context.part import HIST_EDGES
 
-    parts: list[list[tuple[str, int, dict]]] = [[] for _ in range(CONTEXT_PARTS)]
-    with open(with_context, encoding="utf-8") as f:
+    # (group, line, byte offset) a record, its line read again when written: the records themselves
+    # would not fit this machine's memory at 10^7
+    parts: list[list[tuple[str, int, int]]] = [[] for _ in range(CONTEXT_PARTS)]
+    seconds = [0.0] * CONTEXT_PARTS
+    with open(with_context, "rb") as f:
+        offset = 0
         for line, text in enumerate(f, start=1):
             record = json.loads(text)
             group = record["speaker"]
-            parts[int(group.rsplit(":S", 1)[1].split()[0]) % CONTEXT_PARTS].append((group, line, record))
+            p = int(group.rsplit(":S", 1)[1].split()[0]) % CONTEXT_PARTS
+            parts[p].append((group, line, offset))
+            seconds[p] += record["duration"]
+            offset += len(text)
     folder = folder / "context_parts"
     folder.mkdir(parents=True, exist_ok=True)
     for p, rows in enumerate(parts):
         rows.sort(key=lambda row: (row[0], row[1]))
-        with open(folder / f"part-{p:03d}.records.jsonl", "w", encoding="utf-8") as out:
-            out.writelines(keyed_line(group, line, record=record) for group, line, record in rows)
+        with (
+            open(folder / f"part-{p:03d}.records.jsonl", "w", encoding="utf-8") as out,
+            open(with_context, "rb") as f,
+        ):
+            for group, line, offset in rows:
+                f.seek(offset)
+                out.write(keyed_line(group, line, record=json.loads(f.readline())))
         (folder / f"part-{p:03d}.rejected.jsonl").write_text("")
         rank = {
             "rank": 0,
@@ -296,7 +308,7 @@ def write_context_parts(with_context: Path, folder: Path) -> None:
             "records_in": len(rows),
             "planned_cost": float(len(rows)),
             "seconds": 1.0,
-            "audio_seconds": sum(row[2]["duration"] for row in rows),
+            "audio_seconds": seconds[p],
             "widened_rows": 0,
             "similarity_hist": [len(rows) // (len(HIST_EDGES) - 1)] * (len(HIST_EDGES) - 1),
         }
