@@ -52,7 +52,7 @@ def test_an_embedding_is_the_same_bytes_alone_or_among_others(demo_embeddings):
     _, emb, embedder, waves = demo_embeddings
     assert embedder.batch_invariant and embedder.batch_partials == 16
     alone = np.concatenate([embedder.embed([w]) for w in waves[:6]])
-    shifted = embedder.embed([waves[9], waves[20], *waves[:6]])[2:]  # 7 partials first: other rows
+    shifted = embedder.embed([waves[9], waves[20], *waves[:6]])[2:]  # their partials first: other rows
     assert alone.tobytes() == emb[:6].tobytes() == shifted.tobytes()
     assert len({row.tobytes() for row in emb}) == 56
 
