@@ -422,12 +422,12 @@ def part_entry(
     own_ids: bool,
     voices: VoiceEmbedding | None,
     item: tuple,
-    pending: list | None = None,
+    pending: list,
 ) -> tuple[dict, np.ndarray, np.ndarray | None]:
     """(index entry less line and start, hashes, voice row or None) of one item: a record line, the
-    key of what it measures, and what the last run measured under that key (or None: decode). With
-    `pending`, a decoded record's voice row is returned empty and (row, waveform) added there for
-    the caller to embed (part_entries), else it is embedded here."""
+    key of what it measures, and what the last run measured under that key (or None: decode). A
+    decoded record's voice row is returned empty and (row, waveform) added to `pending`, for
+    part_entries to embed."""
     _, raw, key, earlier = item
 
     def measure(path: str):
@@ -437,11 +437,8 @@ def part_entry(
         digest, hashes, voice = samples_digest(audio), fingerprint_rows(audio, rate), None
         if voices:
             embedder = voices.load()
-            voice, wave = np.zeros(1, voices.dtype), resample(audio, rate, embedder.sample_rate)
-            if pending is None:
-                voice["voice"] = embedder.embed([wave])
-            else:
-                pending.append((voice, wave))
+            voice = np.zeros(1, voices.dtype)
+            pending.append((voice, resample(audio, rate, embedder.sample_rate)))
         return digest, hashes, voice
 
     json_record = json.loads(raw)

@@ -42,7 +42,7 @@ from sharflow.identity.part import (
     VoiceEmbedding,
     identity_key,
     measure_signature,
-    part_entry,
+    part_entries,
     part_lines,
 )
 from sharflow.models.dnsmos import engine_for
@@ -227,7 +227,7 @@ def write_identity_part(
     keys = {line: identity for line, _, _, identity in keyed}
     options = settings.identity
     voices = options.voices
-    reuse = partial(part_entry, settings.audio_root, options.dataset, options.own_speaker_ids, voices)
+    reuse = partial(part_entries, settings.audio_root, options.dataset, options.own_speaker_ids, voices)
     with PartWriter(out.records, out.hashes, out.voices, voices) as writer:
         for line, raw in part_lines(records, mine):
             if line in measured_lines:
@@ -238,7 +238,8 @@ def write_identity_part(
                     voice = np.frombuffer(base64.b64decode(voice), voices.dtype)
                 writer.add(line, scratch["entry"], hashes, voice)
             else:
-                writer.add(line, *reuse((line, raw, keys[line], earlier.found(keys[line]))))
+                (kept,) = reuse([(line, raw, keys[line], earlier.found(keys[line]))])
+                writer.add(line, *kept)
     return writer
 
 
