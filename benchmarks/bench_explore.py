@@ -102,7 +102,9 @@ def write_run(folder: Path, rows: int) -> Path:
     return config
 
 
-def start(folder: Path, config: Path) -> tuple[subprocess.Popen, str]:
+def start(folder: Path, config: Path) -> tuple[subprocess.Popen, str, str]:
+    """The explorer of the run in `folder`, started as `sharflow explore` starts it: (process, its
+    host:port, its token), once it has printed its link (the catalogs read)."""
     cmd = [
         sys.executable,
         "-m",
@@ -116,19 +118,20 @@ def start(folder: Path, config: Path) -> tuple[subprocess.Popen, str]:
         "0",
     ]
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    line = server.stdout.readline()
-    return server, line.split("http://", 1)[1].split("/", 1)[0]
+    link = server.stdout.readline().split("http://", 1)[1].split()[0]
+    return server, link.split("/", 1)[0], link.split("token=", 1)[1]
 
 
-def timed(address: str, path: str) -> tuple[float, dict]:
+def timed(address: str, path: str, token: str) -> tuple[float, dict]:
     began = time.perf_counter()
-    with urllib.request.urlopen(f"http://{address}{path}", timeout=120) as response:
-        body = json.loads(response.read())
-    return time.perf_counter() - began, body
+    asked = urllib.request.Request(f"http://{address}{path}", headers={"Authorization": f"token {token}"})
+    with urllib.request.urlopen(asked, timeout=120) as response:
+        body = response.read()
+    return time.perf_counter() - began, json.loads(body) if path.startswith("/api/") else body
 
 
-def median(address: str, path: str) -> float:
-    return statistics.median(timed(address, path)[0] for _ in range(REPEATS))
+def median(address: str, path: str, token: str) -> float:
+    return statistics.median(timed(address, path, token)[0] for _ in range(REPEATS))
 
 
 def memory_mb(pid: int) -> dict[str, float]:
@@ -165,31 +168,33 @@ def main() -> None:
         print(f"catalog of {args.rows:,} rows written in {time.perf_counter() - began:.1f} s")
         bare = floor(str(folder / "results" / "big" / "catalog.parquet"))
         began = time.perf_counter()
-        server, address = start(folder, config)
+        server, address, token = start(folder, config)
         try:
             ready = time.perf_counter() - began
-            first, _ = timed(address, "/api/cuts?dataset=big&page=0")
+            first, _ = timed(address, "/api/cuts?dataset=big&page=0", token)
             query = urllib.parse.quote(FILTER)
             dropped = urllib.parse.quote("status != kept")
-            last = timed(address, f"/api/cuts?dataset=big&filter={dropped}&sort=cut_id&desc=1&size=1")[1]
-            last = last["rows"][0]["cut_id"]
+            newest = f"/api/cuts?dataset=big&filter={dropped}&sort=cut_id&desc=1&size=1"
+            last = timed(address, newest, token)[1]["rows"][0]["cut_id"]
             figures = {
                 "first page (the first request)": first,
-                "first page again": median(address, "/api/cuts?dataset=big&page=0"),
-                f"filter {FILTER}": median(address, f"/api/cuts?dataset=big&filter={query}"),
+                "first page again": median(address, "/api/cuts?dataset=big&page=0", token),
+                f"filter {FILTER}": median(address, f"/api/cuts?dataset=big&filter={query}", token),
                 "the same, sorted by duration": median(
-                    address, f"/api/cuts?dataset=big&filter={query}&sort=duration"
+                    address, f"/api/cuts?dataset=big&filter={query}&sort=duration", token
                 ),
                 "its page 1,000": median(
-                    address, f"/api/cuts?dataset=big&filter={query}&sort=duration&page=1000&size=20"
+                    address, f"/api/cuts?dataset=big&filter={query}&sort=duration&page=1000&size=20", token
                 ),
-                "a dropped record's row (the last)": median(address, f"/api/cut?dataset=big&id={last}"),
+                "a dropped record's row (the last)": median(
+                    address, f"/api/cut?dataset=big&id={last}", token
+                ),
                 "a threshold moved": median(
-                    address, "/api/threshold?dataset=big&metric=dnsmos_bak&value=3.1"
+                    address, "/api/threshold?dataset=big&metric=dnsmos_bak&value=3.1", token
                 ),
             }
             memory = memory_mb(server.pid)
-            total = timed(address, f"/api/cuts?dataset=big&filter={query}")[1]["total"]
+            total = timed(address, f"/api/cuts?dataset=big&filter={query}", token)[1]["total"]
         finally:
             server.terminate()
             server.wait(timeout=30)

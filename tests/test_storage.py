@@ -351,6 +351,31 @@ def test_a_run_publishes_every_planned_shard_file_its_verify_record_and_the_data
     ]
 
 
+def test_a_file_that_leaves_the_run_by_a_symlink_is_refused_before_anything_is_sent(
+    s3, tmp_path, monkeypatch
+):
+    """A file listed for publishing that is a symlink out of the run's results (an evaluation folder
+    holding a link to a private file) stops the publish by name before its first request; results/
+    itself on scratch (a symlink) and a link between the run's own files are the run's."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "scratch").mkdir()
+    Path("results").symlink_to(tmp_path / "scratch")
+    files = random_files(Path("results/set"), 2, 100)
+    Path("results/set/alias.bin").symlink_to(Path(files[0]).resolve())
+    secret = tmp_path / "private.key"
+    secret.write_bytes(b"not the run's")
+    Path("results/set/escape.bin").symlink_to(secret)
+    url = s3.bucket("escapes") + "/run"
+    with (
+        storage.RequestCount() as requests,
+        pytest.raises(SharflowError, match=r"escape\.bin.*outside the run"),
+    ):
+        publish(PublishSettings(url), [*files, "results/set/escape.bin"], "published.json")
+    assert requests.total == 0 and "Contents" not in storage.client().list_objects_v2(Bucket="escapes")
+    stats = publish(PublishSettings(url), [*files, "results/set/alias.bin"], "published.json")
+    assert stats["uploaded"] == 3
+
+
 def _record_holds(bucket: str, prefix: str) -> bool | None:
     """Whether the bucket's publish record promises only objects the bucket holds as it describes
     them (size and ETag); None when there is no record."""
@@ -410,26 +435,37 @@ def test_a_publish_that_fails_at_any_point_leaves_no_false_record_and_a_rerun_co
     assert _record_holds(bucket, "run") is True
 
 
-def test_an_upload_a_killed_run_left_open_is_aborted_and_each_object_carries_its_sha256(
-    s3, tmp_path, monkeypatch
+@pytest.mark.parametrize("prefix", ["", "run", "run/"])
+def test_only_the_runs_own_killed_uploads_are_aborted_and_each_object_carries_its_sha256(
+    s3, tmp_path, monkeypatch, prefix
 ):
-    """In process, so that the code under test is the code this session imports: a multipart upload
-    left open under the URL (a run killed mid-upload) is aborted and counted; every object's metadata
-    holds its file's SHA-256, one PUT or uploaded in parts."""
+    """In process, so that the code under test is the code this session imports: the multipart uploads a
+    killed run left open to its own files' keys are aborted and counted; another writer's, in the same
+    bucket, survive: outside the URL's prefix, under a sibling prefix (`run-v2` beside `run`), and under
+    the prefix itself at a key the run does not publish (at a bucket's root, every other key). Every
+    object's metadata holds its file's SHA-256, one PUT or uploaded in parts."""
     monkeypatch.chdir(tmp_path)
-    url = s3.bucket("left-open") + "/run"
+    bucket = f"left-open-{len(prefix)}"
+    url = s3.bucket(bucket) + (f"/{prefix}" if prefix else "")
+    base = prefix.strip("/") + "/" if prefix else ""
     client = storage.client()
-    client.create_multipart_upload(Bucket="left-open", Key="run/set/half.tar")
-    client.create_multipart_upload(Bucket="left-open", Key="run/set/other-half.tar")
-    client.create_multipart_upload(Bucket="left-open", Key="elsewhere/other.tar")  # not under the URL
     files = random_files(Path("set"), 2, 1000) + random_files(Path("big"), 1, 6 * MIB, seed=3)
+    ours = [f"{base}{files[0]}", f"{base}{files[2]}"]  # a killed run's: one small file, one in parts
+    others = [
+        "elsewhere/other.tar",
+        f"run-v2/{files[0]}",
+        f"{base}set/someone-elses.tar",
+        f"{base}x{files[1]}",
+    ]
+    others = sorted({k for k in others if k not in ours})
+    for key in [*ours, *others]:
+        client.create_multipart_upload(Bucket=bucket, Key=key)
     stats = publish(PublishSettings(url, part_mb=5, workers=1), files, "published.json")
     assert stats["aborted_multipart"] == 2
-    assert [u["Key"] for u in client.list_multipart_uploads(Bucket="left-open").get("Uploads", [])] == [
-        "elsewhere/other.tar"
-    ]
+    left = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    assert sorted(u["Key"] for u in left) == others
     for f in files:
-        head = client.head_object(Bucket="left-open", Key=f"run/{f}")
+        head = client.head_object(Bucket=bucket, Key=f"{base}{f}")
         assert head["Metadata"]["sha256"] == file_digest(f, 5 * MIB).sha256
 
 

@@ -2,10 +2,14 @@
 
 A handler takes the Explorer and the request's query (one value a name) and returns a dict or list
 (sent as JSON) or (bytes, content type). A name the run does not have raises NotFound, a value that
-cannot be read BadRequest.
+cannot be read BadRequest; each message names what was asked for (a dataset, a cut, a reject's stage,
+reason and row), never a file. Every file is opened through the explorer's Roots (`confine`, or
+`present` for a source that may be missing), every page of rejects or links by its offset index, and
+no answer holds more than MAX_ANSWER_BYTES.
 """
 
 import difflib
+import logging
 import math
 
 import pyarrow as pa
@@ -15,21 +19,34 @@ from sharflow.core.audio import resolve_audio_path
 from sharflow.explore import media, query, rejects, thresholds
 from sharflow.explore.run import KEPT, STATUS, Dataset
 
-MAX_PAGE = 500
+log = logging.getLogger(__name__)
+
+MAX_PAGE = 500  # rows a page
+MAX_PAGE_NUMBER = 10**9
+MAX_ANSWER_BYTES = 16 << 20  # ~5.8 min of 48 kHz 16-bit audio; a page of 500 rows is ~1 MB
 
 
 class NotFound(Exception):
-    """The request names nothing the run has."""
+    """The request names nothing the run has; the message, when given, names what was asked for."""
+
+    def __init__(self, what: str = ""):
+        super().__init__(str(what)[:200])
+        self.shown = bool(what)
 
 
 class BadRequest(Exception):
     """The request's parameters cannot be read; the message says why."""
 
 
+def too_large(size: int) -> str:
+    most = MAX_ANSWER_BYTES >> 20
+    return f"the answer would be {size / 2**20:.1f} MB, more than the explorer sends at once ({most} MB)"
+
+
 def _dataset(explorer, q: dict) -> Dataset:
     dataset = explorer.run.dataset(q.get("dataset", ""))
     if dataset is None:
-        raise NotFound(q.get("dataset"))
+        raise NotFound(f"no dataset {q.get('dataset', '')!r} in this run")
     return dataset
 
 
@@ -48,7 +65,7 @@ def _row(explorer, q: dict) -> tuple[Dataset, dict]:
     dataset = _dataset(explorer, q)
     row = dataset.row(q.get("id", ""))
     if row is None:
-        raise NotFound(q.get("id"))
+        raise NotFound(f"no cut {q.get('id', '')!r} in dataset {dataset.name}")
     return dataset, row
 
 
@@ -80,7 +97,7 @@ def cuts(explorer, q: dict) -> dict:
         expression,
         sort=q.get("sort") or None,
         descending=q.get("desc") in ("1", "true"),
-        number=_int(q, "page", 0),
+        number=_int(q, "page", 0, 0, MAX_PAGE_NUMBER),
         size=_int(q, "size", query.PAGE_SIZE, 1, MAX_PAGE),
     )
     return {
@@ -145,7 +162,10 @@ def threshold(explorer, q: dict) -> dict:
     table = dataset.table
     metric = q.get("metric", "")
     if metric not in thresholds.metrics_of(table):
-        raise NotFound(metric)
+        raise NotFound(f"no metric {metric!r} with values in dataset {dataset.name}")
+    side = q.get("side") or None
+    if side not in (None, "min", "max"):
+        raise BadRequest(f"side is min or max, not {side!r}")
     value = None
     if q.get("value"):
         try:
@@ -154,7 +174,7 @@ def threshold(explorer, q: dict) -> dict:
             raise BadRequest(f"value must be a number, got {q['value']!r}") from None
         if not math.isfinite(value):
             raise BadRequest("value must be finite")
-    found = thresholds.threshold(table, metric, value, q.get("side") or None)
+    found = thresholds.threshold(table, metric, value, side)
     shown = [query.ORDER, "cut_id", "duration", metric, STATUS, "split", "speaker"]
     shown = [c for c in shown if c in table.schema.names]
 
@@ -165,70 +185,104 @@ def threshold(explorer, q: dict) -> dict:
 
 
 def reject_reasons(explorer, q: dict) -> list[dict]:
-    return rejects.reasons(_dataset(explorer, q).files)
+    return rejects.reasons(_dataset(explorer, q).files, explorer.lines, explorer.roots)
 
 
-def _reason_file(explorer, q: dict) -> tuple[Dataset, str]:
+def _reason_file(explorer, q: dict) -> tuple[Dataset, str, str]:
+    """(dataset, reject file, what it is called in an answer)."""
     dataset = _dataset(explorer, q)
-    path = rejects.reason_file(dataset.files, q.get("stage", ""), q.get("reason", ""))
+    stage, reason = q.get("stage", ""), q.get("reason", "")
+    path = rejects.reason_file(dataset.files, stage, reason)
     if path is None:
-        raise NotFound(q.get("reason"))
-    return dataset, explorer.confine(path)
+        raise NotFound(f"no {stage!r} rejects for {reason!r} in dataset {dataset.name}")
+    return dataset, explorer.confine(path), f"{dataset.name} {stage} reject {reason}"
 
 
 def reject_rows(explorer, q: dict) -> dict:
-    _, path = _reason_file(explorer, q)
-    rows = rejects.rows(path, _int(q, "page", 0))
+    dataset, path, _ = _reason_file(explorer, q)
+    number = _int(q, "page", 0, 0, MAX_PAGE_NUMBER)
+    rows = explorer.lines.page(path, number)
     for row in rows:
-        row["playable"] = rejects.record_of(row) is not None
-    return {"rows": rows, "page": _int(q, "page", 0)}
+        record = rejects.record_of(row)
+        row["playable"] = record is not None and _playable(explorer, dataset, record)
+    return {"rows": rows, "page": number}
+
+
+def _playable(explorer, dataset: Dataset, record: dict) -> bool:
+    """Whether a record's audio is under its dataset's root and there (a missing file is not)."""
+    try:
+        return explorer.roots.present(dataset.source(record["audio_filepath"]))
+    except ValueError:  # a path that leaves the audio root (PathEscapeError)
+        return False
 
 
 def reject_audio(explorer, q: dict) -> tuple[bytes, str]:
-    dataset, path = _reason_file(explorer, q)
-    row = rejects.row(path, _int(q, "n", 0))
+    dataset, path, what = _reason_file(explorer, q)
+    n = _int(q, "n", 0, 0, MAX_PAGE_NUMBER)
+    row = explorer.lines.row(path, n)
     record = rejects.record_of(row) if row else None
     if record is None:
-        raise NotFound("no audio")
-    source = explorer.confine(dataset.source(record["audio_filepath"]))
-    return media.span_wav(source, record.get("offset") or 0.0, record["duration"]), "audio/wav"
+        raise NotFound(f"{what} row {n} has no audio")
+    return _span(explorer, dataset.source(record["audio_filepath"]), record, f"{what} row {n}")
 
 
 def links(explorer, q: dict) -> dict:
+    number = _int(q, "page", 0, 0, MAX_PAGE_NUMBER)
     path = rejects.links_file(explorer.run.root)
     if not path.exists():
-        return {"rows": [], "page": 0}
-    return {"rows": rejects.rows(str(path), _int(q, "page", 0)), "page": _int(q, "page", 0)}
+        return {"rows": [], "page": number}
+    return {"rows": explorer.lines.page(explorer.confine(str(path)), number), "page": number}
 
 
 def link_audio(explorer, q: dict) -> tuple[bytes, str]:
     path = rejects.links_file(explorer.run.root)
-    row = rejects.row(str(path), _int(q, "n", 0)) if path.exists() else None
-    side = q.get("side", "record")
+    n, side = _int(q, "n", 0, 0, MAX_PAGE_NUMBER), q.get("side", "record")
+    row = explorer.lines.row(explorer.confine(str(path)), n) if path.exists() else None
     if row is None or side not in ("record", "matched"):
-        raise NotFound("no link")
+        raise NotFound(f"no identity link {n} with a side {side!r}")
     record = row if side == "record" else row["matched"]
     root = explorer.run.audio_roots.get(record.get("dataset"))
     if root is None:
-        raise NotFound(record.get("dataset"))
-    source = explorer.confine(resolve_audio_path(root, record["audio_filepath"])[0])
-    return media.span_wav(source, record.get("offset") or 0.0, record["duration"]), "audio/wav"
+        raise NotFound(f"identity link {n}: no dataset {record.get('dataset')!r} in this run's config")
+    source = resolve_audio_path(root, record["audio_filepath"])[0]
+    return _span(explorer, source, record, f"identity link {n} ({side})")
+
+
+def _span(explorer, source: str, record: dict, what: str) -> tuple[bytes, str]:
+    """A record's span of `source` as WAV, clamped to its file; NotFound when the file is outside the
+    roots or not there, BadRequest for a span that cannot be played."""
+    if not explorer.roots.present(source):
+        raise NotFound(f"{what}: its audio file is not there")
+    try:
+        offset, duration = float(record.get("offset") or 0.0), float(record.get("duration"))
+    except (TypeError, ValueError):
+        raise BadRequest(f"{what}: its record has no duration in seconds") from None
+    try:
+        return media.span_wav(source, offset, duration, MAX_ANSWER_BYTES), "audio/wav"
+    except media.SpanError as e:
+        raise BadRequest(f"{what}: {e}") from None
+    except (RuntimeError, OSError):  # soundfile's LibsndfileError: the bytes are not audio it reads
+        log.warning("explorer: %s: cannot read %s", what, source, exc_info=True)
+        raise NotFound(f"{what}: its audio cannot be read (the explorer's log says why)") from None
 
 
 def _audio(explorer, q: dict) -> tuple[bytes, str]:
     """A cut's target or context audio: its Shar member when kept, else its source span."""
     dataset, row = _row(explorer, q)
     kind = q.get("kind", "target")
+    what = f"{dataset.name} cut {row['cut_id']} ({kind})"
     if kind not in ("target", "context"):
-        raise NotFound(kind)
+        raise NotFound(f"no {kind!r} audio: a cut has target and context audio")
     if row[STATUS] == KEPT:
         if kind == "context" and not row.get("context_file"):
-            raise NotFound("no context")
-        return media.member_bytes(explorer.confine(dataset.shar_member(row, kind)))
+            raise NotFound(f"{what}: the cut has no context")
+        try:
+            return media.member_bytes(explorer.confine(dataset.shar_member(row, kind)), MAX_ANSWER_BYTES)
+        except media.TooLarge as e:
+            raise BadRequest(f"{what}: {e}") from None
     if kind == "context":
-        raise NotFound("a dropped record has no context")
-    source = explorer.confine(dataset.source(row["source_file"]))
-    return media.span_wav(source, row["offset"] or 0.0, row["duration"]), "audio/wav"
+        raise NotFound(f"{what}: a dropped record has no context")
+    return _span(explorer, dataset.source(row["source_file"]), row, what)
 
 
 def audio(explorer, q: dict) -> tuple[bytes, str]:

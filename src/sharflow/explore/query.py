@@ -3,7 +3,9 @@
 A filter is clauses joined by `and` (or `&`), each `<column> <op> <value>`: op one of < <= > >= = ==
 != (numbers or text) or ~ (the text contains the value, any case); a value with spaces is quoted
 ("a b" or 'a b'); `null` matches a missing value (`asr_text = null`). It is parsed, never evaluated:
-the column must be one of the table's and the value a number where the column holds numbers.
+the column must be one of the table's and the value a number where the column holds numbers. It is
+read in one pass (each character looked at a bounded number of times), and at most MAX_FILTER
+characters long.
 
 Example::
 
@@ -20,9 +22,14 @@ import pyarrow.compute as pc
 from sharflow.core.errors import SharflowError
 
 PAGE_SIZE = 50
+MAX_FILTER = 2000  # characters: a filter of 50 clauses
 ORDER = "_order"  # the row's place in the table: ties in a sort keep it, so a page is always the same
-_CLAUSE = re.compile(r"""\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=|==|!=|=|<|>|~)\s*("[^"]*"|'[^']*'|\S+)\s*$""")
-_AND = re.compile(r"\s+and\s+|\s*&\s*", re.IGNORECASE)
+# each matched at a position and consumed: no pattern is tried twice over the same characters
+_SPACE = re.compile(r"\s*")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_OP = re.compile(r"<=|>=|==|!=|=|<|>|~")
+_BARE = re.compile(r"[^\s&]+")
+_AND = re.compile(r"and(?=\s)", re.IGNORECASE)
 _COMPARE = {
     "<": pc.less,
     "<=": pc.less_equal,
@@ -51,20 +58,58 @@ class Page:
 
 def where(text: str, schema: pa.Schema) -> pc.Expression | None:
     """The filter `text` (module docstring) as an expression over a table of `schema`; None for none."""
-    text = (text or "").strip()
-    if not text:
-        return None
     expression = None
-    for clause in _AND.split(text):
-        match = _CLAUSE.match(clause)
-        if not match:
-            raise QueryError(
-                f"cannot read '{clause.strip()}': write <column> <op> <value>, e.g. dnsmos_bak < 3.0 "
-                "(op: < <= > >= = != ~), clauses joined by 'and'"
-            )
-        term = _term(*match.groups(), schema)
+    for clause in clauses(text or ""):
+        term = _term(*clause, schema)
         expression = term if expression is None else expression & term
     return expression
+
+
+def clauses(text: str) -> list[tuple[str, str, str]]:
+    """(column, op, value as typed) of each clause of the filter `text`, read left to right once."""
+    if len(text) > MAX_FILTER:
+        raise QueryError(f"a filter is at most {MAX_FILTER} characters; this one has {len(text)}")
+    out, end = [], len(text)
+    at = _SPACE.match(text).end()
+    while at < end:
+        start = at
+        name = _NAME.match(text, at)
+        op = name and _OP.match(text, _SPACE.match(text, name.end()).end())
+        if not op:
+            raise _unreadable(text, start)
+        at = _SPACE.match(text, op.end()).end()
+        if text[at : at + 1] in ("'", '"'):
+            close = text.find(text[at], at + 1)
+            if close < 0:
+                raise QueryError(f"cannot read '{_shown_part(text, start)}': a quote is not closed")
+            value, at = text[at : close + 1], close + 1
+        else:
+            bare = _BARE.match(text, at)
+            if not bare:
+                raise _unreadable(text, start)
+            value, at = bare.group(), bare.end()
+        out.append((name.group(), op.group(), value))
+        at = _SPACE.match(text, at).end()
+        if at < end:
+            joined = _AND.match(text, at)
+            if text[at] != "&" and not joined:
+                raise _unreadable(text, start)
+            at = _SPACE.match(text, at + 1 if text[at] == "&" else joined.end()).end()
+            if at == end:
+                raise _unreadable(text, start)
+    return out
+
+
+def _shown_part(text: str, start: int) -> str:
+    part = text[start : start + 60].strip()
+    return part + ("..." if len(text) > start + 60 else "")
+
+
+def _unreadable(text: str, start: int) -> QueryError:
+    return QueryError(
+        f"cannot read '{_shown_part(text, start)}': write <column> <op> <value>, e.g. dnsmos_bak < 3.0 "
+        "(op: < <= > >= = != ~), clauses joined by 'and'"
+    )
 
 
 def _term(column: str, op: str, raw: str, schema: pa.Schema) -> pc.Expression:

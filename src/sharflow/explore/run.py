@@ -29,6 +29,7 @@ from sharflow.core.metrics import METRICS
 from sharflow.core.splits import TRAIN
 from sharflow.dataset.catalog import STRING
 from sharflow.explore.query import add_order
+from sharflow.explore.roots import Roots
 from sharflow.shar.format import audio_member_names
 
 log = logging.getLogger(__name__)
@@ -41,11 +42,13 @@ _SUFFIXES = "|".join(re.escape(s.lstrip(".")) for s in containers.CONTAINER_SUFF
 
 @dataclass
 class Dataset:
-    """One dataset of the run: its files (layout), its audio root and the Shar's audio format."""
+    """One dataset of the run: its files (layout), its audio root, where the explorer may read (every
+    file it opens is confined to `roots`) and the Shar's audio format."""
 
     name: str
     files: DatasetFiles
     audio_root: str
+    roots: Roots
     audio_format: str = "flac"
 
     @cached_property
@@ -53,11 +56,11 @@ class Dataset:
         """The catalog's rows (status `kept`; with quality.action `mark`, a marked cut's verdict is its
         validation_status column) then the quality-dropped records, with the ORDER column; built once,
         on first use."""
-        catalog = pq.read_table(self.files.catalog)
+        catalog = pq.read_table(self.roots.confine(self.files.catalog))
         n = catalog.num_rows
         kept = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([KEPT]))
         catalog = catalog.append_column(STATUS, kept).append_column(DETAIL, pa.nulls(n, STRING))
-        dropped = dropped_records(self.files, catalog.schema)
+        dropped = dropped_records(self.files, catalog.schema, self.roots.confine)
         if dropped is not None:
             catalog = pa.concat_tables([catalog, dropped])
         return add_order(catalog)
@@ -89,7 +92,7 @@ class Dataset:
         """A kept cut's Shar cut (its text, spoken form, tokenizers, context), read from its cuts file."""
         if row.get("shard") is None:
             return None
-        path = self.shar_files(row).shard(int(row["shard"])).cuts
+        path = self.roots.confine(self.shar_files(row).shard(int(row["shard"])).cuts)
         with gzip.open(path, "rt", encoding="utf-8") as f:
             for position, line in enumerate(f):
                 if position == row["position"]:
@@ -114,12 +117,13 @@ RECORD_SCHEMA = pa.schema(
 )
 
 
-def dropped_records(files: DatasetFiles, schema: pa.Schema) -> pa.Table | None:
+def dropped_records(files: DatasetFiles, schema: pa.Schema, confine) -> pa.Table | None:
     """The records the quality filter dropped, as rows of `schema` (the catalog's): their record's
-    fields, their metrics and their reason (STATUS) and its detail; None when it dropped none.
-    The files are read by pyarrow's JSON reader (C++, every core): a million metrics lines take ~1 s."""
+    fields, their metrics and their reason (STATUS) and its detail; None when it dropped none. Each
+    file is opened as `confine` returns its path (Roots.confine). The files are read by pyarrow's JSON
+    reader (C++, every core): a million metrics lines take ~1 s."""
     folder = Path(files.quality_rejected)
-    paths = sorted(str(p) for p in folder.glob("*.jsonl")) if folder.is_dir() else []
+    paths = sorted(confine(str(p)) for p in folder.glob("*.jsonl")) if folder.is_dir() else []
     tables = [_read_json(p, REJECT_SCHEMA) for p in paths]
     rejects = pa.concat_tables(tables) if tables else None
     if rejects is None or rejects.num_rows == 0:
@@ -127,7 +131,8 @@ def dropped_records(files: DatasetFiles, schema: pa.Schema) -> pa.Table | None:
     rejects = rejects.sort_by("line")
     wanted = [f for f in schema if f.name in METRIC_NAMES]
     metrics = _read_json(
-        files.quality_metrics, pa.schema([("line", pa.int64()), *((f.name, pa.float64()) for f in wanted)])
+        confine(files.quality_metrics),
+        pa.schema([("line", pa.int64()), *((f.name, pa.float64()) for f in wanted)]),
     )
     metrics = metrics.take(pc.index_in(rejects["line"], value_set=metrics["line"]))
     records = _read_json(pa.py_buffer("\n".join(rejects["original"].to_pylist()).encode()), RECORD_SCHEMA)
@@ -185,13 +190,15 @@ class Run:
         self.audio_roots = {
             name: _root(self.root, spec.get("audio_root", "")) for name, spec in specs.items()
         }
+        # the run's folder, its results wherever a symlink puts them, and every audio root
+        self.roots = Roots([str(self.root), str(self.root / RESULTS), *self.audio_roots.values()])
         audio_format = (config.get("shar") or {}).get("audio_format", "flac")
         for name in sorted(specs):
             files = DatasetFiles(str(self.root / RESULTS / name))
             if not os.path.exists(files.catalog):
                 log.warning("dataset %s has no catalog (%s): not shown", name, files.catalog)
                 continue
-            self.datasets[name] = Dataset(name, files, self.audio_roots[name], audio_format)
+            self.datasets[name] = Dataset(name, files, self.audio_roots[name], self.roots, audio_format)
 
     def dataset(self, name: str) -> Dataset | None:
         return self.datasets.get(name)

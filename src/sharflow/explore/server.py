@@ -1,11 +1,15 @@
 """The explorer's web server: a plain page and a JSON API over one run, on the standard library's
-threaded HTTP server.
+threaded HTTP server, safe to run on a node that other people share.
 
-Every request names things, never files: a dataset (one of the run's), a cut id (a row of its table),
-a stage and a reason (one of the reject files the stage folder holds), a line number. The file that
-answers is asked of the layout, and opened only if it lies under the run's folder or one of its
-datasets' audio roots (`Explorer.confine`). Anything else is a 404; a bad filter or number a 400 with
-the reason. It binds 127.0.0.1 unless told otherwise, and serves GET and HEAD alone.
+Every request is first checked by sharflow.explore.access: its Host must be one of the server's own
+names (DNS rebinding is refused) and a route that reads the run must carry the token printed at start.
+Every request names things, never files: a dataset (one of the run's), a cut id (a row of its table), a
+stage and a reason (one of the reject files the stage folder holds), a line number. The file that
+answers is asked of the layout and opened only through `Roots.confine` (sharflow.explore.roots). Each
+request's work is bounded: a filter's length, a span's seconds (clamped to its file), an answer's bytes,
+a page read by an offset index. A connection that sends nothing for TIMEOUT seconds is closed; at most
+MAX_CONNECTIONS are served at once (more are told 503 at once). Errors name what was asked for, never a
+path of the machine (the log keeps the detail). GET and HEAD alone; no CORS header.
 
 Routes (all GET): / and /static/<file> (the page); /api/datasets; /api/cuts?dataset&filter&sort&desc&
 page&size; /api/cut?dataset&id; /api/threshold?dataset&metric&value&side; /api/rejects?dataset;
@@ -14,9 +18,10 @@ context); /audio/reject?dataset&stage&reason&n; /audio/link?n&side (record or ma
 /picture/cut?dataset&id&kind.
 """
 
+import contextlib
 import json
 import logging
-import os
+import socket
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,13 +31,28 @@ from urllib.parse import parse_qs, urlsplit
 
 from sharflow.core.audio import PathEscapeError
 from sharflow.explore import api
+from sharflow.explore.access import Access
 from sharflow.explore.api import BadRequest, NotFound
+from sharflow.explore.lines import LineFiles
 from sharflow.explore.query import QueryError
+from sharflow.explore.roots import OutsideRoots
 from sharflow.explore.run import Run
 
 log = logging.getLogger(__name__)
 
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript", ".css": "text/css"}
+MAX_ANSWER_BYTES = api.MAX_ANSWER_BYTES
+TIMEOUT = 20.0  # seconds a connection may stay silent (reading its request) or stall (taking its answer)
+MAX_CONNECTIONS = 64  # served at once; a browser opens at most 6 to one host
+HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; "
+    "base-uri 'none'; form-action 'self'",
+}
+_UNSEEN = "not found: this run has no such thing"
 
 
 class Explorer:
@@ -40,7 +60,8 @@ class Explorer:
 
     def __init__(self, run: Run):
         self.run = run
-        self.roots = [str(run.root), *sorted(set(run.audio_roots.values()))]
+        self.roots = run.roots
+        self.lines = LineFiles()
         folder = resources.files("sharflow.explore") / "static"
         self.static = {
             p.name: p.read_bytes() for p in folder.iterdir() if p.name.endswith(tuple(STATIC_TYPES))
@@ -77,15 +98,10 @@ class Explorer:
                 dataset.table  # noqa: B018 (a cached property: built here, once)
             self._warm = True
 
-    def confine(self, path: str) -> str:
-        """`path` if it lies under the run's folder or a dataset's audio root, else NotFound."""
-        if "://" in path:
-            return path
-        real = os.path.realpath(path.split("#", 1)[0])
-        for root in self.roots:
-            if "://" not in root and (real + os.sep).startswith(os.path.join(os.path.realpath(root), "")):
-                return path
-        raise NotFound(path)
+    def confine(self, address: str) -> str:
+        """`address` if what it opens lies under the run's folder or a dataset's audio root, else
+        OutsideRoots (sharflow.explore.roots)."""
+        return self.roots.confine(address)
 
     def answer(self, route: str, query: dict[str, str]) -> tuple[bytes, str]:
         """(body, content type) of a GET of `route` with `query`."""
@@ -111,10 +127,13 @@ def _plain(value):
 
 
 class Handler(BaseHTTPRequestHandler):
-    """One request: routed to the Explorer, with byte ranges for audio (a player seeks with them)."""
+    """One request: checked (Host, token), routed to the Explorer, with byte ranges for audio (a player
+    seeks with them)."""
 
     explorer: Explorer
+    access: Access
     server_version = "sharflow-explore"
+    timeout = TIMEOUT
 
     def do_GET(self) -> None:
         self._respond(head=False)
@@ -123,23 +142,34 @@ class Handler(BaseHTTPRequestHandler):
         self._respond(head=True)
 
     def _respond(self, head: bool) -> None:
+        self.server.busy(self.request)
         parts = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+        refused = self.access.refusal(parts.path, self.headers, query)
+        if refused:
+            return self._error(HTTPStatus.FORBIDDEN, refused)
         try:
             body, kind = self.explorer.answer(parts.path, query)
-        except (NotFound, PathEscapeError, FileNotFoundError, KeyError):
-            return self._error(HTTPStatus.NOT_FOUND, "not found: this run has no such thing")
-        except (BadRequest, QueryError, ValueError) as e:
+        except NotFound as e:
+            return self._error(HTTPStatus.NOT_FOUND, f"not found: {e}" if e.shown else _UNSEEN)
+        except (OutsideRoots, PathEscapeError, FileNotFoundError, KeyError):
+            log.info("explorer: %s: %s", self.path, "outside the roots or missing", exc_info=True)
+            return self._error(HTTPStatus.NOT_FOUND, _UNSEEN)
+        except (BadRequest, QueryError) as e:
             return self._error(HTTPStatus.BAD_REQUEST, str(e))
-        except Exception as e:
+        except Exception:
             log.exception("explorer: %s failed", self.path)
-            return self._error(HTTPStatus.INTERNAL_SERVER_ERROR, f"{type(e).__name__}: {e}")
+            return self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "this request failed; the log says why")
+        if len(body) > MAX_ANSWER_BYTES:
+            return self._error(HTTPStatus.BAD_REQUEST, api.too_large(len(body)))
         status, headers, body = _ranged(body, self.headers.get("Range"))
+        if parts.path in ("/", "/index.html") and self.access.carries_token({}, query):
+            headers["Set-Cookie"] = self.access.set_cookie()
+        self._send(status, kind, body, {"Accept-Ranges": "bytes", **headers}, head)
+
+    def _send(self, status: int, kind: str, body: bytes, headers: dict, head: bool = False) -> None:
         self.send_response(status)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Accept-Ranges", "bytes")
-        self.send_header("Cache-Control", "no-store")
+        headers = {**HEADERS, "Content-Type": kind, "Content-Length": str(len(body)), **headers}
         for name, value in headers.items():
             self.send_header(name, value)
         self.end_headers()
@@ -147,15 +177,84 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def _error(self, status: HTTPStatus, message: str) -> None:
-        body = json.dumps({"error": message}).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        self._send(status, "application/json", json.dumps({"error": message}).encode(), {})
 
     def log_message(self, format: str, *args) -> None:
         log.debug("%s %s", self.address_string(), format % args)
+
+
+class ExplorerServer(ThreadingHTTPServer):
+    """A threaded server that serves at most `MAX_CONNECTIONS` connections at once (a connection past
+    that is told 503 at once) and whose server_close() does not wait for an idle connection: it shuts
+    the idle ones and waits for the requests being answered (one importing NeMo's tokenizers must not
+    be left half done)."""
+
+    daemon_threads = True
+    block_on_close = False
+
+    def __init__(self, address, handler, max_connections: int = MAX_CONNECTIONS):
+        super().__init__(address, handler)
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self._open: dict[socket.socket, bool] = {}  # connection -> whether a request is being answered
+        self._changed = threading.Condition()
+
+    def process_request(self, request, client_address) -> None:
+        if not self._slots.acquire(blocking=False):
+            _busy(request)
+            self.shutdown_request(request)
+            return
+        with self._changed:
+            self._open[request] = False
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._done(request)
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._done(request)
+
+    def busy(self, request) -> None:
+        """Mark `request`'s connection as answering (server_close waits for it)."""
+        with self._changed:
+            if request in self._open:
+                self._open[request] = True
+
+    def connections(self) -> int:
+        """How many connections are being served now."""
+        with self._changed:
+            return len(self._open)
+
+    def _done(self, request) -> None:
+        with self._changed:
+            if self._open.pop(request, None) is not None:
+                self._slots.release()
+            self._changed.notify_all()
+
+    def server_close(self) -> None:
+        super().server_close()
+        with self._changed:
+            for request, answering in self._open.items():
+                if not answering:
+                    with contextlib.suppress(OSError):  # its read returns: its thread ends
+                        request.shutdown(socket.SHUT_RDWR)
+            self._changed.wait_for(lambda: not self._open)
+
+
+def _busy(request) -> None:
+    """Tell a connection past the bound to come back, without waiting on it (this is the accepting
+    thread): what it has sent is drained first, so that closing does not reset the connection."""
+    body = b'{"error": "the explorer is serving as many connections as it may; try again"}'
+    head = ["HTTP/1.0 503 Service Unavailable", "Content-Type: application/json", "Retry-After: 1"]
+    head += [f"Content-Length: {len(body)}", "Connection: close", "", ""]
+    with contextlib.suppress(OSError):
+        request.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            request.recv(1 << 16)
+        request.sendall("\r\n".join(head).encode() + body)
 
 
 def _ranged(body: bytes, header: str | None) -> tuple[int, dict, bytes]:
@@ -174,14 +273,21 @@ def _ranged(body: bytes, header: str | None) -> tuple[int, dict, bytes]:
     return HTTPStatus.PARTIAL_CONTENT, {"Content-Range": f"bytes {start}-{end}/{size}"}, body[start : end + 1]
 
 
-def serve(run: Run, host: str = "127.0.0.1", port: int = 8050) -> ThreadingHTTPServer:
+def serve(
+    run: Run,
+    host: str = "127.0.0.1",
+    port: int = 8050,
+    allow_hosts: tuple[str, ...] = (),
+    max_connections: int = MAX_CONNECTIONS,
+) -> ExplorerServer:
     """A server for `run` on host:port (port 0: any free one), not yet serving: call serve_forever()
-    (or run it in a thread) and shutdown() to stop it."""
-    explorer = Explorer(run)
-    handler = type("ExplorerHandler", (Handler,), {"explorer": explorer})
-    server = ThreadingHTTPServer((host, port), handler)
-    # server_close() waits for the requests in flight: one still importing NeMo's tokenizers in a
-    # thread must not outlive the server (an import left half done deadlocks the next one)
-    server.daemon_threads = False
-    server.block_on_close = True
+    (or run it in a thread), then shutdown() and server_close() to stop it. Its `access` holds the
+    token; `url` is the address to open, token included."""
+    handler = type("ExplorerHandler", (Handler,), {"explorer": Explorer(run)})
+    server = ExplorerServer((host, port), handler, max_connections)
+    handler.access = Access(host, server.server_address[1], tuple(allow_hosts))
+    server.access = handler.access
+    shown = host if host not in ("0.0.0.0", "", "::") else socket.gethostname()
+    shown = f"[{shown}]" if ":" in shown else shown
+    server.url = f"http://{shown}:{server.server_address[1]}/?token={handler.access.token}"
     return server

@@ -6,8 +6,9 @@ working folder>` (results/demo/shar/cuts/cuts.000000.jsonl.gz, results/input_cfg
 paths `training.path_prefix` (by default the publish URL) writes into input_cfg, validation_ds and
 the evaluation sets. The job:
 
-1. lists what is under the URL (one request per 1,000 objects) and aborts multipart uploads a
-   killed run left open;
+1. lists what is under the URL (one request per 1,000 objects) and aborts the multipart uploads a
+   killed run left open to the keys it publishes (never another writer's: the URL's prefix is a
+   folder, `s3://b/emilia` means `emilia/`, and only the run's own keys are aborted under it);
 2. uploads each file whose object is missing or differs: the ETag a file will have is computed
    from its bytes (sharflow.publish.objects), so an object that is there byte for byte is not sent
    again, and a file whose size and time are the last run's keeps its digests (no read);
@@ -83,10 +84,12 @@ def publish(settings: PublishSettings, files: list[str], out: str) -> dict:
     """Publish `files` (paths under the working folder) under `settings.url`; write the local record
     to `out` (read first: the last run's digests); return the stats."""
     target = _Target(settings.url)
+    refuse_escapes(files)
     last = _last_record(out, settings.part_size)
     with storage.RequestCount() as requests:
         remote = target.call(listing, target.bucket, target.key(""))
-        aborted = target.call(abort_unfinished, target.bucket, target.key(""))
+        ours = {target.key(f) for f in files}
+        aborted = target.call(abort_unfinished, target.bucket, target.key(""), ours)
         digests = _digests(files, last)
         todo = [
             f for f in files if not _is_there(remote.get(target.key(f)), digests[f], last["objects"].get(f))
@@ -156,6 +159,21 @@ class _Target:
             raise
         except Exception as e:
             raise storage.storage_error(self.root, e) from e
+
+
+def refuse_escapes(files: list[str]) -> None:
+    """SharflowError for a file whose real place leaves its top folder under the working folder (a
+    symlink in `results/` to a file elsewhere): publish uploads the run's own files only. A top folder
+    that is itself a symlink (results/ on scratch) is the run's."""
+    for f in files:
+        top = os.path.normpath(f).split(os.sep, 1)[0]
+        inside = os.path.join(os.path.realpath(top), "")
+        real = os.path.realpath(f)
+        if os.path.isabs(f) or not real.startswith(inside):
+            raise SharflowError(
+                f"{f}: listed for publishing but it is {real}, outside the run's {top}/ (a symlink?); "
+                "publish uploads only the run's own files: put the file itself there or remove it"
+            )
 
 
 def _md5(body: bytes) -> str:

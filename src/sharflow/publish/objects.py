@@ -50,13 +50,15 @@ def file_digest(path: str, part_size: int) -> FileDigest:
     return FileDigest(size, etag, sha.hexdigest())
 
 
-def abort_unfinished(bucket: str, prefix: str) -> int:
-    """Abort the multipart uploads under `prefix` that a killed run left open; how many."""
+def abort_unfinished(bucket: str, prefix: str, keys: set[str]) -> int:
+    """Abort the multipart uploads to `keys` (listed under `prefix`) that a killed run left open; how
+    many. An upload to any other key is another writer's, in flight or not: it is left alone."""
     client, count = storage.client(), 0
     for page in client.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=prefix):
         for upload in page.get("Uploads", ()):
-            client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
-            count += 1
+            if upload["Key"] in keys:
+                client.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+                count += 1
     return count
 
 
