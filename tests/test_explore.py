@@ -181,9 +181,10 @@ def test_a_range_request_gets_those_bytes_and_a_bad_one_the_whole_or_a_416():
 
 
 @contextmanager
-def running(work: Path, config: dict):
-    """A real explorer server over the run in `work`, on a free port of 127.0.0.1; stopped after."""
-    server = serve(Run(work, config), port=0)
+def running(work: Path, config: dict, **options):
+    """A real explorer server over the run in `work`, on a free port of 127.0.0.1 (serve's `options`);
+    stopped after."""
+    server = serve(Run(work, config), port=0, **options)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

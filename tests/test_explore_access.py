@@ -15,13 +15,13 @@ import socket
 import tarfile
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
+from test_explore import running
 
 from sharflow.core.layout import IDENTITY_LINKS, DatasetFiles
 from sharflow.explore.access import Access, host_names, is_loopback
@@ -244,19 +244,6 @@ def tiny(tmp_path):
     write_jsonl(run / IDENTITY_LINKS, links)
     config = {"datasets": {"tiny": {"manifest": "m.json", "audio_root": str(audio)}}}
     return run, config, [str(tmp_path), str(audio), str(outside)]
-
-
-@contextmanager
-def running(run: Path, config: dict, **options):
-    server = serve(Run(run, config), port=0, **options)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 def request(server, path: str, headers: dict | None = None, token: bool = True):
