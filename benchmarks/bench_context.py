@@ -84,8 +84,8 @@ def bench_stage(device: str, times: int = 8) -> None:
     import torch
 
     from sharflow.context.part import PartSettings
-    from sharflow.core.audio import load_span, resample, resolve_audio_path
     from sharflow.core.layout import DatasetFiles
+    from sharflow.io.audio import load_span, resample, resolve_audio_path
     from sharflow.models.speaker_embedders import load_embedder
 
     with tempfile.TemporaryDirectory() as d:
@@ -144,7 +144,7 @@ def bench_stage(device: str, times: int = 8) -> None:
 
 def bench_balance() -> None:
     from sharflow.context.plan import group_cost
-    from sharflow.core.balance import imbalance, loads, lpt_assign
+    from sharflow.work.balance import imbalance, loads, lpt_assign
 
     rng = np.random.default_rng(0)
     print("\n3. balance of LPT over Zipf(a=1.8) speaker sizes, 8 s per utterance, cost n^2 + 1e6*seconds")

@@ -7,7 +7,7 @@ files with the audio inside (the Hub's form, `--per-tar` rows a file in row grou
 duration column: prepare reads each row's header). Per form:
 
 1. prepare (one worker): records/s, CPU seconds, and the ratio to the NeMo manifest's;
-2. the audio read of every later stage (sharflow.core.audio.read_span over every prepared record, as
+2. the audio read of every later stage (sharflow.io.audio.read_span over every prepared record, as
    quality, identity, context and Shar read it): audio seconds decoded per second, against two floors
    measured in this run: reading the same bytes sequentially (each loose file once, or each tar front
    to back), and the loose-file layout's own read;
@@ -150,7 +150,7 @@ def timed(fn, repeats: int) -> tuple[float, float, object]:
 
 def cold_process() -> None:
     """Forget what this process cached (audio headers, tar indexes): each timing is a job's first pass."""
-    from sharflow.core import containers
+    from sharflow.io import containers
     from sharflow.prepare import manifest
 
     manifest._probe_cached.cache_clear()
@@ -179,7 +179,7 @@ def run_prepare(work: Path, name: str, settings: dict) -> list[dict]:
 
 def read_all(records: list[dict], audio_root: str) -> float:
     """Decode every record's span as the stages do; the audio seconds read."""
-    from sharflow.core.audio import read_span, resolve_audio_path
+    from sharflow.io.audio import read_span, resolve_audio_path
 
     cold_process()
     seconds = 0.0
@@ -192,7 +192,7 @@ def read_all(records: list[dict], audio_root: str) -> float:
 
 def index_cost(tars: list[Path], repeats: int) -> tuple[float, float, int]:
     """(CPU s to index every tar from its headers, CPU s to load the indexes kept, bytes kept)."""
-    from sharflow.core import containers
+    from sharflow.io import containers
 
     keys = [containers.tar_index_key(str(t)) for t in tars]
     scan = timed(lambda: [containers.scan_tar(k[0], k[1]) for k in keys], repeats)[0]
@@ -209,7 +209,7 @@ def emilia_index_cost(work: Path, members: int = 14_000, lookups: int = 2_000) -
     import random
     import tracemalloc
 
-    from sharflow.core import containers
+    from sharflow.io import containers
 
     tar = work / "EN-B000042.tar"
     tar.write_bytes(b"\0" * 10240)

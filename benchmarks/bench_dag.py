@@ -7,7 +7,7 @@ Snakemake then has to build every job: 1,000 shar and 2,000 codes jobs of 10 sha
 peak RSS of the snakemake process, against a floor measured in the same run: a dry run of the same workflow
 before the plan exists (the checkpoint not yet run: a DAG of a handful of jobs, so the figure is
 the fixed cost of starting snakemake and parsing the workflow). Then the same plan as a finished
-run: every shard file of every job and every job's record (sharflow.core.jobs) written (empty files,
+run: every shard file of every job and every job's record (sharflow.work.jobs) written (empty files,
 their sizes recorded), so that every run checks 120,000 files against 3,000 records; a dry run of
 that, and of it with one shard file missing (which must plan exactly its shar job and what follows).
 
@@ -30,8 +30,9 @@ from pathlib import Path
 import yaml
 from _corpus import snakemake_command
 
-from sharflow.core.jobs import plan_jobs, write_job_record
-from sharflow.core.layout import DatasetFiles, block_members, block_size, dataset_files
+from sharflow.core.blocks import block_members, block_size
+from sharflow.core.layout import DatasetFiles, dataset_files
+from sharflow.work.jobs import plan_jobs, write_job_record
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,7 +101,7 @@ def synthesize_records(work: Path, n: int, shard_size: int) -> int:
     import os
     import shutil
 
-    import bench_scale
+    from scale.corpus import corpus, write_with_context
 
     from sharflow.shar.plan import plan_shards
 
@@ -108,7 +109,7 @@ def synthesize_records(work: Path, n: int, shard_size: int) -> int:
     paths = [files.prepared, files.text_records, files.quality_kept, files.split_records, files.with_context]
     stamps = {p: os.stat(p) for p in paths if os.path.exists(p)}
     t = time.perf_counter()
-    bench_scale.write_with_context(bench_scale.corpus(n), Path(files.with_context))
+    write_with_context(corpus(n), Path(files.with_context))
     for path in stamps:
         if path != files.with_context:
             shutil.copyfile(files.with_context, path)

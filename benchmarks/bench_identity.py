@@ -8,7 +8,7 @@ A corpus of `--records` distinct utterances is made from the demo's speech: each
 no other clip has), `--speakers` speakers. Then, each in a fresh process (CPU seconds and peak
 RSS of its own):
 
-1. the floor: decoding every record's span as the stage does (sharflow.core.audio.load_span);
+1. the floor: decoding every record's span as the stage does (sharflow.io.audio.load_span);
 2. the identity part over every record (one worker): decoding, fingerprinting, writing; then
    again with voices (identity.voices: each record's GE2E embedding too);
 3. the identity job over every record, with splits holding out 10 % + 10 % of the speakers and
@@ -63,7 +63,7 @@ SPLITS = {
 FLOOR = """
 import json, resource, sys, time
 args = json.loads(sys.argv[1])
-from sharflow.core.audio import load_span
+from sharflow.io.audio import load_span
 t0 = time.process_time()
 n = 0
 for line in open(args["records"]):
@@ -109,7 +109,7 @@ SCALE = """
 import json, resource, sys, time
 import numpy as np
 args = json.loads(sys.argv[1])
-from sharflow.identity.links import HeldOut, MatchRules
+from sharflow.identity.held_out import HeldOut, MatchRules
 entries = [json.loads(x) for x in open(args["index"])]
 hashes = np.load(args["hashes"], mmap_mode="r")
 def fp(e):
@@ -154,7 +154,7 @@ print(json.dumps({"cpu": cpu, "pairs": len(pairs), "linked": sum(p["linked"] for
 CALIBRATE = """
 import io, itertools, json, sys
 import numpy as np, soundfile as sf, soxr
-from sharflow.core.audio import load_span, resample
+from sharflow.io.audio import load_span, resample
 from sharflow.models.speaker_embedders.ge2e import GE2EEmbedder
 demo = sys.argv[1]
 manifest = [json.loads(x) for x in open(demo + "/manifest.json")]

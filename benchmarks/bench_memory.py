@@ -38,7 +38,7 @@ from _corpus import proc_status_mb, repeated_demo, repeated_with_context, snakem
 
 REPO = Path(__file__).resolve().parents[1]
 RULES = ("prepare", "context_plan", "context_part", "context_merge", "shar_plan", "shar jobs", "shar_merge")
-SHAR_JOBS = ("shar_block", "shar_tail", "shar_shard")  # one rule per kind of block (core.jobs): "shar jobs"
+SHAR_JOBS = ("shar_block", "shar_tail", "shar_shard")  # one rule per kind of block (work.jobs): "shar jobs"
 
 
 def peak_rss(work: Path, dataset: str) -> dict[str, float]:

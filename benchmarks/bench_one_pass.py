@@ -17,7 +17,7 @@ are this process's:
    forms.
 
 It prints CPU-s per record of each, how many times each record was decoded (counted at
-sharflow.core.audio.load_span's callers), the floor's CPU-s by part (and so the most the one pass
+sharflow.io.audio.load_span's callers), the floor's CPU-s by part (and so the most the one pass
 can save: the two decodes and resamples a record the three passes repeat), the one pass / three
 passes ratio (the bar: <= 0.8) and floor / one pass (the bar: >= 0.9), and checks that the one
 pass's identity files, metrics (but for their key, which also holds the context embedder) and
@@ -147,8 +147,8 @@ def floor(records: list[dict], root: str, dnsmos_windows: int, batch_seconds: fl
     clock: {part: CPU-s}."""
     from collections import defaultdict
 
-    from sharflow.core.audio import load_span, resample, resolve_audio_path
     from sharflow.identity.part import fingerprint_rows, samples_digest
+    from sharflow.io.audio import load_span, resample, resolve_audio_path
     from sharflow.models.dnsmos import Dnsmos
     from sharflow.models.speaker_embedders import load_embedder
     from sharflow.models.vad import SileroVad

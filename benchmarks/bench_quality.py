@@ -57,7 +57,7 @@ def prepared_corpus(tmp: Path, times: int) -> tuple[str, str, list[dict]]:
 
 def decoded(records: list[dict], root: str, asr_rate: int | None) -> list[tuple]:
     """(audio at 16 kHz, audio at the ASR model's rate or None) of every record, decoded beforehand."""
-    from sharflow.core.audio import load_span, resample, resolve_audio_path
+    from sharflow.io.audio import load_span, resample, resolve_audio_path
 
     out = []
     for r in records:
@@ -241,8 +241,8 @@ def floor(clips: list[tuple], durations: list[float], device: str, settings) -> 
 def cpu_side(prepared: str, settings) -> float:
     """Seconds of the CPU side alone (read, decode, resample, signal measures) over every record, one
     process: what a rank's CPU workers do beside its device."""
-    from sharflow.core.parts import part_records
     from sharflow.quality.rank import load_record
+    from sharflow.work.parts import part_records
 
     load = partial(load_record, prepared, settings, "digest", None)
     items = [(line, offset) for line, offset, _ in part_records(prepared, 0, 1)]

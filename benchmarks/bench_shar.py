@@ -34,8 +34,8 @@ import soxr
 import yaml
 from _corpus import repeated_demo, repeated_with_context, snakemake_command
 
-from sharflow.core.audio import compute_num_samples
 from sharflow.core.layout import DatasetFiles, dataset_files
+from sharflow.io.audio import compute_num_samples
 from sharflow.shar.audio import EncodeSettings
 
 # sharflow.shar.shard and sharflow.context.part (lhotse, torch) are imported inside the functions: spawned

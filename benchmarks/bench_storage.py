@@ -1,7 +1,7 @@
 """Object storage: requests, bytes and time, in and out, against a local floor in the same run.
 
 A real S3 API (moto's server, installed with the test extras) on 127.0.0.1; every request the
-client sends is counted (sharflow.core.storage.RequestCount; a Snakemake process's through
+client sends is counted (sharflow.io.storage.RequestCount; a Snakemake process's through
 SHARFLOW_REQUEST_LOG).
 
 - **Emilia-shaped**: `--tars` WebDataset tars of `--per-tar` short samples (`--seconds` of FLAC each,
@@ -44,8 +44,8 @@ import soundfile as sf
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from sharflow.core import containers, object_cache, storage  # noqa: E402
-from sharflow.core.audio import read_span, resolve_audio_path  # noqa: E402
+from sharflow.io import containers, object_cache, storage  # noqa: E402
+from sharflow.io.audio import read_span, resolve_audio_path  # noqa: E402
 from sharflow.publish import PublishSettings, publish  # noqa: E402
 from testkit import (  # noqa: E402
     DEMO,

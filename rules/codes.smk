@@ -31,7 +31,7 @@ rule codec_model:
 # A codes job encodes a block of codes.shards_per_job shards (shard keys sharing all digits but the
 # last), loading the codec once per rank, and a killed job's rerun keeps the shards it finished.
 # Where the plan ends inside a block, smaller blocks, then one job for the last 2-9 shards or the last
-# one: a rule per kind of job (sharflow.core.jobs); get_codes_block_inputs hands a block the plan
+# one: a rule per kind of job (sharflow.work.jobs); get_codes_block_inputs hands a block the plan
 # does not have to the next rule.
 for kind in job_kinds("codes"):
 
@@ -56,7 +56,7 @@ for kind in job_kinds("codes"):
             mem_mb=RESOURCES.mem_mb(kind.name),
             runtime=RESOURCES.runtime(kind.name),
         wildcard_constraints:
-            block=rf"\d{{{6 - layout.block_digits(kind.size)}}}",
+            block=rf"\d{{{6 - blocks.block_digits(kind.size)}}}",
         script:
             "../workflow_scripts/codes_block.py"
 

@@ -23,7 +23,7 @@ checkpoint shar_plan:
 
 # A shar job writes a block of shar.shards_per_job shards (as codes jobs do, rules/codes.smk): fewer
 # jobs for Snakemake to plan and for Slurm to run; each shard is still written atomically on its own,
-# and a killed job's rerun keeps the shards it finished. One rule per kind of job: sharflow.core.jobs.
+# and a killed job's rerun keeps the shards it finished. One rule per kind of job: sharflow.work.jobs.
 for kind in job_kinds("shar"):
 
     rule:
@@ -45,7 +45,7 @@ for kind in job_kinds("shar"):
             mem_mb=RESOURCES.mem_mb(kind.name),
             runtime=RESOURCES.runtime(kind.name),
         wildcard_constraints:
-            block=rf"\d{{{6 - layout.block_digits(kind.size)}}}",
+            block=rf"\d{{{6 - blocks.block_digits(kind.size)}}}",
         script:
             "../workflow_scripts/shar_block.py"
 

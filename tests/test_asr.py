@@ -8,18 +8,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sharflow.core.audio import load_span, resample
 from sharflow.core.config import validate_config
 from sharflow.core.errors import SharflowError
 from sharflow.core.jsonl import merge_by_line
 from sharflow.core.metrics import MEASURED as METRICS
 from sharflow.core.metrics import TEXT_METRICS
-from sharflow.core.ranks import Rank
+from sharflow.io.audio import load_span, resample
 from sharflow.models.asr import Transcriber, build_random_asr
 from sharflow.quality.filter import with_metrics
 from sharflow.quality.part import AsrOptions, MeasureSettings, measure_records
 from sharflow.quality.text import asr_fields, error_rates, normalize_text, reference_text
 from sharflow.report.quality_costs import quality_view
+from sharflow.work.ranks import Rank
 from testkit import DEMO, REPO, demo_config, prepare_demo, run_quality_filter
 
 

@@ -1,4 +1,4 @@
-"""sharflow.core.audio: paths inside the audio root, headers, and the one reading of a span that the
+"""sharflow.io.audio: paths inside the audio root, headers, and the one reading of a span that the
 shard, quality and context share."""
 
 import io
@@ -10,12 +10,12 @@ import soundfile as sf
 
 from sharflow.context.part import PartSettings, run_context_part
 from sharflow.context.plan import plan_context
-from sharflow.core.audio import PathEscapeError, probe_audio, resolve_audio_path
 from sharflow.core.jsonl import numbered_lines
 from sharflow.core.layout import DatasetFiles
-from sharflow.core.ranks import Rank
+from sharflow.io.audio import PathEscapeError, probe_audio, resolve_audio_path
 from sharflow.quality.part import MeasureSettings, measure_records
 from sharflow.shar.audio import EncodeSettings, encode_span
+from sharflow.work.ranks import Rank
 from testkit import DEMO, prepare_demo, write_jsonl, write_tone
 
 

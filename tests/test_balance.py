@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sharflow.core.balance import imbalance, loads, lpt_assign
+from sharflow.work.balance import imbalance, loads, lpt_assign
 
 
 def test_every_unit_is_assigned_once_and_deterministically():

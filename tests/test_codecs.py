@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from sharflow.core.audio import load_span, resample
 from sharflow.core.errors import SharflowError
+from sharflow.io.audio import load_span, resample
 from sharflow.models.codecs import frames, load_codec
 from sharflow.models.codecs.hf import build_random_encodec
 from testkit import DEMO, REPO, assert_informative_codes

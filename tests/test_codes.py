@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from lhotse import CutSet
 
 from sharflow.codes.batches import Item, padding_efficiency, plan_batches
-from sharflow.core.audio import compute_num_samples
 from sharflow.core.errors import SharflowError
+from sharflow.io.audio import compute_num_samples
 from sharflow.models.codecs import load_codec
 from testkit import assert_informative_codes, codes_in_tars, magpie_dataset, run_codes
 

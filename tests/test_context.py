@@ -94,7 +94,7 @@ def test_stale_plan_is_reported(demo_runs, tmp_path):
 
 
 def test_saved_embeddings_match_their_ids(demo_runs):
-    from sharflow.core.audio import load_span, resample
+    from sharflow.io.audio import load_span, resample
     from sharflow.models.speaker_embedders import load_embedder
 
     _, _, (plain, _), (ctx, _) = demo_runs

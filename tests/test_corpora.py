@@ -21,10 +21,10 @@ import pytest
 import soundfile as sf
 from lhotse import CutSet, Recording, RecordingSet, SupervisionSegment, SupervisionSet
 
-from sharflow.core import containers, storage
-from sharflow.core.audio import probe_audio, read_span, resolve_audio_path
 from sharflow.core.config import validate_config
 from sharflow.core.errors import SharflowError
+from sharflow.io import containers, storage
+from sharflow.io.audio import probe_audio, read_span, resolve_audio_path
 from sharflow.prepare.readers.lhotse import LhotseManifest, supervision_record
 from sharflow.prepare.recipe import run_recipe
 from sharflow.shar.audio import EncodeSettings, copy_through

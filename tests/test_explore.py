@@ -16,13 +16,13 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from sharflow.core.audio import PathEscapeError
 from sharflow.core.layout import DatasetFiles
 from sharflow.explore.query import ORDER, QueryError, add_order, page, where
 from sharflow.explore.roots import OutsideRoots
 from sharflow.explore.run import Run, cut_ids
 from sharflow.explore.server import _ranged, serve
 from sharflow.explore.thresholds import threshold
+from sharflow.io.audio import PathEscapeError
 from sharflow.shar.plan import cut_id
 from testkit import read_jsonl
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from sharflow.core.audio import load_span, resample
+from sharflow.io.audio import load_span, resample
 from sharflow.models.speaker_embedders import load_embedder
 from sharflow.models.speaker_embedders.ge2e import PARTIAL_FRAMES, partial_starts, pretrained_weights
 from testkit import DEMO

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from sharflow.core.blocks import block_members, block_size, shard_numbers
 from sharflow.core.errors import SharflowError
-from sharflow.core.jobs import plan_jobs, planned_jobs
-from sharflow.core.layout import DatasetFiles, block_members, block_size, shard_numbers
+from sharflow.core.layout import DatasetFiles
 from sharflow.dataset.tables import identity_section
 from sharflow.shar.plan import correction_notes, plan_shards
+from sharflow.work.jobs import plan_jobs, planned_jobs
 from testkit import planned_lines, write_jsonl
 
 

@@ -16,6 +16,8 @@ from testkit import REPO
 SRC = REPO / "src" / "sharflow"
 PACKAGES = (
     "core",
+    "io",
+    "work",
     "prepare",
     "text",
     "quality",
@@ -31,7 +33,21 @@ PACKAGES = (
     "report",
     "plan",
     "explore",
+    "workflow",
 )
+# Floors, bottom up: a package imports only from floors below it; on the stages' floor a stage may
+# import another (quality writes identity parts), as long as no import goes round (docs: development).
+FLOORS = {
+    "core": 0,
+    "io": 1,
+    "models": 1,
+    "work": 2,
+    **dict.fromkeys(
+        ("prepare", "text", "quality", "identity", "splits", "context", "shar", "codes", "dataset"), 3
+    ),
+    **dict.fromkeys(("verify", "publish", "plan"), 3),
+    **dict.fromkeys(("report", "explore", "workflow"), 4),
+}
 HEAVY = ("torch", "lhotse", "nemo", "pandas", "pyarrow", "matplotlib", "onnxruntime")
 MAX_FUNCTION_LINES = 60
 MAX_ADAPTER_LINES = 25
@@ -44,6 +60,66 @@ def test_the_package_holds_only_stage_packages_over_the_core():
         init = SRC / name / "__init__.py"
         assert init.is_file(), f"{name} is not a package"
         assert ast.get_docstring(ast.parse(init.read_text())), f"{init} does not say what the stage does"
+
+
+def package_imports(root) -> dict[str, set[str]]:
+    """{package: the other sharflow packages its modules import} under `root` (src/sharflow)."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).parts
+        if len(parts) < 2:
+            continue
+        imported = out.setdefault(parts[0], set())
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            imported |= {
+                n.split(".")[1] for n in names if n.startswith("sharflow.") and n.split(".")[1] != parts[0]
+            }
+    return out
+
+
+def import_problems(imports: dict[str, set[str]]) -> list[str]:
+    """Each import that runs back up a floor or goes round, in words."""
+    problems = [
+        f"{p} (floor {FLOORS[p]}) imports {o} (floor {FLOORS[o]})"
+        for p, others in imports.items()
+        for o in sorted(others)
+        if FLOORS[o] > FLOORS[p] or (FLOORS[o] == FLOORS[p] and FLOORS[p] != 3)
+    ]
+    done, path = set(), []
+
+    def visit(p):
+        if p in path:
+            problems.append("a circle: " + " -> ".join([*path[path.index(p) :], p]))
+            return
+        if p in done:
+            return
+        path.append(p)
+        for o in sorted(imports.get(p, ())):
+            visit(o)
+        path.pop()
+        done.add(p)
+
+    for p in sorted(imports):
+        visit(p)
+    return problems
+
+
+def test_no_import_runs_back_up_a_floor_and_none_goes_round(tmp_path):
+    imports = package_imports(SRC)
+    assert set(imports) == set(FLOORS) == set(PACKAGES)
+    assert import_problems(imports) == []
+    # the check sees each kind of problem where there is one
+    planted = {
+        **imports,
+        "core": {"io"},
+        "shar": imports["shar"] | {"verify"},
+        "verify": imports["verify"] | {"shar"},
+    }
+    found = import_problems(planted)
+    assert "core (floor 0) imports io (floor 1)" in found
+    assert any(p.startswith("a circle:") and "shar" in p and "verify" in p for p in found)
 
 
 def long_functions(root) -> list[str]:
@@ -117,7 +193,7 @@ def test_the_mutation_selection_names_files_and_tests_that_exist():
 def test_prepares_readers_are_siblings_behind_one_interface():
     """Each corpus form is one module of sharflow.prepare.readers, registered once (FORMS), named as the
     config's datasets.<name>.format says it, with every member of the Reader protocol; no reader
-    imports another (what they share is readers.common and core.containers)."""
+    imports another (what they share is readers.common and io.containers)."""
     from sharflow.core.config import load_yaml
     from sharflow.prepare import readers
 

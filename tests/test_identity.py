@@ -16,11 +16,11 @@ import soundfile as sf
 import soxr
 import yaml
 
-from sharflow.core.audio import load_span
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import IdentityCheckFiles, IdentityIndexFiles
-from sharflow.core.splits import TRAIN, SplitRules, span_key, speaker_identity
+from sharflow.core.splits import TRAIN, SplitRules, speaker_identity
 from sharflow.identity.fingerprint import Fingerprint, best_offset_count, fingerprint, match
+from sharflow.identity.held_out import HeldOut
 from sharflow.identity.keys import folded_text, utterance_key
 from sharflow.identity.links import (
     DUPLICATE,
@@ -29,7 +29,6 @@ from sharflow.identity.links import (
     SAME_CONTENT,
     SAME_UTTERANCE,
     DatasetIdentity,
-    HeldOut,
     MatchRules,
     _first_copies,
     _warn_drifted,
@@ -50,6 +49,7 @@ from sharflow.identity.voices import (
 )
 from sharflow.identity.voices import _decide as voices_decide
 from sharflow.identity.voices import _rank as voices_rank
+from sharflow.io.audio import load_span, span_key
 from sharflow.splits.stage import DatasetSplits, assign_splits
 from testkit import DEMO, REPO, identity_part, prepare_demo, read_jsonl, run_identity, write_jsonl
 
@@ -1005,9 +1005,9 @@ def test_a_lookup_scores_the_records_that_share_triplets_and_the_most_of_them_fi
     """A held-out record is scored by its pairs only if it shares CANDIDATE_VOTES triplets with the
     query at one offset: an anchor's three pairs make three triplets, an anchor of one pair none.
     Of more candidates than MAX_CANDIDATES, those with the most triplets are scored."""
-    import sharflow.identity.links as links
+    import sharflow.identity.held_out as held_out
 
-    assert (links.CANDIDATE_VOTES, links.MAX_CANDIDATES) == (2, 64)
+    assert (held_out.CANDIDATE_VOTES, held_out.MAX_CANDIDATES) == (2, 64)
     lone = [(0, 1)]  # pairs with no partner at their anchor: no triplet
     held = HeldOut()
     records = {
@@ -1028,9 +1028,9 @@ def test_a_lookup_scores_the_records_that_share_triplets_and_the_most_of_them_fi
     assert held.best(landmarks(records["two"][:2]), anyhow) == (1, 1.0, 4)  # two votes: scored by pairs
     assert held.best(landmarks(records["two"][:1] * 2), anyhow) is None  # its triplet held thrice: one vote
     query = landmarks(records["two"][:5] + records["three"][:2])  # 5 triplets of two, 6 of three
-    monkeypatch.setattr(links, "MAX_CANDIDATES", 1)
+    monkeypatch.setattr(held_out, "MAX_CANDIDATES", 1)
     assert held.best(query, anyhow) == (2, 6 / 16, 6)  # the most triplets, scored alone
-    monkeypatch.setattr(links, "MAX_CANDIDATES", 2)
+    monkeypatch.setattr(held_out, "MAX_CANDIDATES", 2)
     assert held.best(query, anyhow) == (1, 10 / 16, 10)  # both scored: 10 pairs beat 6
 
 
@@ -1039,10 +1039,10 @@ def test_a_found_triplet_names_its_record_as_a_binary_search_over_the_starts_wou
     walk): records of many sizes, empty ones first, side by side and last, records longer than a
     block and many in one block; every pair position and the block edges give the last record
     starting at or before it, as np.searchsorted does."""
-    import sharflow.identity.links as links
+    import sharflow.identity.held_out as held_out
 
     rng = np.random.default_rng(3)
-    block = 1 << links.OWNER_BLOCK
+    block = 1 << held_out.OWNER_BLOCK
     sizes = np.concatenate(
         ([0, 0], rng.integers(0, 3 * block, 200), [0, 0, 5, 0], rng.integers(0, 9, 300), [0])
     )

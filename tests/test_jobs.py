@@ -1,4 +1,4 @@
-"""sharflow.core.jobs and sharflow.core.resume: which job makes which shards, the job record, the
+"""sharflow.work.jobs and sharflow.work.resume: which job makes which shards, the job record, the
 check of a finished job's files, and a killed job's finished shards kept for its rerun."""
 
 import json
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sharflow.core import layout
-from sharflow.core.jobs import (
+from sharflow.core import blocks
+from sharflow.core.blocks import shard_key
+from sharflow.work.jobs import (
     JobKind,
     Listing,
     damage,
@@ -20,12 +21,11 @@ from sharflow.core.jobs import (
     plan_jobs,
     write_job_record,
 )
-from sharflow.core.layout import shard_key
-from sharflow.core.resume import ResumableJob, kept_folder
+from sharflow.work.resume import ResumableJob, kept_folder
 
 
 def members(jobs) -> list[str]:
-    return [s for key, count in jobs for s in layout.block_members(key, layout.block_size(key), count)]
+    return [s for key, count in jobs for s in blocks.block_members(key, blocks.block_size(key), count)]
 
 
 def test_a_plan_is_made_by_blocks_then_smaller_blocks_then_one_job_for_the_rest():
@@ -73,7 +73,7 @@ def test_each_kind_of_job_is_a_rule_tried_from_the_largest():
     assert [k.name for k in job_kinds("shar", 1)] == ["shar_shard"]
     for n, per_job in ((123, 100), (21, 10), (1011, 1000), (7, 10)):  # every job of a plan has its rule
         kinds = {(k.size, k.count) for k in job_kinds("shar", per_job)}
-        assert {(layout.block_size(key), count) for key, count in plan_jobs(n, per_job)} <= kinds
+        assert {(blocks.block_size(key), count) for key, count in plan_jobs(n, per_job)} <= kinds
 
 
 def finished_job(tmp_path: Path, sizes=(10, 20)) -> tuple[str, list[str]]:
@@ -221,7 +221,7 @@ def test_a_resumed_job_says_what_it_kept_and_what_it_threw_away(tmp_path, caplog
         job.keep("000001", files["000001"], "k1", audio="a1")
         raise KeyboardInterrupt
     shutil.rmtree(tmp_path / "out")  # restored into folders that no longer exist
-    with caplog.at_level(logging.INFO, logger="sharflow.core.resume"), ResumableJob(record, shards) as job:
+    with caplog.at_level(logging.INFO, logger="sharflow.work.resume"), ResumableJob(record, shards) as job:
         assert job.restore("000000", files["000000"], "k0")
         assert Path(files["000000"][0]).read_text() == "made 000000"
         assert not job.restore("000001", files["000001"], "k1 corrected")

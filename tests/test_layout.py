@@ -15,9 +15,10 @@ from snakemake.settings.types import (
     WorkflowSettings,
 )
 
-from sharflow.core import layout
+from sharflow.core import blocks, layout
+from sharflow.core.blocks import shard_key
 from sharflow.core.errors import SharflowError
-from sharflow.core.layout import DatasetFiles, rejected_beside, shard_key
+from sharflow.core.layout import DatasetFiles, rejected_beside
 from testkit import REPO, demo_config
 
 DS = layout.dataset_files("{dataset}")
@@ -196,32 +197,32 @@ def test_one_jobs_files_and_patterns_share_one_spelling():
 
 
 def test_blocks_are_shard_keys_sharing_all_digits_but_the_last():
-    assert [layout.block_digits(n) for n in (1, 10, 100, 1000)] == [0, 1, 2, 3]
+    assert [blocks.block_digits(n) for n in (1, 10, 100, 1000)] == [0, 1, 2, 3]
     for bad in (2, 16, 0):
         with pytest.raises(ValueError, match="power of ten"):
-            layout.block_digits(bad)
-    assert layout.block_members("00012", 10) == [f"0001{2}{m}" for m in range(10)]
+            blocks.block_digits(bad)
+    assert blocks.block_members("00012", 10) == [f"0001{2}{m}" for m in range(10)]
     assert (
-        layout.block_members("0001", 100)[:2] == ["000100", "000101"]
-        and len(layout.block_members("0001", 100)) == 100
+        blocks.block_members("0001", 100)[:2] == ["000100", "000101"]
+        and len(blocks.block_members("0001", 100)) == 100
     )
-    assert layout.block_members("000123", 1) == ["000123"]
-    assert [layout.block_size(k) for k in ("000123", "00012", "0001", "000")] == [1, 10, 100, 1000]
-    assert layout.block_members("{block}", 10)[3] == "{block}3"
+    assert blocks.block_members("000123", 1) == ["000123"]
+    assert [blocks.block_size(k) for k in ("000123", "00012", "0001", "000")] == [1, 10, 100, 1000]
+    assert blocks.block_members("{block}", 10)[3] == "{block}3"
     for shard in (0, 9, 10, 123, 999_999):
-        assert shard_key(shard) in layout.block_members(shard_key(shard)[:5])  # its block of 10
+        assert shard_key(shard) in blocks.block_members(shard_key(shard)[:5])  # its block of 10
     files = DatasetFiles("results/demo").codes_block("c", "00001", 10)
     assert files["target_0"] == "results/demo/shar/codes_c/target_codes/codes.000010.tar"
     assert files["stats_9"] == "results/demo/codes_jobs/c/shard-000019.stats.json" and len(files) == 31
     assert files["job"] == "results/demo/codes_jobs/c/shards-000010-000019.json"
     tail = DatasetFiles("results/demo").shard_block("00002", 10, 3)
     assert tail["job"] == "results/demo/shar_jobs/shards-000020-000022.json" and "cuts_3" not in tail
-    assert layout.block_members("00002", count=3) == ["000020", "000021", "000022"]
+    assert blocks.block_members("00002", count=3) == ["000020", "000021", "000022"]
 
 
 def test_a_job_record_is_named_by_its_first_and_last_shard():
-    assert layout.job_file_name("00002", 10, 3) == "shards-000020-000022.json"
-    assert layout.job_file_name("{shard}", 1) == "shards-{shard}-{shard}.json"
+    assert blocks.job_file_name("00002", 10, 3) == "shards-000020-000022.json"
+    assert blocks.job_file_name("{shard}", 1) == "shards-{shard}-{shard}.json"
 
 
 def test_a_shard_file_deleted_after_its_job_is_named_with_the_command_that_makes_it(tmp_path, monkeypatch):

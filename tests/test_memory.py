@@ -1,4 +1,4 @@
-"""sharflow.core.memory: the heap a CPU rank freed goes back to the system."""
+"""sharflow.work.memory: the heap a CPU rank freed goes back to the system."""
 
 import platform
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sharflow.core.memory import release_freed_memory
+from sharflow.work.memory import release_freed_memory
 
 
 def rss_mb() -> float:

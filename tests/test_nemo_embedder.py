@@ -8,9 +8,9 @@ import torch
 
 from sharflow.context.part import PartSettings, run_context_part
 from sharflow.context.plan import plan_context
-from sharflow.core.audio import load_span, resample
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import DatasetFiles
+from sharflow.io.audio import load_span, resample
 from sharflow.models.speaker_embedders import load_embedder
 from sharflow.models.speaker_embedders.nemo import build_random_model
 from testkit import DEMO, REPO, assert_informative_embeddings, prepare_demo

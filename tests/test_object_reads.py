@@ -1,7 +1,7 @@
 """Containers on object storage read by range, a bounded object cache, nothing lost from a tar cut short.
 
 Against a real S3 API (moto's server, conftest's `s3`), every request counted by the project's own
-counter (sharflow.core.storage.RequestCount, or SHARFLOW_REQUEST_LOG for a Snakemake process).
+counter (sharflow.io.storage.RequestCount, or SHARFLOW_REQUEST_LOG for a Snakemake process).
 """
 
 import contextlib
@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from sharflow.core import containers, object_cache, storage
 from sharflow.core.errors import SharflowError
+from sharflow.io import containers, object_cache, storage
 from testkit import (
     DEMO,
     demo_config,

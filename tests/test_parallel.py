@@ -3,7 +3,7 @@ from functools import partial
 
 import pytest
 
-from sharflow.core.parallel import ahead, chunked, ordered_map, prefetched
+from sharflow.work.parallel import ahead, chunked, ordered_map, prefetched
 
 
 def scaled(factor, x):

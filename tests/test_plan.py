@@ -211,7 +211,7 @@ def test_shard_jobs_are_planned_per_shard_and_sized_per_kind():
     assert table["shar_block"] == planned_figures(700.0, 4.0 + 10 * one, 1.5)
     assert table["shar_tail3"]["runtime"] == max(10, math.ceil((4.0 + 3 * one) * 1.5 / 60))
     assert table["shar_shard"]["mem_mb"] == 1100  # 700 MB x 1.5, rounded up to 100 MB
-    # the kinds of job the config makes (sharflow.core.jobs.job_kinds): with 100 shards a job,
+    # the kinds of job the config makes (sharflow.work.jobs.job_kinds): with 100 shards a job,
     # shar_block is a block of 100 and shar_block10 one of 10
     assert "shar_block10" not in table and "shar_block100" not in table
     per_100 = resources_table(rules, {**CONFIG, "shar": {"shards_per_job": 100, "shard_size": 100}}, 1.5)
@@ -568,14 +568,14 @@ def test_the_critical_path_sums_the_spines_jobs_and_names_the_longest():
 
 
 def test_the_most_shard_jobs_bound_every_way_the_records_can_fall_into_sets():
-    """most_shards and most_jobs are upper bounds of what the plan's jobs (sharflow.core.jobs.plan_jobs)
+    """most_shards and most_jobs are upper bounds of what the plan's jobs (sharflow.work.jobs.plan_jobs)
     make however the records fall into Shar sets (every split of small corpora, random and worst-case
     splits of larger ones), and most_shards is reached by some split (tight)."""
     import itertools
     import random
 
-    from sharflow.core.jobs import plan_jobs
     from sharflow.plan.page import most_jobs, most_shards
+    from sharflow.work.jobs import plan_jobs
 
     rng = random.Random(7)
     for records, sets, size in itertools.product((0, 1, 3, 17, 64, 250, 1234), (1, 2, 5), (1, 4, 16)):

@@ -16,7 +16,6 @@ from scipy.signal import butter, sosfiltfilt
 from sharflow.core.errors import SharflowError
 from sharflow.core.metrics import MEASURED as METRICS
 from sharflow.core.metrics import TEXT_METRICS
-from sharflow.core.parts import part_of, part_records
 from sharflow.models.dnsmos import HOP, WINDOW, Dnsmos, DnsmosNet, engine_for, mos, tile, weights_path
 from sharflow.models.vad import BLOCK, FRAME, GPU_ROWS, ROWS, SileroVad
 from sharflow.quality.filter import failures, with_metrics
@@ -30,6 +29,7 @@ from sharflow.quality.metrics import (
 )
 from sharflow.quality.part import MeasureSettings, measure_records, run_quality_part
 from sharflow.quality.reuse import kept_measures, measure_digest, record_key, reused_lines
+from sharflow.work.parts import part_of, part_records
 from testkit import (
     DEMO,
     REPO,
@@ -580,7 +580,7 @@ def test_parts_are_contiguous_with_equal_seconds(tmp_path):
 def test_metrics_are_byte_identical_for_any_parts_ranks_workers_and_batch_seconds(tmp_path):
     """8 demo records measured as 1 part on 1 rank, as 2 parts on 2 ranks each, on 1 rank in groups of
     about 2 s, and by one rank whose records 3 worker processes read (groups of about 5 s)."""
-    from sharflow.core.ranks import Rank
+    from sharflow.work.ranks import Rank
 
     prep = prepare_demo(tmp_path)
     lines = (prep / "prepared.jsonl").read_text().splitlines()

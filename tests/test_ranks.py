@@ -1,4 +1,4 @@
-"""sharflow.core.ranks: which devices a job's ranks use, the GPU-grant check, and the rank-job runner."""
+"""sharflow.work.ranks: which devices a job's ranks use, the GPU-grant check, and the rank-job runner."""
 
 import logging
 import os
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sharflow.core.errors import SharflowError
-from sharflow.core.ranks import Rank, job_devices, rank_devices, rank_job, run_ranks
+from sharflow.work.ranks import Rank, job_devices, rank_devices, rank_job, run_ranks
 
 
 def _square(rank, x):
@@ -60,7 +60,7 @@ def test_a_rank_job_without_scratch_has_no_files(tmp_path):
 def test_job_logs_devices_and_falls_back_to_cpu_outside_slurm(monkeypatch, caplog):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    with caplog.at_level(logging.INFO, logger="sharflow.core.ranks"):
+    with caplog.at_level(logging.INFO, logger="sharflow.work.ranks"):
         assert job_devices("auto", 3, gpus=1, what="codes x, shard 2") == ["cpu"] * 3
     assert "codes x, shard 2: device auto, asked for 1 GPU(s), sees no GPU" in caplog.text
     assert "no GPU visible: running on 3 CPU process(es)" in caplog.text

@@ -1,4 +1,4 @@
-"""Every reused result keyed by all it depends on (sharflow.core.reuses), proven key by key.
+"""Every reused result keyed by all it depends on (sharflow.report.reuses), proven key by key.
 
 For each entry of REUSES, CASES builds a small world in a fresh folder and names, for every thing
 the entry's key holds and every thing it must not depend on, the change of that one thing. A change
@@ -20,17 +20,18 @@ from pathlib import Path
 
 import pytest
 
-from sharflow.core import containers, jobs, storage
 from sharflow.core.errors import SharflowError
-from sharflow.core.reuses import KEY_MAKERS, REUSES, Reuse
 from sharflow.identity.part import VoiceEmbedding, entry_key, measure_signature
 from sharflow.identity.voices import VoiceRules
+from sharflow.io import containers, storage
 from sharflow.publish import job as publish_job
 from sharflow.publish.objects import file_digest
 from sharflow.quality.rank import AsrOptions, MeasureSettings, SpeakerEmbedding
 from sharflow.quality.reuse import measure_digest, record_key
+from sharflow.report.reuses import KEY_MAKERS, REUSES, Reuse
 from sharflow.shar import plan as shar_plan
 from sharflow.text import normalizer
+from sharflow.work import jobs
 from testkit import REPO
 
 SRC = REPO / "src" / "sharflow"
@@ -267,7 +268,7 @@ def published_objects(tmp: Path, monkeypatch) -> World:
 
 
 def object_cache(tmp: Path, monkeypatch) -> World:
-    """The object cache's entry name for an object (sharflow.core.storage.local_file), over a stubbed
+    """The object cache's entry name for an object (sharflow.io.storage.local_file), over a stubbed
     HEAD: the download itself runs against the S3 server in test_storage."""
     info = {"url": "s3://bucket/a/x.flac", "etag": "e1", "size": 10}
     monkeypatch.setattr(storage, "head", lambda url: storage.ObjectInfo(info["size"], info["etag"]))
@@ -661,7 +662,7 @@ def test_every_key_made_in_the_code_is_an_entry_of_the_table():
                 scope = re.sub(r"(^|\.)x(?:_|ǁ[^ǁ]*ǁ)(.*?)__mutmut_\w+$", r"\1\2", scope)
                 found.add(f"{module}.{scope}")
     unnamed = sorted(found - named - defining)
-    assert not unnamed, f"keys made where no entry of sharflow.core.reuses.REUSES names: {unnamed}"
+    assert not unnamed, f"keys made where no entry of sharflow.report.reuses.REUSES names: {unnamed}"
     for where in sorted(named):  # and every name in the table is code that is there
         obj = pkgutil.resolve_name(where)
         assert callable(obj) or isinstance(obj, property), where

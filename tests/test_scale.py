@@ -8,7 +8,11 @@ from collections import Counter
 from testkit import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-import bench_scale
+from scale.corpus import corpus
+from scale.handoff_inputs import EVALUATION_EVERY
+from scale.jobs import JOBS
+from scale.measure import growth, ladder, measure
+from scale.steps import JOB_INPUTS, make_inputs, needed_steps
 
 SIZES = (1_000, 10_000)
 MOST_GROWTH = 3.0
@@ -23,47 +27,47 @@ def test_the_growth_check_catches_a_step_that_grows_faster_than_its_records():
         1_000: {"cpu": 0.010, "rss_mb": 130, "base_mb": 125},
         10_000: {"cpu": 1.0, "rss_mb": 131, "base_mb": 125},
     }
-    assert bench_scale.growth(linear)[10_000][0] == 1.0
-    assert bench_scale.growth(quadratic)[10_000][0] == 10.0 > MOST_GROWTH
-    assert bench_scale.growth(linear)[10_000][1] == 2**20 / 9_000  # the bytes each record added
+    assert growth(linear)[10_000][0] == 1.0
+    assert growth(quadratic)[10_000][0] == 10.0 > MOST_GROWTH
+    assert growth(linear)[10_000][1] == 2**20 / 9_000  # the bytes each record added
     # a job run on a share of the records (a check part of ten) is per record of that share
     part = {**linear, 10_000: {**linear[10_000], "cpu": 0.010, "share": 0.1}}
-    assert bench_scale.growth(part)[10_000][0] == 1.0
+    assert growth(part)[10_000][0] == 1.0
 
 
 def test_each_job_alone_gets_the_inputs_it_reads_and_no_more(tmp_path):
     """`--jobs` makes only the inputs its jobs read (with the steps those read): a job run alone on
     them does its work; context_plan needs the records alone, splits no fingerprints."""
-    assert set(bench_scale.JOB_INPUTS) == set(bench_scale.JOBS)
-    assert bench_scale.needed_steps(["context_plan"]) == {"with_context"}
-    assert bench_scale.needed_steps(["splits"]) == {"with_context", "quality_inputs", "identity_parts"}
-    assert bench_scale.needed_steps(["report"]) >= {"fingerprints", "shard_files", "card_inputs"}
+    assert set(JOB_INPUTS) == set(JOBS)
+    assert needed_steps(["context_plan"]) == {"with_context"}
+    assert needed_steps(["splits"]) == {"with_context", "quality_inputs", "identity_parts"}
+    assert needed_steps(["report"]) >= {"fingerprints", "shard_files", "card_inputs"}
     for job in ("splits", "text_merge", "dataset_card", "input_cfg", "identity_check"):
         folder = tmp_path / job
-        bench_scale.make_inputs(1_000, folder, [job])
+        make_inputs(1_000, folder, [job])
         made = {p.stem for p in (folder / "inputs").glob("*.done")}
-        assert made == bench_scale.needed_steps([job]), job
-        assert bench_scale.measure(job, folder)["cpu"] > 0
+        assert made == needed_steps([job]), job
+        assert measure(job, folder)["cpu"] > 0
 
 
 def test_whole_dataset_jobs_cost_no_more_per_record_at_ten_thousand_than_at_a_thousand(tmp_path):
     # each job once: a 3x bar needs no least-of-three (bench_scale's REPEATS, for its 1.5x bar)
-    rows = bench_scale.ladder(list(SIZES), list(bench_scale.JOBS), tmp_path, repeats={})
-    columns = bench_scale.corpus(SIZES[-1])
+    rows = ladder(list(SIZES), list(JOBS), tmp_path, repeats={})
+    columns = corpus(SIZES[-1])
     # the inputs carry information: speakers of many sizes, durations over the range, held-out speakers
     counts = sorted(Counter(columns["speaker"].tolist()).values())
     assert counts[0] <= 3 and counts[-1] >= 100
     assert columns["duration"].min() >= 3.0 and columns["duration"].max() <= 30.0
     assert 0 < (columns["split"] > 0).mean() < 0.1
     for job, by_size in rows.items():
-        per, _ = bench_scale.growth(by_size)[SIZES[-1]]
+        per, _ = growth(by_size)[SIZES[-1]]
         assert per <= MOST_GROWTH, (
             f"{job}: CPU per record {per:.1f}x from {SIZES[0]:,} to {SIZES[-1]:,} records"
         )
         assert all(row["cpu"] > 0 for row in by_size.values())
     # the jobs did their work: prepare kept every record, verify checked every train cut, the
     # evaluation set has every test cut, the report a row for each stage
-    train, test = int((columns["split"] == 0).sum()), -(-SIZES[-1] // bench_scale.EVALUATION_EVERY)
+    train, test = int((columns["split"] == 0).sum()), -(-SIZES[-1] // EVALUATION_EVERY)
     assert rows["prepare"][SIZES[-1]]["said"] == {"records_in": SIZES[-1], "records_out": SIZES[-1]}
     assert rows["verify"][SIZES[-1]]["said"] == {"cuts": train}
     assert rows["evaluation_set"][SIZES[-1]]["said"] == {"cuts": test}

@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lhotse import CutSet
 
-from sharflow.core.audio import compute_num_samples, read_span
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import DatasetFiles
+from sharflow.io.audio import compute_num_samples, read_span
 from sharflow.shar.audio import EncodeSettings, copy_through, encode, encode_record, encode_span
 from sharflow.shar.headers import flac_without_metadata
 from sharflow.shar.merge import merge_shar_stats

@@ -18,7 +18,8 @@ from lhotse import AudioSource, MonoCut, Recording, SupervisionSegment
 from lhotse.shar.utils import to_shar_placeholder
 from lhotse.shar.writers import AudioTarWriter, JsonlShardWriter, TarWriter
 
-from sharflow.core.layout import DatasetFiles, shard_key
+from sharflow.core.blocks import shard_key
+from sharflow.core.layout import DatasetFiles
 from sharflow.core.speakers import parse_speaker
 from sharflow.shar.audio import encode
 from sharflow.shar.format import (

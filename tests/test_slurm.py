@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sharflow.core import layout, storage
+from sharflow.core import layout
+from sharflow.io import storage
 from sharflow.plan.resources import DEFAULTS
 from testkit import (
     GPU_RULES,

@@ -14,8 +14,9 @@ import yaml
 
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import DatasetFiles
-from sharflow.core.splits import HELD_OUT, SPLITS, TRAIN, SplitRules, context_pool, span_key, unit_hash
+from sharflow.core.splits import HELD_OUT, SPLITS, TRAIN, SplitRules, context_pool, unit_hash
 from sharflow.identity.links import SAME_AUDIO, SAME_CONTENT, SAME_UTTERANCE
+from sharflow.io.audio import span_key
 from testkit import demo_config, read_jsonl, run_identity, run_snakemake, write_jsonl, write_noise, write_tone
 
 RULES = {

@@ -20,9 +20,9 @@ import pytest
 import soundfile as sf
 from botocore.exceptions import ClientError
 
-from sharflow.core import storage
-from sharflow.core.audio import PathEscapeError, read_span, resolve_audio_path
 from sharflow.core.errors import SharflowError
+from sharflow.io import storage
+from sharflow.io.audio import PathEscapeError, read_span, resolve_audio_path
 from sharflow.publish import PublishSettings, publish, published_files
 from sharflow.publish import job as publish_job
 from sharflow.publish.job import RECORD
@@ -66,7 +66,7 @@ def test_errors_of_the_store_say_what_to_do(s3):
     message = str(storage.storage_error("s3://errors/x.flac", denied))
     assert "access denied" in message and "AWS_ACCESS_KEY_ID" in message and "s3://errors/x.flac" in message
     # a wrong endpoint: one clear error, in a fresh process (the client is made once per process)
-    probe = "from sharflow.core import storage; storage.head('s3://errors/x.flac')"
+    probe = "from sharflow.io import storage; storage.head('s3://errors/x.flac')"
     env = {**os.environ, "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"}
     done = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "cannot be reached" in done.stderr and "AWS_ENDPOINT_URL" in done.stderr

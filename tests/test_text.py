@@ -18,7 +18,6 @@ from sharflow.core.errors import SharflowError
 from sharflow.core.layout import TextPartFiles
 from sharflow.core.ledger import reject_row
 from sharflow.core.metrics import MEASURED
-from sharflow.core.parallel import ordered_map
 from sharflow.models.tokenizers import OFFLINE, Tokenizers, cannot_build, encode
 from sharflow.quality.filter import failures
 from sharflow.shar.plan import cut_id
@@ -33,6 +32,7 @@ from sharflow.text.ipa import Phonemizer
 from sharflow.text.job import TOP_SYMBOLS, TextTools, merge_text, normalize_dataset, normalize_part
 from sharflow.text.normalizer import OPTIONS, Normalizers, normalizer_key, record_normalizer
 from sharflow.text.summary import text_lines
+from sharflow.work.parallel import ordered_map
 from testkit import DEMO, read_back, read_jsonl, write_all, write_jsonl
 
 CHARS = "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers"

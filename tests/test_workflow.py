@@ -15,12 +15,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from sharflow.core import jobs, layout
+from sharflow.core import blocks, layout
 from sharflow.core.config import validate_config
 from sharflow.core.layout import DatasetFiles
-from sharflow.core.resume import kept_folder
 from sharflow.report.dag import parse_dot, render_dag
 from sharflow.shar.plan import cut_id
+from sharflow.work import jobs
+from sharflow.work.resume import kept_folder
 from testkit import (
     README,
     REPO,
@@ -298,7 +299,7 @@ def test_verify_and_report_in_the_workflow(two_datasets, tmp_path, chromium):
         shar = json.loads((work / "results" / ds / "shar_stats.json").read_text())
         assert verify["ok"] and verify["cuts"] == shar["cuts"] == (cuts or shar["cuts"])
         assert verify["shards"] == len(
-            layout.planned_shards(DatasetFiles(str(work / "results" / ds)).shard_plan)
+            blocks.planned_shards(DatasetFiles(str(work / "results" / ds)).shard_plan)
         )
     rows = [
         line.split("\t")
@@ -689,7 +690,7 @@ def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
     expected, folders = set(), []
     for ds in ("demo", "dirty"):
         files = DatasetFiles(str(work / "results" / ds))
-        shards = layout.planned_shards(files.shard_plan)
+        shards = blocks.planned_shards(files.shard_plan)
         expected |= {
             files.prepared,
             files.prepare_stats,
@@ -723,14 +724,14 @@ def test_a_finished_run_holds_exactly_the_files_layout_names(two_datasets):
         expected |= {path for c in codecs for s in shards for path in files.codes(c, s).named().values()}
         expected |= {files.codes_stats(c) for c in codecs}
         planned = jobs.plan_jobs(len(shards), config["shar"]["shards_per_job"])  # one record per job
-        expected |= {files.shar_job(key, layout.block_size(key), n) for key, n in planned}
-        expected |= {files.shar_input(key, layout.block_size(key), n) for key, n in planned}  # its records
+        expected |= {files.shar_job(key, blocks.block_size(key), n) for key, n in planned}
+        expected |= {files.shar_input(key, blocks.block_size(key), n) for key, n in planned}  # its records
         expected |= {f"{files.shar_inputs}/plan.json"}  # the plan's copy, kept for a grown corpus's plan
-        records = [files.shar_job(key, layout.block_size(key), n) for key, n in planned]
+        records = [files.shar_job(key, blocks.block_size(key), n) for key, n in planned]
         planned = jobs.plan_jobs(len(shards), config["codes"]["shards_per_job"])
-        records += [files.codes_job(c, key, layout.block_size(key), n) for c in codecs for key, n in planned]
+        records += [files.codes_job(c, key, blocks.block_size(key), n) for c in codecs for key, n in planned]
         expected |= set(records)
-        folders += [str(kept_folder(record)) for record in records]  # each job's kept shards (core.resume)
+        folders += [str(kept_folder(record)) for record in records]  # each job's kept shards (work.resume)
         folders += [
             files.prepare_rejected,
             files.text_rejected,
@@ -895,7 +896,7 @@ def test_blocks_of_a_hundred_end_in_blocks_of_ten_then_one_job_for_the_rest(two_
     os.utime(plan, ns=(stat.st_atime_ns, stat.st_mtime_ns))
     inputs = DatasetFiles(str(copy / "results" / "demo"))
     for block, count in jobs.planned_jobs(data, 100):  # each shar job's records, as the plan writes them
-        Path(inputs.shar_input(block, layout.block_size(block), count)).write_text('{"shards": []}\n')
+        Path(inputs.shar_input(block, blocks.block_size(block), count)).write_text('{"shards": []}\n')
     # (mtime: the plan's new shards_per_job would make the checkpoint plan again from the records)
     proc = run_snakemake(
         copy, config, "-n", "--rerun-triggers", "mtime", "--", "results/demo/codes_stats/tiny_nemo.json"
@@ -909,8 +910,8 @@ def test_blocks_of_a_hundred_end_in_blocks_of_ten_then_one_job_for_the_rest(two_
             None,
         ], counts
     out = proc.stdout + proc.stderr
-    blocks = (("block", "0000"), ("block10", "00010"), ("block10", "00011"), ("tail3", "00012"))
-    for rule, block in ((f"codes_{kind}", block) for kind, block in blocks):
+    kinds = (("block", "0000"), ("block10", "00010"), ("block10", "00011"), ("tail3", "00012"))
+    for rule, block in ((f"codes_{kind}", block) for kind, block in kinds):
         assert re.search(
             rf"rule {rule}:(?:\n    .*)*\n    wildcards: dataset=demo, codec=tiny_nemo, block={block}\n", out
         )

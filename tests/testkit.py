@@ -600,7 +600,7 @@ class S3Server:
     def start(self) -> "S3Server":
         import urllib.request
 
-        from sharflow.core import storage
+        from sharflow.io import storage
 
         self.server.start()
         host, port = self.server.get_host_and_port()
@@ -625,7 +625,7 @@ class S3Server:
         return self
 
     def stop(self) -> None:
-        from sharflow.core import storage
+        from sharflow.io import storage
 
         self.server.stop()
         for k, v in self.saved.items():
@@ -638,7 +638,7 @@ class S3Server:
 
     def bucket(self, name: str, *, versioned: bool = False) -> str:
         """A new empty bucket (versioned: every PUT of a key keeps a version); its s3:// URL."""
-        from sharflow.core import storage
+        from sharflow.io import storage
 
         client = storage.client()
         client.create_bucket(Bucket=name)
@@ -648,7 +648,7 @@ class S3Server:
 
     def upload_tree(self, folder: Path, url: str) -> None:
         """Every file under `folder` to `url`/<its path under folder>."""
-        from sharflow.core import storage
+        from sharflow.io import storage
 
         bucket, base = storage.split_url(url)
         for path in sorted(p for p in folder.rglob("*") if p.is_file()):
@@ -670,7 +670,7 @@ def random_files(folder: Path, count: int, size: int, seed: int = 0) -> list[str
 
 def upload_demo(s3: S3Server, bucket: str) -> dict:
     """The demo corpus (manifest and audio) in a new bucket: {"manifest": url, "audio_root": url}."""
-    from sharflow.core import storage
+    from sharflow.io import storage
 
     url = s3.bucket(bucket)
     s3.upload_tree(DEMO / "audio", f"{url}/demo/audio")

@@ -6,7 +6,8 @@ from sharflow.core.logs import job_log
 # Spawned rank processes re-run this file as __mp_main__: the guard keeps them out of the body.
 if __name__ == "__main__":
     from sharflow.codes.shard import run_codes_job
-    from sharflow.core.layout import block_members, dataset_files
+    from sharflow.core.blocks import block_members
+    from sharflow.core.layout import dataset_files
 
     with job_log(snakemake.log[0]):
         run_codes_job(

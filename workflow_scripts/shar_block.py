@@ -6,7 +6,7 @@ from sharflow.core.logs import job_log
 # Spawned worker processes re-run this file as __mp_main__: the guard keeps them out of the body,
 # and importing sharflow.shar.shard (numpy, pyarrow) inside it keeps their start-up light.
 if __name__ == "__main__":
-    from sharflow.core.layout import block_members
+    from sharflow.core.blocks import block_members
     from sharflow.shar.shard import run_shar_job
 
     with job_log(snakemake.log[0]):

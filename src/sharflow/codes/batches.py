@@ -7,7 +7,7 @@ those it gets when encoded alone, whatever else is in the shard and whichever ra
 
 from dataclasses import dataclass
 
-from sharflow.core.audio import compute_num_samples
+from sharflow.io.audio import compute_num_samples
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ last block one job each:
 - as soon as a shard's codes are all encoded, the rank that saved its last ones writes its
   target_codes and context_codes tars in cut order with lhotse's ArrayTarWriter under temporary
   names, renamed into place when both are complete, and keeps it for a rerun of a killed job
-  (sharflow.core.resume), which makes only the shards not yet written. Codes are int16 when every code
+  (sharflow.work.resume), which makes only the shards not yet written. Codes are int16 when every code
   fits, else int32; frame_shift = samples_per_frame / sample_rate exactly.
 A cut whose audio fails to decode fails the job, naming shard and cut id: silently dropping it
 would misalign the codes with the cuts.
@@ -40,15 +40,16 @@ import numpy as np
 from sharflow.codes.batches import Item, padding_efficiency, plan_batches, samples_at, whole_frames
 from sharflow.codes.spec import LOAD_TIMES, CodecSpec, cached_codec, read_codec_spec
 from sharflow.core.atomic import read_json, write_json
-from sharflow.core.balance import lpt_assign
+from sharflow.core.blocks import require_made, shard_key
 from sharflow.core.errors import SharflowError
-from sharflow.core.jobs import finish_job
-from sharflow.core.layout import CodesFiles, require_made, shard_key
+from sharflow.core.layout import CodesFiles
 from sharflow.core.logs import seconds_since_process_start
-from sharflow.core.memory import release_freed_memory
-from sharflow.core.parallel import ahead
-from sharflow.core.ranks import Rank, RankResult, rank_job
-from sharflow.core.resume import ResumableJob, content_key
+from sharflow.work.balance import lpt_assign
+from sharflow.work.jobs import finish_job
+from sharflow.work.memory import release_freed_memory
+from sharflow.work.parallel import ahead
+from sharflow.work.ranks import Rank, RankResult, rank_job
+from sharflow.work.resume import ResumableJob, content_key
 
 log = logging.getLogger(__name__)
 KINDS = ("target", "context")
@@ -204,7 +205,7 @@ def run_codes_job(
     workers: int,
     gpus: int,
 ) -> list[dict]:
-    """A codes job (sharflow.core.jobs): its shards' codes with the codec of the spec file `codec`
+    """A codes job (sharflow.work.jobs): its shards' codes with the codec of the spec file `codec`
     (encode_shards), each kept as it is written so that a rerun of a killed job with the same inputs
     makes only the rest, and a rerun for another shard's new audio makes only that shard's; then its
     record. `shar_jobs`: the records of the shar jobs of its shards."""
@@ -422,7 +423,7 @@ def encode_batches(
                 for batch, x in ahead(audio.padded, [batch for _, batch in group]):
                     codes.update(_encode(model, codec.name, batch, x, rank.device, f"shard {shard}", ids))
                     del x
-                    if rank.device == "cpu":  # batches of many shapes fragment the heap (core.memory)
+                    if rank.device == "cpu":  # batches of many shapes fragment the heap (work.memory)
                         release_freed_memory()
                     progress.update(len(batch))
             seconds[p] = time.perf_counter() - start

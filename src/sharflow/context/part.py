@@ -24,15 +24,15 @@ from tqdm import tqdm
 from sharflow.context.grouping import group_key_function
 from sharflow.context.keyed_lines import keyed_line, merge_keyed, merge_sorted
 from sharflow.core.atomic import atomic_file, atomic_path, read_json, write_json
-from sharflow.core.audio import load_span, resample, resolve_audio_path
 from sharflow.core.errors import SharflowError
 from sharflow.core.jsonl import count_lines, numbered_lines
 from sharflow.core.layout import ContextPartFiles
 from sharflow.core.ledger import totals
-from sharflow.core.parallel import ahead
-from sharflow.core.ranks import Rank, rank_job
 from sharflow.core.splits import TRAIN, context_pool
+from sharflow.io.audio import load_span, resample, resolve_audio_path
 from sharflow.models.speaker_embedders import embed_each
+from sharflow.work.parallel import ahead
+from sharflow.work.ranks import Rank, rank_job
 
 log = logging.getLogger(__name__)
 

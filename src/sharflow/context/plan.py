@@ -11,8 +11,8 @@ from collections import Counter, defaultdict
 
 from sharflow.context.grouping import group_key_function
 from sharflow.core.atomic import write_json
-from sharflow.core.balance import imbalance, loads, lpt_assign
 from sharflow.core.jsonl import numbered_lines
+from sharflow.work.balance import imbalance, loads, lpt_assign
 
 log = logging.getLogger(__name__)
 

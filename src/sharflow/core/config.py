@@ -7,7 +7,6 @@ from typing import Any
 import jsonschema
 import yaml
 
-from sharflow.core.audio import MP3_RATES, OPUS_RATES
 from sharflow.core.errors import SharflowError
 from sharflow.core.metrics import FILTERABLE
 from sharflow.core.splits import SplitRules
@@ -62,6 +61,8 @@ def validate_config(config: dict, schema_path: str | Path) -> dict:
 
 
 # The lossy formats' rates: the Shar's sample_rate must be one of them
+OPUS_RATES = (8000, 12000, 16000, 24000, 48000)  # the sample rates an opus stream may have
+MP3_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)  # MPEG-1, 2 and 2.5 layer III
 LOSSY_RATES = {"opus": OPUS_RATES, "mp3": MP3_RATES}
 
 

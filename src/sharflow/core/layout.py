@@ -35,143 +35,26 @@ logs/<rule>/.../<key>.{log, benchmark.tsv, cost.json}   each job's log, Snakemak
 them as Snakemake inputs: only the merge jobs depend on the shar_plan checkpoint, and they, and the
 codes jobs after the shar jobs, list one completion record per job, not every shard's files, which
 keeps a 10,000-shard DAG quick to build (benchmarks/bench_dag.py). Which job makes which shards, and
-how a lost or partial job is found: sharflow.core.jobs.
+how a lost or partial job is found: sharflow.work.jobs.
 """
 
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sharflow.core.atomic import read_json
-from sharflow.core.errors import SharflowError
+from sharflow.core.blocks import (
+    block_outputs,
+    job_file_name,
+    part_key,
+    planned_shards,
+    require_made,
+    shard_key,
+)
+from sharflow.core.shar_fields import AUDIO_FIELDS, CUTS, codes_fields, shard_files
 
 RESULTS = "results"
 STATS_SUFFIX = ".stats.json"
 REJECTED_SUFFIX = ".rejected.jsonl"
 CATALOG_SUFFIX = ".catalog.parquet"
-
-
-def shard_key(shard: int | str) -> str:
-    """A shard's file key: 6 digits (000042); a wildcard pattern such as "{shard}" stays as it is."""
-    return shard if isinstance(shard, str) else f"{shard:06d}"
-
-
-def block_digits(shards_per_job: int) -> int:
-    """How many trailing digits of a shard key number the shards of a block (shards_per_job = 10^digits)."""
-    digits = len(str(shards_per_job)) - 1
-    if shards_per_job != 10**digits:
-        raise ValueError(f"shards per job must be a power of ten (1, 10, 100, ...), got {shards_per_job}")
-    return digits
-
-
-def block_size(block: str) -> int:
-    """How many shards a block key stands for: 10 per digit short of a shard key (00012: 10; a shard
-    key: 1)."""
-    return 10 ** (len(shard_key(0)) - len(block))
-
-
-def block_members(block: str, shards_per_job: int | None = None, count: int | None = None) -> list[str]:
-    """The shard keys of a block, in order (block 00012: 000120 ... 000129; a shard key: itself); a
-    wildcard pattern such as "{block}" gives patterns ("{block}0" ...) for the `shards_per_job` given.
-    `count`: only the first `count` (the last block of a plan, where it ends inside a block of 10)."""
-    shards_per_job = block_size(block) if shards_per_job is None else shards_per_job
-    digits = block_digits(shards_per_job)
-    count = shards_per_job if count is None else count
-    return [f"{block}{m:0{digits}d}" if digits else block for m in range(count)]
-
-
-def job_file_name(block: str, shards_per_job: int, count: int | None = None) -> str:
-    """The file that records a block job's completion, named by its first and last shard
-    (shards-000120-000129.json): one name per job, so that it matches one rule only."""
-    members = block_members(block, shards_per_job, count)
-    return f"shards-{members[0]}-{members[-1]}.json"
-
-
-def require_made(paths) -> None:
-    """Each of a finished block job's `paths` exists, else a SharflowError names the first missing
-    one with the way to make it again (jobs after a block job list its record, not its files)."""
-    for path in paths:
-        if not os.path.exists(path):
-            raise SharflowError(
-                f"{path} is missing, though the job that makes it finished: it was deleted since. "
-                f"Make it (with the other shards of its job) again by naming it: snakemake {path}"
-            )
-
-
-def block_outputs(
-    job_files, job_file: str, block: str, shards_per_job: int, count: int | None = None
-) -> dict[str, str]:
-    """The outputs of a job over a block: each member shard's files (job_files(shard key).named()),
-    named <name>_<m> for member m, and `job`, the job's completion record (written last)."""
-    out = {}
-    for m, shard in enumerate(block_members(block, shards_per_job, count)):
-        out.update({f"{name}_{m}": path for name, path in job_files(shard).named().items()})
-    return {**out, "job": job_file}
-
-
-def part_key(part: int | str) -> str:
-    """A context part's file key: 4 digits (0003); a wildcard pattern such as "{part}" stays as it is."""
-    return part if isinstance(part, str) else f"{part:04d}"
-
-
-CODE_FIELDS = ("target_codes", "context_codes")
-
-
-@dataclass(frozen=True)
-class Field:
-    """One Shar field of a dataset: its folder (relative to the shar dir) and shard file names."""
-
-    field: str  # cuts, target_audio, context_audio, target_codes, context_codes
-    codec: str | None
-    folder: str
-    prefix: str
-    suffix: str
-
-    @property
-    def label(self) -> str:
-        return f"{self.field}[{self.codec}]" if self.codec else self.field
-
-    def name(self, shard: int | str) -> str:
-        return f"{self.prefix}.{shard_key(shard)}{self.suffix}"
-
-
-CUTS = Field("cuts", None, "cuts", "cuts", ".jsonl.gz")
-AUDIO_FIELDS = (
-    Field("target_audio", None, "target_audio", "recording", ".tar"),
-    Field("context_audio", None, "context_audio", "recording", ".tar"),
-)
-
-
-def codes_fields(codec: str) -> tuple[Field, ...]:
-    return tuple(Field(kind, codec, f"codes_{codec}/{kind}", "codes", ".tar") for kind in CODE_FIELDS)
-
-
-def fields(codecs: list[str]) -> list[Field]:
-    """Every field of a dataset with these codecs, in a fixed order."""
-    return [CUTS, *AUDIO_FIELDS, *(f for codec in codecs for f in codes_fields(codec))]
-
-
-def generations(plan: dict) -> list[dict]:
-    """The generations of a shard plan ({first, shards, records}: sharflow.shar.plan); a plan made
-    before generations were kept is one from shard 0."""
-    return plan.get("generations") or [
-        {"first": 0, "shards": plan["num_shards"], "records": plan.get("records")}
-    ]
-
-
-def shard_numbers(plan: dict) -> list[int]:
-    """Every shard number a plan has, in order (a generation after the first starts at a multiple of
-    10, so the numbers between two generations are unused)."""
-    return [g["first"] + k for g in generations(plan) for k in range(g["shards"])]
-
-
-def planned_shards(plan_path: str) -> list[int]:
-    """shard_numbers of the plan file."""
-    return shard_numbers(read_json(plan_path))
-
-
-def shard_files(shar_dir: str, field: Field, shards: list[int]) -> list[str]:
-    return [str(Path(shar_dir) / field.folder / field.name(s)) for s in shards]
 
 
 def cut_files(shar_dir: str, plan_path: str) -> list[str]:
@@ -453,7 +336,7 @@ class DatasetFiles:
         )
 
     def shar_job(self, block: str, shards_per_job: int, count: int | None = None) -> str:
-        """A shar job's completion record (layout.job_file_name)."""
+        """A shar job's completion record (blocks.job_file_name)."""
         return self._path("shar_jobs", job_file_name(block, shards_per_job, count))
 
     def shard_block(self, block: str, shards_per_job: int, count: int | None = None) -> dict[str, str]:
@@ -477,7 +360,7 @@ class DatasetFiles:
         )
 
     def codes_job(self, codec: str, block: str, shards_per_job: int, count: int | None = None) -> str:
-        """A codes job's completion record (layout.job_file_name)."""
+        """A codes job's completion record (blocks.job_file_name)."""
         return self._path("codes_jobs", codec, job_file_name(block, shards_per_job, count))
 
     def codes_block(
@@ -491,13 +374,13 @@ class DatasetFiles:
     def beyond_the_plan(self, stage: str, block: str) -> str:
         """A file no rule makes: the input of a block job (stage shar or codes) whose block is
         not one of the plan's jobs (jobs.plan_jobs), so that Snakemake gives a shard file named on
-        the command line to the rule of the job that the plan has (rules/common.smk: get_block_inputs)."""
+        the command line to the rule of the job that the plan has (sharflow.workflow.shards: block_inputs)."""
         return self._path("blocks_past_the_plan", stage, f"{block}.none")
 
     def planned(self, codec: str | None = None) -> list:
         """Every planned shard's files (the plan must exist): ShardFiles, or with `codec` its
-        CodesFiles. A merge job lists its stage's job records, not these files (rules/common.smk:
-        get_job_records), so it checks them here: a file deleted after its job ran is named, with
+        CodesFiles. A merge job lists its stage's job records, not these files (sharflow.workflow.shards:
+        job_records_of), so it checks them here: a file deleted after its job ran is named, with
         the way to make it again."""
         shards = [self.codes(codec, s) if codec else self.shard(s) for s in planned_shards(self.shard_plan)]
         require_made(path for files in shards for path in files.named().values())

@@ -12,18 +12,15 @@ records or speakers never moves an existing one between splits:
 
 A speaker is its speaker id (`core.speakers`), whatever its dataset: the same id in two datasets
 is one speaker with one split, unless a dataset says its ids are its own (speaker_identity). An
-utterance's hash key is its span: the audio file's name and size
+utterance's hash key is its span (sharflow.io.audio.span_key): the audio file's name and size
 in bytes, offset and duration (to the millisecond), so the same audio in two datasets (or moved to
 another folder) gets the same decision, whatever its path relative to each dataset's audio root.
 """
 
-import functools
 import hashlib
-import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sharflow.core import containers
 from sharflow.core.errors import SharflowError
 
 TRAIN = "train"
@@ -48,22 +45,11 @@ def unit_hash(seed: int, kind: str, key: str) -> float:
     return int.from_bytes(digest, "little") / 2**64
 
 
-@functools.lru_cache(maxsize=65536)
-def _file_size(path: str) -> int:
-    """A file's size, stat'ed once for the many utterances of one long file (bounded cache)."""
-    return containers.size(path)
-
-
 def speaker_identity(dataset: str, speaker: str, own_ids: bool) -> str:
     """Who a speaker id names across datasets: the id itself (datasets.<name>.speaker_ids: shared,
     the default: the same id in two datasets is one person, as in LibriTTS and LibriTTS-R), or the
     id within its dataset (own: `<dataset>/<id>`, for corpora that each number their speakers)."""
     return f"{dataset}/{speaker}" if own_ids else speaker
-
-
-def span_key(path: str, offset: float, duration: float) -> str:
-    """An utterance's identity for splits: file name, its size in bytes, offset and duration (ms)."""
-    return f"{posixpath.basename(path)}:{_file_size(path)}:{offset:.3f}:{duration:.3f}"
 
 
 @dataclass(frozen=True)

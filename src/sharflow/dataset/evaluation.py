@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from sharflow.core.atomic import atomic_dir, write_json
-from sharflow.core.layout import AUDIO_FIELDS, CUTS
+from sharflow.core.shar_fields import AUDIO_FIELDS, CUTS
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from sharflow.core import layout
+from sharflow.core import blocks, shar_fields
 from sharflow.core.atomic import atomic_file, read_json
 from sharflow.core.splits import TRAIN
 from sharflow.dataset.buckets import duration_bins
@@ -44,10 +44,10 @@ def _entry(name: str, ds: dict, weight: float, plan: dict, codec: str | None, pa
     shar = os.path.abspath(ds["shar_dir"])
     if path_prefix:
         shar = path_prefix.rstrip("/") + "/" + Path(ds["shar_dir"]).as_posix()
-    gens = layout.generations(plan)
+    gens = blocks.generations(plan)
     fields = {
         f.field: shard_ranges(f"{shar}/{f.folder}", f.prefix, f.suffix, gens)
-        for f in layout.fields([codec] if codec else [])
+        for f in shar_fields.fields([codec] if codec else [])
     }
     return {
         "type": "lhotse_shar",
@@ -78,7 +78,7 @@ def write_input_cfg(
     for name in sorted(datasets):
         ds = datasets[name]
         plan = read_json(ds["plan"])
-        if not layout.shard_numbers(plan):
+        if not blocks.shard_numbers(plan):
             continue
         durations = read_columns(ds["catalog"], ["duration"], split=ds.get("split", TRAIN))["duration"]
         hours = float(durations.sum()) / 3600

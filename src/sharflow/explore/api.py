@@ -15,9 +15,9 @@ import math
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sharflow.core.audio import resolve_audio_path
 from sharflow.explore import media, query, rejects, thresholds
 from sharflow.explore.run import KEPT, STATUS, Dataset
+from sharflow.io.audio import resolve_audio_path
 
 log = logging.getLogger(__name__)
 

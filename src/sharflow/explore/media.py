@@ -2,9 +2,9 @@
 picture of its waveform over its spectrogram, each within a byte bound.
 
 A kept cut's audio is its Shar member's bytes, read by the member's offset in the tar through the tar
-index every stage reads containers with (sharflow.core.containers): nothing is extracted or copied, and
+index every stage reads containers with (sharflow.io.containers): nothing is extracted or copied, and
 the bytes go to the browser as they are (FLAC plays in every browser). A record the run dropped has no
-shard: its span is read from its source through the reader every stage uses (sharflow.core.audio),
+shard: its span is read from its source through the reader every stage uses (sharflow.io.audio),
 clamped to what the file holds (a record's duration is the record's word, not the file's), and sent as
 16-bit WAV.
 """
@@ -15,8 +15,8 @@ import math
 import numpy as np
 import soundfile as sf
 
-from sharflow.core import containers
-from sharflow.core.audio import compute_num_samples, probe_audio, read_span
+from sharflow.io import containers
+from sharflow.io.audio import compute_num_samples, probe_audio, read_span
 
 MIME = {
     "flac": "audio/flac",

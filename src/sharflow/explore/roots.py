@@ -1,7 +1,7 @@
 """Where the explorer may read: the run's folder, its results (wherever a symlink puts them) and the
 datasets' audio roots. Every file the explorer opens is asked of `Roots.confine` first.
 
-An address is read the way the readers read it (sharflow.core.containers.split_member): the container
+An address is read the way the readers read it (sharflow.io.containers.split_member): the container
 of `shard.tar#member` is the tar, and a plain path is its own container. The container alone decides:
 a URL only when the container is one, under a URL root (folded lexically: `..` cannot climb out); a
 local file only when its real path (every symlink resolved) lies under a local root's real path. So
@@ -16,8 +16,8 @@ Example::
 
 import os
 
-from sharflow.core import storage
-from sharflow.core.containers import split_member
+from sharflow.io import storage
+from sharflow.io.containers import split_member
 
 
 class OutsideRoots(LookupError):

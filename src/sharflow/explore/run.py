@@ -22,14 +22,14 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
-from sharflow.core import containers
-from sharflow.core.audio import resolve_audio_path
 from sharflow.core.layout import RESULTS, DatasetFiles
 from sharflow.core.metrics import METRICS
 from sharflow.core.splits import TRAIN
 from sharflow.dataset.catalog import STRING
 from sharflow.explore.query import add_order
 from sharflow.explore.roots import Roots
+from sharflow.io import containers
+from sharflow.io.audio import resolve_audio_path
 from sharflow.shar.format import audio_member_names
 
 log = logging.getLogger(__name__)

@@ -29,7 +29,6 @@ from importlib import resources
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from sharflow.core.audio import PathEscapeError
 from sharflow.explore import api
 from sharflow.explore.access import Access
 from sharflow.explore.api import BadRequest, NotFound
@@ -37,6 +36,7 @@ from sharflow.explore.lines import LineFiles
 from sharflow.explore.query import QueryError
 from sharflow.explore.roots import OutsideRoots
 from sharflow.explore.run import Run
+from sharflow.io.audio import PathEscapeError
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """What identifies an utterance besides its sound: its span and, for a speaker, its text.
 
-- The **span key** (sharflow.core.splits.span_key): the audio file's name and size, offset and
+- The **span key** (sharflow.io.audio.span_key): the audio file's name and size, offset and
   duration. The same span in two datasets is the same audio, whatever the folders.
 - The **utterance key**: a speaker's id and the text, folded (Unicode NFKC, case folded, only
   letters and digits, single spaces). The same speaker reading the same text twice (a

@@ -1,8 +1,8 @@
 """The identity stage's part jobs: the content fingerprint and keys of every record of a part.
 
 A part is a contiguous run of the text stage's record lines with an equal share of the audio
-seconds (sharflow.core.parts). Each record's span is decoded as the shard stores it
-(sharflow.core.audio.load_span) and fingerprinted (sharflow.identity.fingerprint) in `workers`
+seconds (sharflow.work.parts). Each record's span is decoded as the shard stores it
+(sharflow.io.audio.load_span) and fingerprinted (sharflow.identity.fingerprint) in `workers`
 processes, in line order. A part writes:
 
 - `part-NNNN.jsonl`: one line per record: its line, audio_filepath, offset, duration, speaker id
@@ -47,19 +47,19 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from sharflow.core import containers
 from sharflow.core.atomic import atomic_file, atomic_path, write_json
-from sharflow.core.audio import load_span, resample, resolve_audio_path
 from sharflow.core.cache import file_identity, package_versions
 from sharflow.core.errors import SharflowError
-from sharflow.core.parallel import chunked, ordered_map
-from sharflow.core.parts import part_records
 from sharflow.core.speakers import parse_speaker
-from sharflow.core.splits import span_key, speaker_identity
+from sharflow.core.splits import speaker_identity
 from sharflow.identity.fingerprint import HASH_DTYPE, VERSION, fingerprint
 from sharflow.identity.keys import utterance_key
+from sharflow.io import containers
+from sharflow.io.audio import load_span, resample, resolve_audio_path, span_key
 from sharflow.models import speaker_embedders
 from sharflow.models.speaker_embedders import embed_each
+from sharflow.work.parallel import chunked, ordered_map
+from sharflow.work.parts import part_records
 
 log = logging.getLogger(__name__)
 

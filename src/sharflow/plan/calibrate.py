@@ -20,9 +20,9 @@ from pathlib import Path
 
 import yaml
 
-from sharflow.core import storage
 from sharflow.core.atomic import atomic_file, write_json
 from sharflow.core.errors import SharflowError
+from sharflow.io import storage
 
 PATH_KEYS = {"manifest", "recordings", "audio_root", "model", "random_from_config", "weights", "cache_dir"}
 PART_SECTIONS = ("text", "quality", "context", "identity")

@@ -6,7 +6,7 @@ config, corpus and code the calibration measured. The plan records them (`plan.j
 - **config**: every config value, by its dotted key, but those that change no job's cost
   (NOT_COST: a dataset's training weight and tags, where the hand-off points);
 - **corpus**: each dataset's inputs by their versions (size and mtime of a local file, size and ETag
-  of an object: sharflow.core.storage.stamp) and its record count when the plan was made;
+  of an object: sharflow.io.storage.stamp) and its record count when the plan was made;
 - **code**: sharflow's version and a digest of its source (rules, scripts and package).
 
 A run reads the plan's figures only when the key it would make now is the plan's
@@ -23,8 +23,8 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 import sharflow
-from sharflow.core import storage
 from sharflow.core.atomic import read_json
+from sharflow.io import storage
 
 # config values that change no job's cost: read by the hand-off only
 NOT_COST = ("datasets.*.weight", "datasets.*.tags", "training.path_prefix")

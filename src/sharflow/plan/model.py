@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sharflow.core.atomic import read_json
-from sharflow.core.jobs import job_kinds
 from sharflow.core.logs import COST_SUFFIX
 from sharflow.plan.resources import planned_figures
+from sharflow.work.jobs import job_kinds
 
 SHARD_RULE = re.compile(r"^(shar|codes)_(block\d*|tail\d|shard)$")
 ACTUAL = {"prepare", "recipe"}  # run in full before the calibration: measured, not extrapolated
@@ -418,7 +418,7 @@ def _plan_one(rule, jobs, small_jobs, scales, total, config, shards) -> RulePlan
 
 def resources_table(plans: dict[str, RulePlan], config: dict, safety: float) -> dict[str, dict[str, int]]:
     """{rule: {mem_mb, runtime}} for every planned rule (the shard jobs: each kind of job the config
-    makes, sharflow.core.jobs.job_kinds, sized for the shards it makes)."""
+    makes, sharflow.work.jobs.job_kinds, sized for the shards it makes)."""
     out = {}
     for name, p in sorted(plans.items()):
         if name.endswith("_jobs"):

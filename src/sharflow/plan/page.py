@@ -225,7 +225,7 @@ def most_shards(records: int, sets: int, shard_size: int) -> int:
 
 
 def most_jobs(shards: int, sets: int, per_job: int) -> int:
-    """The most shard jobs (sharflow.core.jobs.plan_jobs) that `shards` shards over `sets` Shar sets
+    """The most shard jobs (sharflow.work.jobs.plan_jobs) that `shards` shards over `sets` Shar sets
     make at `per_job` shards a job: every job but a set's last makes at least 10 shards (or a full
     block), so at most ceil(s/10) a set, and at most s // per_job full blocks plus, per set, nine
     blocks of each smaller size and one tail."""

@@ -17,14 +17,14 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from sharflow.core import storage
 from sharflow.core.atomic import atomic_dir, atomic_file, write_json
 from sharflow.core.errors import SharflowError
 from sharflow.core.ledger import Ledger, RejectWriter, reject_row
-from sharflow.core.parallel import ordered_map, resolve_workers
 from sharflow.core.speakers import parse_speaker
+from sharflow.io import storage
 from sharflow.prepare.manifest import REASONS, Accepted, CheckSettings, Probed, Refused, Rejected, check_line
 from sharflow.prepare.readers import Mapping, Source, open_reader
+from sharflow.work.parallel import ordered_map, resolve_workers
 
 log = logging.getLogger(__name__)
 

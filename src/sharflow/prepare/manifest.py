@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from sharflow.core import containers
-from sharflow.core.audio import AudioInfo, PathEscapeError, probe_audio, resolve_audio_path
 from sharflow.core.speakers import SpeakerFormatError, standardize_speaker
-from sharflow.core.storage import StorageError
+from sharflow.io import containers
+from sharflow.io.audio import AudioInfo, PathEscapeError, probe_audio, resolve_audio_path
+from sharflow.io.storage import StorageError
 
 # Reject reason -> what it means, in the order records are checked.
 REASONS: dict[str, str] = {

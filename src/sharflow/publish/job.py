@@ -31,10 +31,11 @@ from dataclasses import dataclass
 
 from tqdm import tqdm
 
-from sharflow.core import layout, storage
+from sharflow.core import blocks, layout, shar_fields
 from sharflow.core.atomic import read_json, write_json
 from sharflow.core.errors import SharflowError
-from sharflow.core.storage import listing
+from sharflow.io import storage
+from sharflow.io.storage import listing
 from sharflow.publish.objects import MIB, FileDigest, abort_unfinished, file_digest, upload
 
 log = logging.getLogger(__name__)
@@ -67,9 +68,9 @@ def published_files(
     out = []
     for folder in [*datasets, *held_out]:
         files = layout.DatasetFiles(folder)
-        shards = layout.planned_shards(files.shard_plan)
-        for field in layout.fields(codecs):
-            out += layout.shard_files(files.shar_dir, field, shards)
+        shards = blocks.planned_shards(files.shard_plan)
+        for field in shar_fields.fields(codecs):
+            out += shar_fields.shard_files(files.shar_dir, field, shards)
         out.append(files.verify)
         if folder in datasets:
             out += [files.catalog, files.buckets, files.dataset_card]

@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from sharflow.core import storage
+from sharflow.io import storage
 
 MIB = 1 << 20
 _READ = 8 * MIB

@@ -7,7 +7,7 @@ entry, fingerprint and voice (sharflow.identity.part's files, which the identity
 
 Each part takes a contiguous run of record lines (the text stage's records) holding an equal share
 of the audio seconds (decided from the records file alone, so no plan job is needed); inside a part,
-records are bin-packed onto the job's ranks by seconds (sharflow.core.ranks.rank_job): one rank per
+records are bin-packed onto the job's ranks by seconds (sharflow.work.ranks.rank_job): one rank per
 visible GPU, each with the job's other threads as CPU workers beside it, else one rank per CPU
 worker. A rank (sharflow.quality.rank) writes one line per record, in line order; a record whose
 audio cannot be decoded gets an `error` instead of metrics (the filter rejects it). Each line
@@ -30,9 +30,6 @@ import numpy as np
 from sharflow.core.atomic import atomic_file, write_json
 from sharflow.core.jsonl import count_lines, merge_by_line
 from sharflow.core.layout import IdentityPartFiles
-from sharflow.core.parallel import resolve_workers
-from sharflow.core.parts import part_records
-from sharflow.core.ranks import rank_job
 from sharflow.identity.part import (
     HASH_DTYPE,
     Earlier,
@@ -55,6 +52,9 @@ from sharflow.quality.rank import (
     text_metrics,
 )
 from sharflow.quality.reuse import kept_measures, measure_digest, record_key, reused_lines
+from sharflow.work.parallel import resolve_workers
+from sharflow.work.parts import part_records
+from sharflow.work.ranks import rank_job
 
 __all__ = ["AsrOptions", "MeasureSettings", "SpeakerEmbedding", "measure_records", "run_quality_part"]
 

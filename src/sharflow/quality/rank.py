@@ -1,12 +1,12 @@
 """One rank of a quality part: CPU workers read and measure the signal while the device runs the models.
 
 A rank is given (line, byte offset) pairs of the records file. Its CPU side (`load_record`) reads
-a record, decodes its span (sharflow.core.audio.load_span: the samples the shard stores), resamples
+a record, decodes its span (sharflow.io.audio.load_span: the samples the shard stores), resamples
 it to 16 kHz (and to the ASR model's rate) and computes the signal measures and, with identity, the
 fingerprint and the samples' digest, in `workers` spawned processes in line order
-(sharflow.core.parallel.ordered_map), or in one thread. Consecutive records
+(sharflow.work.parallel.ordered_map), or in one thread. Consecutive records
 are grouped into about `batch_seconds` of audio, the next group read while the rank's own thread
-runs its models over the last one on its device (`Meters`, sharflow.core.parallel.prefetched):
+runs its models over the last one on its device (`Meters`, sharflow.work.parallel.prefetched):
 DNSMOS windows, the VAD's frames and LSTM rows, and the ASR check's length-sorted batches, each many
 records at once, and the speaker embedders (the context stage's, and with identity.voices the
 level-normalised voice), a group's records in one call; then it writes one line per record, in line
@@ -27,10 +27,7 @@ from functools import partial
 import numpy as np
 from tqdm import tqdm
 
-from sharflow.core.audio import load_span, resample, resolve_audio_path
 from sharflow.core.metrics import TEXT_METRICS
-from sharflow.core.parallel import ordered_map, prefetched
-from sharflow.core.ranks import Rank
 from sharflow.identity.part import (
     IdentityOptions,
     fingerprint_rows,
@@ -38,9 +35,12 @@ from sharflow.identity.part import (
     identity_key,
     samples_digest,
 )
+from sharflow.io.audio import load_span, resample, resolve_audio_path
 from sharflow.models.speaker_embedders import embed_each
 from sharflow.quality.metrics import MODEL_RATE, record_metrics, signal_measures
 from sharflow.quality.reuse import measure_digest, record_key
+from sharflow.work.parallel import ordered_map, prefetched
+from sharflow.work.ranks import Rank
 
 log = logging.getLogger(__name__)
 

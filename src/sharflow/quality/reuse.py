@@ -21,9 +21,9 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 
-from sharflow.core import containers
 from sharflow.core.cache import file_identity, package_versions
 from sharflow.core.metrics import TEXT_METRICS
+from sharflow.io import containers
 from sharflow.models import speaker_embedders
 from sharflow.quality.text import reference_text
 

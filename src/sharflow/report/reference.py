@@ -1,7 +1,7 @@
 """The reference pages of the docs, generated from the schema and the code so that they cannot drift:
 every config key with its default (config/schema.yaml), the reject reasons of every stage, the
 metrics (sharflow.core.metrics), the catalog's columns (sharflow.dataset.catalog) and every reused
-result with what its key holds (sharflow.core.reuses).
+result with what its key holds (sharflow.report.reuses).
 
     python -m sharflow.report.reference docs/pages/reference           # write the pages
     python -m sharflow.report.reference docs/pages/reference --check   # exit 1 if one is stale
@@ -187,7 +187,7 @@ def catalog_page() -> str:
 
 def reuses_page() -> str:
     """Every result reused instead of computed again, what its key holds and what it must not depend on."""
-    from sharflow.core.reuses import REUSES
+    from sharflow.report.reuses import REUSES
 
     rows = [
         (

@@ -1,7 +1,7 @@
 """Stage 3, shar: NeMo-compatible Lhotse Shar shards, each written atomically, a block per job.
 
 shar_plan (a checkpoint) shuffles the records into shards; each shar job (run_shar_job, a block of
-shards: sharflow.core.jobs) writes its shards' cuts, target_audio and context_audio (in lhotse's
+shards: sharflow.work.jobs) writes its shards' cuts, target_audio and context_audio (in lhotse's
 bytes, without importing lhotse), copying whole files through where nothing needs decoding, and
 resumes where a killed run of it stopped; shar_merge sums the shards' stats.
 """

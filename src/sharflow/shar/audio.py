@@ -1,6 +1,6 @@
 """Audio of a Shar shard: the target and context spans of a record, read and encoded (worker side).
 
-Every span is read by sharflow.core.audio.read_span (channel 0, samples counted as lhotse counts
+Every span is read by sharflow.io.audio.read_span (channel 0, samples counted as lhotse counts
 them), the reading quality and context measure too.
 
 A span that is a whole source file already in the output's form (mono 16-bit PCM in the output
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 import soundfile as sf
 
-from sharflow.core import containers
-from sharflow.core.audio import compute_num_samples, read_span, resolve_audio_path
+from sharflow.io import containers
+from sharflow.io.audio import compute_num_samples, read_span, resolve_audio_path
 from sharflow.shar.headers import STRIP
 
 LOSSY = {

@@ -19,11 +19,11 @@ from pathlib import Path
 import numpy as np
 
 from sharflow.core.atomic import atomic_file, read_json, write_json
-from sharflow.core.containers import split_member
+from sharflow.core.blocks import block_members, block_size, job_file_name
 from sharflow.core.errors import SharflowError
-from sharflow.core.jobs import plan_jobs, planned_jobs
-from sharflow.core.layout import block_members, block_size, job_file_name
 from sharflow.identity.links import HELD_OUT_REASONS
+from sharflow.io.containers import split_member
+from sharflow.work.jobs import plan_jobs, planned_jobs
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def cut_id(record: dict) -> str:
 # shards of shard_size from shard 0; when the corpus grows, the records already planned stay in their
 # shards (frozen: their job's inputs are not rewritten, so Snakemake runs no job of theirs), and the
 # new ones are shuffled into a new generation that starts at the next multiple of 10 (so that its
-# jobs are blocks of their own: sharflow.core.jobs), leaving unused shard numbers between.
+# jobs are blocks of their own: sharflow.work.jobs), leaving unused shard numbers between.
 
 
 @dataclass
@@ -125,7 +125,7 @@ def plan_shards(
     leaks: str = "report",
     held_out_rejects: str | None = None,
 ) -> dict:
-    """Plan the Shar set's shards and write, per shar job (sharflow.core.jobs), the records it writes
+    """Plan the Shar set's shards and write, per shar job (sharflow.work.jobs), the records it writes
     (its inputs file in `inputs_dir`, rewritten only when they change), and the `plan` JSON.
 
     With `split` (splits configured), only that split's records: the others are counted in the
@@ -515,7 +515,7 @@ def _plan_json(
 
 
 def job_inputs_path(inputs_dir: str, block: str, count: int) -> str:
-    """A shar job's inputs file in `inputs_dir`: shards-<first>-<last>.jsonl (layout.job_file_name)."""
+    """A shar job's inputs file in `inputs_dir`: shards-<first>-<last>.jsonl (blocks.job_file_name)."""
     return str(Path(inputs_dir) / Path(job_file_name(block, block_size(block), count)).with_suffix(".jsonl"))
 
 

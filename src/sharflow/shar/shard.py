@@ -34,16 +34,14 @@ from typing import BinaryIO, NamedTuple
 import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from sharflow.core import containers
 from sharflow.core.atomic import atomic_file, read_json, write_json
-from sharflow.core.audio import resolve_audio_path
+from sharflow.core.blocks import block_members, block_size, shard_key
 from sharflow.core.errors import SharflowError
-from sharflow.core.jobs import finish_job, planned_jobs
-from sharflow.core.layout import DatasetFiles, ShardFiles, block_members, block_size, shard_key
+from sharflow.core.layout import DatasetFiles, ShardFiles
 from sharflow.core.ledger import Ledger, reject_row
-from sharflow.core.parallel import ordered_map
-from sharflow.core.resume import ResumableJob, content_key
 from sharflow.dataset.catalog import catalog_row, write_fragment
+from sharflow.io import containers
+from sharflow.io.audio import resolve_audio_path
 from sharflow.shar.audio import EncodedAudio, EncodeSettings, encode_record
 from sharflow.shar.format import (
     TarMemberWriter,
@@ -54,6 +52,9 @@ from sharflow.shar.format import (
     write_member,
 )
 from sharflow.shar.plan import cut_id, job_input_keys, job_input_shards, segment_id
+from sharflow.work.jobs import finish_job, planned_jobs
+from sharflow.work.parallel import ordered_map
+from sharflow.work.resume import ResumableJob, content_key
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,7 @@ def write_shards(
 ) -> list[dict]:
     """write_shard for each shard of a job over a block (member keys), its records from the job's
     `inputs` file and its files from the job's named outputs (cuts_<m>, target_<m>, ... catalog_<m>:
-    a Snakemake job's, or a mapping), in order. With `resume` (sharflow.core.resume), a shard made
+    a Snakemake job's, or a mapping), in order. With `resume` (sharflow.work.resume), a shard made
     before from the same records and settings is put back instead (its stats read back), and one made
     from records whose audio spans and contexts are the same (a corrected text) keeps its audio files
     and has the rest written again (rewrite_metadata)."""
@@ -183,7 +184,7 @@ def write_planned(files: DatasetFiles, settings: EncodeSettings, workers: int = 
 
 
 def run_shar_job(members: list[str], outputs, *, inputs: str, settings: dict, workers: int = 1) -> list[dict]:
-    """A shar job (sharflow.core.jobs): its shards (write_shards) from its `inputs` file, each kept as
+    """A shar job (sharflow.work.jobs): its shards (write_shards) from its `inputs` file, each kept as
     it is finished, so that a rerun (killed, or run again for another shard's changed records) makes
     only the shards whose records changed; then its record."""
     with ResumableJob(outputs["job"], members) as resume:

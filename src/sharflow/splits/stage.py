@@ -25,12 +25,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from sharflow.core.atomic import atomic_dir, atomic_file, write_json
-from sharflow.core.audio import resolve_audio_path
 from sharflow.core.errors import SharflowError
 from sharflow.core.ledger import Ledger, RejectWriter, reject_row
 from sharflow.core.speakers import parse_speaker
-from sharflow.core.splits import HELD_OUT, SPLITS, TRAIN, UNSEEN, SplitRules, span_key, speaker_identity
+from sharflow.core.splits import HELD_OUT, SPLITS, TRAIN, UNSEEN, SplitRules, speaker_identity
 from sharflow.identity.links import read_links
+from sharflow.io.audio import resolve_audio_path, span_key
 
 log = logging.getLogger(__name__)
 EMPTY_ACTIONS = ("warn", "error")

@@ -29,12 +29,12 @@ from sharflow.core.atomic import atomic_dir, atomic_file, read_json, write_json
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import TextPartFiles
 from sharflow.core.ledger import Ledger, RejectWriter, reject_row
-from sharflow.core.parallel import ordered_map, resolve_workers
-from sharflow.core.parts import part_span
 from sharflow.models.tokenizers import Tokenizers, cannot_build, encode
 from sharflow.text.fields import REASONS, Decision, TextSettings, decide
 from sharflow.text.ipa import Phonemizer
 from sharflow.text.normalizer import Normalizers, normalizer_key
+from sharflow.work.parallel import ordered_map, resolve_workers
+from sharflow.work.parts import part_span
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def normalize_part(
     chunk_lines: int = CHUNK_LINES,
 ) -> dict:
     """Give every record of one part of `records` (a contiguous run of lines with an equal share of
-    the audio seconds: sharflow.core.parts) its text fields; write the part's records, rejects and
+    the audio seconds: sharflow.work.parts) its text fields; write the part's records, rejects and
     stats atomically, for merge_text. `tokenizer` is training.tokenizer (what the tokenizers'
     coverage is measured with), `cache_dir` the cache root (sharflow.core.cache).
 

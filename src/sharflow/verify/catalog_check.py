@@ -1,7 +1,7 @@
 """Verify the catalog along the shards: the same cut ids in shard order, shard and position columns,
 and codes frames per cut equal to the codes themselves; read a batch at a time."""
 
-from sharflow.core.layout import codes_fields
+from sharflow.core.shar_fields import codes_fields
 from sharflow.verify.shard import CodecInfo
 
 

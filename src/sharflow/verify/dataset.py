@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sharflow.core.atomic import read_json, write_json
+from sharflow.core.blocks import planned_shards
 from sharflow.core.errors import SharflowError
-from sharflow.core.layout import Field, fields, planned_shards
-from sharflow.core.parallel import ordered_map, resolve_workers
+from sharflow.core.shar_fields import Field, fields
 from sharflow.verify.catalog_check import CatalogCheck
 from sharflow.verify.shard import CodecInfo, ShardCheck, codec_info, verify_shard
+from sharflow.work.parallel import ordered_map, resolve_workers
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from sharflow.codes.batches import code_frames
-from sharflow.core.audio import compute_num_samples
-from sharflow.core.layout import AUDIO_FIELDS, codes_fields
+from sharflow.core.shar_fields import AUDIO_FIELDS, codes_fields
+from sharflow.io.audio import compute_num_samples
 
 AUDIO_LABELS = tuple(f.label for f in AUDIO_FIELDS)  # target_codes are of target_audio, context of context
 MAX_PROBLEMS_PER_SHARD = 20

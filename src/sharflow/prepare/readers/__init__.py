@@ -12,7 +12,7 @@ FORMS, the reader's `format`, the form prepare's log names.
 
 No reader imports another: what they share lives once, where every user reaches it —
 sharflow.prepare.readers.common (what a reader is opened from, the field mapping, a row as a JSON
-line) and sharflow.core.containers (the containers' suffixes, shard-pattern expansion). To add a
+line) and sharflow.io.containers (the containers' suffixes, shard-pattern expansion). To add a
 form: write its module with a class that has the members of `Reader`, and add a line to FORMS
 (tests/test_house.py keeps the readers from importing each other).
 """
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from sharflow.core import containers
+from sharflow.io import containers
 from sharflow.prepare.readers.common import Mapping, Source
 
 

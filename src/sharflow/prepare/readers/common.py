@@ -13,8 +13,8 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from sharflow.core import containers
 from sharflow.core.errors import SharflowError
+from sharflow.io import containers
 
 # A language becomes the record's lang only when it is a language code (ISO 639, maybe with a
 # region): recipes that write names ("English") leave it to datasets.<name>.language.

@@ -25,8 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from sharflow.core import storage
 from sharflow.core.errors import SharflowError
+from sharflow.io import storage
 from sharflow.prepare.manifest import Refused
 from sharflow.prepare.readers.common import LANGUAGE_CODE, RECORD_KEYS, Source, count_lines
 

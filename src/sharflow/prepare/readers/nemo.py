@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from sharflow.core import storage
 from sharflow.core.errors import SharflowError
+from sharflow.io import storage
 from sharflow.prepare.readers.common import Source, count_lines, row_line
 
 CHUNK_LINES = 2048

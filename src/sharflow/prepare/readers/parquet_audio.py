@@ -4,7 +4,7 @@ column of Audio structs (`bytes`, `path`) beside the text, speaker and other col
 Each row becomes one record in the form of a NeMo manifest line, so that prepare's one set of checks
 (sharflow.prepare.manifest.check_line) gives it the same prepared records and reject reasons: its
 `audio_filepath` addresses the row's audio inside its file (`train-00000-of-00010.parquet#123`,
-sharflow.core.containers: every stage reads it there, nothing is extracted), and its fields come from
+sharflow.io.containers: every stage reads it there, nothing is extracted), and its fields come from
 the columns through the dataset's field mapping (`fields`: audio, text, speaker, duration, language
 by their column names; the other columns ride along, or only those `extra_fields` lists). A file
 without the mapped columns stops the job with the columns it has.
@@ -19,9 +19,9 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from sharflow.core import containers, storage
-from sharflow.core.audio import probe_bytes
 from sharflow.core.errors import SharflowError
+from sharflow.io import containers, storage
+from sharflow.io.audio import probe_bytes
 from sharflow.prepare.manifest import Probed, Refused
 from sharflow.prepare.readers.common import MAPPED, Mapping, Source, container_files, row_line
 

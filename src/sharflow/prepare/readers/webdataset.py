@@ -4,7 +4,7 @@ ships them, read where they lie.
 Each sample becomes one record in the form of a NeMo manifest line, so that prepare's one set of
 checks (sharflow.prepare.manifest.check_line) gives it the same prepared records and reject reasons:
 its `audio_filepath` addresses the audio member inside its tar (`EN-B000000.tar#<key>.mp3`,
-sharflow.core.containers: every stage reads it there, nothing is extracted), and its fields come
+sharflow.io.containers: every stage reads it there, nothing is extracted), and its fields come
 from the JSON through the dataset's field mapping (`fields`: text, speaker, duration, language by
 their names in the JSON; the other JSON fields ride along, or only those `extra_fields` lists).
 
@@ -27,9 +27,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sharflow.core import containers, storage
-from sharflow.core.audio import AudioInfo, probe_bytes
 from sharflow.core.errors import SharflowError
+from sharflow.io import containers, storage
+from sharflow.io.audio import AudioInfo, probe_bytes
 from sharflow.prepare.manifest import Probed, Refused
 from sharflow.prepare.readers.common import Mapping, Source, container_files
 

@@ -4,7 +4,7 @@ Parquet file (the Hub's Audio feature), read in place.
 A record's `audio_filepath` may address a member inside a container, `<container>.tar#<member>` or
 `<container>.parquet#<row>` (the URL fragment's meaning: a part inside), the container a path under
 the audio root or an object under an `s3://` root. Every stage opens audio through this module
-(`open_audio`, `size`, `stamp`, `exists`), which hands a plain file or object to sharflow.core.storage
+(`open_audio`, `size`, `stamp`, `exists`), which hands a plain file or object to sharflow.io.storage
 and a member to its bytes inside the container, so nothing is extracted and a member's bytes are read
 only when its audio is.
 
@@ -47,9 +47,9 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
-from sharflow.core import storage
 from sharflow.core.atomic import atomic_file
 from sharflow.core.cache import cache_root
+from sharflow.io import storage
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 The one way a model job (quality part, context part, codes shard) runs its work: `rank_job`
 resolves and logs the devices, bin-packs the job's units onto the ranks by cost
-(sharflow.core.balance), runs the same function on every rank and gives back each rank's result
+(sharflow.work.balance), runs the same function on every rank and gives back each rank's result
 with its units and planned cost. With one torch thread per CPU rank and work split along fixed unit
 boundaries, outputs do not depend on the number of ranks.
 """
@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sharflow.core.balance import loads, lpt_assign
 from sharflow.core.errors import SharflowError
-from sharflow.core.parallel import resolve_workers
+from sharflow.work.balance import loads, lpt_assign
+from sharflow.work.parallel import resolve_workers
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,7 @@ REUSES: tuple[Reuse, ...] = (
         (
             "sharflow.quality.reuse.record_key",
             "sharflow.quality.reuse.measure_digest",
-            "sharflow.core.containers.stamp",  # a tar member's: its tar's size and mtime, its offset there
+            "sharflow.io.containers.stamp",  # a tar member's: its tar's size and mtime, its offset there
         ),
         (
             "audio_filepath",
@@ -77,7 +77,7 @@ REUSES: tuple[Reuse, ...] = (
             "sharflow.identity.part.identity_key",
             "sharflow.identity.part.entry_key",
             "sharflow.identity.part.measure_signature",
-            "sharflow.core.containers.stamp",
+            "sharflow.io.containers.stamp",
         ),
         (
             "audio_filepath",
@@ -118,8 +118,8 @@ REUSES: tuple[Reuse, ...] = (
     Reuse(
         "object cache",
         "the local copy of a loose object (s3:// audio or manifest), downloaded once per object version"
-        " into the bounded cache (sharflow.core.object_cache evicts copies no job holds)",
-        ("sharflow.core.storage.local_file",),
+        " into the bounded cache (sharflow.io.object_cache evicts copies no job holds)",
+        ("sharflow.io.storage.local_file",),
         ("object URL", "object ETag", "object size"),
         ("the local copy's mtime",),
     ),
@@ -128,9 +128,9 @@ REUSES: tuple[Reuse, ...] = (
         "a WebDataset tar's member index (name -> data offset, size) in sharflow's cache, built once per"
         " tar version (by prepare's pass over the tar, else by the first job that reads it)",
         (
-            "sharflow.core.containers.tar_index_key",
-            "sharflow.core.containers.tar_index",
-            "sharflow.core.containers.remember_tar_index",
+            "sharflow.io.containers.tar_index_key",
+            "sharflow.io.containers.tar_index",
+            "sharflow.io.containers.remember_tar_index",
         ),
         ("tar path", "tar size", "tar mtime", "tar ctime (a tar rewritten at its size and mtime)"),
         ("reading the tar (its access time)",),
@@ -142,8 +142,8 @@ REUSES: tuple[Reuse, ...] = (
         " against it asking for that ETag (If-Match: an object replaced since fails, and its index is"
         " dropped)",
         (
-            "sharflow.core.containers.tar_index",
-            "sharflow.core.containers.remember_tar_index",
+            "sharflow.io.containers.tar_index",
+            "sharflow.io.containers.remember_tar_index",
         ),
         ("object URL", "object ETag", "object size"),
         ("a job reading its members",),
@@ -200,7 +200,7 @@ REUSES: tuple[Reuse, ...] = (
     Reuse(
         "job records",
         "a finished shard job (its record vouches for its files: the job is not run again)",
-        ("sharflow.core.jobs.damage",),
+        ("sharflow.work.jobs.damage",),
         ("each file's presence", "each file's size"),
         ("each file's mtime (a file damaged in place at its size is found by verify's whole-shard read)",),
     ),
@@ -229,7 +229,7 @@ REUSES: tuple[Reuse, ...] = (
 KEY_MAKERS = (
     "cached_build",
     "stamp",
-    "_stamp",  # the publish job's and core.resume's own
+    "_stamp",  # the publish job's and work.resume's own
     "file_identity",
     "package_versions",
     "content_key",

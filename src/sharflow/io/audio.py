@@ -2,6 +2,7 @@
 
 import io
 import os
+import posixpath
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from functools import lru_cache
@@ -10,10 +11,8 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from sharflow.core import containers, storage
+from sharflow.io import containers, storage
 
-OPUS_RATES = (8000, 12000, 16000, 24000, 48000)  # the sample rates an opus stream may have
-MP3_RATES = (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)  # MPEG-1, 2 and 2.5 layer III
 _EXACT_INT16 = {"PCM_16", "PCM_S8", "PCM_U8"}  # subtypes whose samples int16 holds exactly
 
 
@@ -41,11 +40,11 @@ def resolve_audio_path(audio_root: str, path: str) -> tuple[str, str]:
     from the root; absolute ones must already lie under it. The check is lexical (after `..` is
     folded), so a root that is itself a symlink, or holds symlinked sub-folders, still works,
     while `../x` or `/etc/x` is refused with PathEscapeError. A URL root (`s3://bucket/audio`) takes
-    paths relative to it or URLs under it, folded the same way (sharflow.core.storage). A member's
-    address (`shard.tar#key.mp3`, sharflow.core.containers) resolves its container so.
+    paths relative to it or URLs under it, folded the same way (sharflow.io.storage). A member's
+    address (`shard.tar#key.mp3`, sharflow.io.containers) resolves its container so.
     """
     container, member = containers.split_member(path)
-    if member is not None:  # a member inside a container (sharflow.core.containers): the container's place
+    if member is not None:  # a member inside a container (sharflow.io.containers): the container's place
         full, rel = resolve_audio_path(audio_root, container)
         return containers.address(full, member), containers.address(rel, member)
     if storage.is_url(audio_root):
@@ -133,3 +132,14 @@ def resample(audio: np.ndarray, rate: int, target: int) -> np.ndarray:
     if target != rate:
         audio = soxr.resample(audio, rate, target, quality="HQ").astype(np.float32, copy=False)
     return np.ascontiguousarray(audio)
+
+
+@lru_cache(maxsize=65536)
+def _file_size(path: str) -> int:
+    """A file's size, stat'ed once for the many utterances of one long file (bounded cache)."""
+    return containers.size(path)
+
+
+def span_key(path: str, offset: float, duration: float) -> str:
+    """An utterance's identity for splits: file name, its size in bytes, offset and duration (ms)."""
+    return f"{posixpath.basename(path)}:{_file_size(path)}:{offset:.3f}:{duration:.3f}"

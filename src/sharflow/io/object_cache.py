@@ -1,7 +1,7 @@
 """The object cache's bound: whole copies of objects on one node's disk, at most a set size of them,
 least recently used first out, never one a job holds.
 
-sharflow.core.storage copies a loose object (an audio file, a manifest) whole into the cache the
+sharflow.io.storage copies a loose object (an audio file, a manifest) whole into the cache the
 first time a process reads it; containers are read by range and never copied (sharflow.core.
 containers). The cache is `$SHARFLOW_OBJECT_CACHE` (else `objects/` in sharflow's cache) and holds at
 most `$SHARFLOW_OBJECT_CACHE_SIZE` bytes (`20G`, `500M`, a number of bytes; DEFAULT_BOUND when unset).

@@ -3,11 +3,11 @@
 A Shar set's shards are made by jobs over *blocks* of shards: the shar stage's (cuts, target and
 context audio) and, per codec, the codes stage's. Fewer, longer jobs keep Snakemake's DAG small and
 load a model once per rank and job. This module is the one place that says how; the rules
-(rules/shar.smk, rules/codes.smk and their input functions in rules/common.smk), the job scripts
+(rules/shar.smk, rules/codes.smk and their input functions in sharflow.workflow.shards), the job scripts
 and the tests ask it.
 
 - **Blocks.** A block key is a shard key without its last digits: block 00012 stands for the ten
-  shards 000120-000129, block 0001 for the hundred shards 000100-000199 (layout.block_members).
+  shards 000120-000129, block 0001 for the hundred shards 000100-000199 (blocks.block_members).
 - **The plan's jobs** (`plan_jobs`, `planned_jobs`): blocks of `<stage>.shards_per_job` shards; where
   the plan ends inside one, blocks a tenth the size down to 10; then one job for the last 2-9 shards
   (a block of 10 with fewer members) or the last one. 123 shards at 100 per job: 000 (100), 00010 and
@@ -25,11 +25,11 @@ and the tests ask it.
   every shard's files (a 10,000-shard DAG lists ~1,000 files per stage).
 - **A lost or damaged shard file** (`damage`): every run checks each record's files against one
   listing per folder (`Listing`, an os.scandir each); a job with a file that is missing or not the
-  size it wrote runs again, forced by its shard rule's input function (rules/common.smk:
+  size it wrote runs again, forced by its shard rule's input function (sharflow.workflow.shards:
   rerun_if_damaged), so a dry run plans exactly that job and what follows, and its rerun writes the
   same bytes again. Nothing here removes or writes a file: the check runs on every look (a dry run,
   --dag, a Slurm job's own parse), and looking changes nothing; the rerun replaces the record.
-- **A job run again keeps what did not change** (sharflow.core.resume): the shards a job makes are
+- **A job run again keeps what did not change** (sharflow.work.resume): the shards a job makes are
   kept, by key, in its `.kept` folder; its rerun (killed, or run for another shard's corrected
   records) puts back each shard whose key is the same instead of making it again.
 """
@@ -42,7 +42,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from sharflow.core.atomic import write_json
-from sharflow.core.layout import block_digits, generations, shard_key
+from sharflow.core.blocks import block_digits, generations, shard_key
 
 STAGES = ("shar", "codes")
 

@@ -5,7 +5,7 @@ A corpus may live on object storage: a dataset's `audio_root` and `manifest` may
 URLs (AWS, or any S3 API: MinIO, Ceph, AIStore's `/s3` endpoint, moto in the tests). What each reader
 fetches:
 
-- **Containers** (tars, Parquet files: sharflow.core.containers) are never copied. Prepare reads a
+- **Containers** (tars, Parquet files: sharflow.io.containers) are never copied. Prepare reads a
   tar once as a stream (`stream`); later jobs fetch the members they read by byte range
   (`get_range`), and Parquet footers and row groups through a seekable window of range requests
   (`RangeFile`).
@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from sharflow.core import object_cache as bounded
 from sharflow.core.cache import cache_root
 from sharflow.core.errors import SharflowError
+from sharflow.io import object_cache as bounded
 
 SCHEMES = ("s3",)  # what boto3 serves; ais:// and others may be written into the hand-off (docs)
 _CHUNK = 1 << 20

@@ -1,0 +1,1 @@
+"""The pieces of benchmarks/bench_scale.py: its corpus and inputs, its jobs, how they are measured."""

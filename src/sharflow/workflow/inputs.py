@@ -1,0 +1,126 @@
+"""What the first stages read: prepare's corpus and settings, the text stage's, and the files of every
+part of the text, quality and context stages.
+
+Each method is an input function or a params function of a rule (rules/prepare.smk, rules/text.smk):
+it takes Snakemake's `wildcards` (anything with attributes, e.g. SimpleNamespace(dataset="demo")) and
+returns paths or plain values from the config and the layout.
+"""
+
+import functools
+
+from sharflow.core import layout
+from sharflow.io import storage
+from sharflow.io.containers import expand_shards
+from sharflow.prepare.readers import container_suffix
+
+TEXT_SETTINGS = (
+    "require_text",
+    "normalized_text",
+    "unnormalizable",
+    "tokenizer_names",
+    "context_text",
+    "ipa",
+)
+
+
+class Inputs:
+    """Input and params functions of prepare, the recipe, the text stage and the stages' parts."""
+
+    def __init__(self, run, on_first_look=lambda: None):
+        self.run = run
+        self.config = run.config
+        self._on_first_look = on_first_look  # called by manifest(): every DAG asks it first
+
+    # ---- prepare ------------------------------------------------------------------------------
+    def dataset_inputs(self, dataset: str) -> dict:
+        """{manifest, recordings} that prepare reads: the config's, or a recipe's own manifests."""
+        ds = self.config["datasets"][dataset]
+        if ds["recipe"] is not None:
+            files = layout.dataset_files(dataset)
+            return {"manifest": files.recipe_supervisions, "recordings": files.recipe_recordings}
+        return {"manifest": ds["manifest"], "recordings": ds["recordings"]}
+
+    @functools.cache  # noqa: B019 (one Inputs a run: a bucket is listed once per parse)
+    def corpus_files(self, dataset: str) -> list[str]:
+        """The files prepare reads the dataset from, as paths or URLs: its containers (a folder or a
+        bucket listed once per parse), else its manifest and recordings (a recipe's own manifests)."""
+        ds = self.config["datasets"][dataset]
+        if container_suffix(ds["format"]):
+            return expand_shards(ds["manifest"], ds["audio_root"], container_suffix(ds["format"]))
+        return [p for p in self.dataset_inputs(dataset).values() if p is not None]
+
+    def manifest(self, wildcards) -> list[str]:
+        """The prepare job's inputs: local manifests or tars (Snakemake watches their times: a new tar
+        or Parquet file is a grown corpus, and prepare runs again); none for a URL. (In a dry run, the
+        first call also logs the stages the shard plan hides: sharflow.workflow.look.)"""
+        self._on_first_look()
+        return [f for f in self.corpus_files(wildcards.dataset) if not storage.is_url(f)]
+
+    def manifest_version(self, wildcards):
+        """A URL manifest's ETag (one HEAD request): a param, so that a replaced object reruns prepare."""
+        files = self.corpus_files(wildcards.dataset)
+        if container_suffix(self.config["datasets"][wildcards.dataset]["format"]):  # each object's ETag
+            return [storage.head(f).etag for f in files if storage.is_url(f)] or None
+        versions = [storage.head(p).etag if storage.is_url(p) else None for p in files]
+        return versions[0] if len(versions) == 1 else versions
+
+    def audio_root(self, wildcards) -> str:
+        return self.config["datasets"][wildcards.dataset]["audio_root"]
+
+    def prepare_settings(self, wildcards) -> dict:
+        """Keyword arguments of sharflow.prepare.prepare_dataset, from the dataset's config."""
+        ds = self.config["datasets"][wildcards.dataset]
+        inputs = self.dataset_inputs(wildcards.dataset)
+        lhotse = {
+            "form": "lhotse" if ds["recipe"] is not None else ds["format"],
+            "recordings": inputs["recordings"],
+            "default_speaker": ds["default_speaker"],
+            "fields": ds["fields"] if container_suffix(ds["format"]) else None,
+            "extra_fields": ds["extra_fields"],
+        }
+        prepare = self.config["prepare"]
+        return {
+            "dataset": wildcards.dataset,
+            "manifest": inputs["manifest"],
+            **{k: ds[k] for k in ("audio_root", "language", "require_text")},
+            **{k: prepare[k] for k in ("duration_tolerance", "duration_from_file", "max_rejected_fraction")},
+            # only when set: a NeMo-manifest dataset's params stay as they were (no rerun after an upgrade)
+            **{k: v for k, v in lhotse.items() if v not in (None, "nemo")},
+        }
+
+    def recipe_settings(self, wildcards) -> dict:
+        """Keyword arguments of sharflow.prepare.recipe.run_recipe, from the dataset's config."""
+        ds = self.config["datasets"][wildcards.dataset]
+        return {
+            "dataset": wildcards.dataset,
+            "name": ds["recipe"],
+            "corpus_dir": ds["audio_root"],
+            "options": ds["recipe_options"],
+        }
+
+    # ---- text ---------------------------------------------------------------------------------
+    def text_settings(self, wildcards) -> dict:
+        """Fields of sharflow.text.fields.TextSettings for the dataset."""
+        return {k: self.config["datasets"][wildcards.dataset][k] for k in TEXT_SETTINGS}
+
+    def text_normalizers(self, wildcards) -> list[str]:
+        """The text_normalizer job of the dataset's language, when its records may need the normalizer
+        (records in other languages load theirs in the text job, from the same cache)."""
+        ds = self.config["datasets"][wildcards.dataset]
+        if ds["normalized_text"] in ("check_manifest", "keep_manifest", "normalizer"):
+            return [layout.text_normalizer(ds["language"])]
+        return []
+
+    # ---- parts of the text, quality and context stages ---------------------------------------
+    def part_files(self, stage: str, kind: str):
+        """Input function: file `kind` (records, rejected, metrics, stats) of every part of `stage`
+        (text, quality, context)."""
+
+        def parts(wildcards):
+            files = layout.dataset_files(wildcards.dataset)
+            part = {"text": files.text_part, "quality": files.quality_part, "context": files.context_part}[
+                stage
+            ]
+            return [getattr(part(p), kind) for p in range(self.config[stage]["parts"])]
+
+        return parts
