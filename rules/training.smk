@@ -32,6 +32,8 @@ rule input_cfg:
         num_buckets=config["buckets"]["num_buckets"],
         path_prefix=PATH_PREFIX,
         settings={"shuffle": config["training"]["shuffle"], "shard_seed": config["training"]["shard_seed"]},
+        group_by=config["training"]["group_by"],
+        temperature=config["training"]["reweight_temperature"],
     resources:
         mem_mb=RESOURCES.mem_mb("input_cfg"),
         runtime=RESOURCES.runtime("input_cfg"),

@@ -53,6 +53,10 @@ def test_shipped_config_is_valid():
         (lambda c: c.update(shar={"audio_format": "mp3"}), "shar.sample_rate"),
         (lambda c: c.update(context={"min_similarity": 2}), "context.min_similarity"),
         (lambda c: c.update(training={"codec": "nope"}), "training.codec"),
+        (lambda c: c.update(training={"group_by": "domain"}), "is not a tag of d"),
+        (lambda c: c.update(training={"reweight_temperature": [1.0, 0.5]}), "2 values for 1 level"),
+        (lambda c: c.update(training={"group_by": "language", "reweight_temperature": [1]}), "for 2 level"),
+        (lambda c: c.update(training={"reweight_temperature": -1}), "training.reweight_temperature"),
         (lambda c: c.update(codecs={"x": {"backend": "nemo"}}), "codecs.x"),
     ],
 )

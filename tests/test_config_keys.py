@@ -185,6 +185,10 @@ EFFECTS: dict[str, str] = {
     "plan.safety": "test_plan.py::test_shard_jobs_are_planned_per_shard_and_sized_per_kind",
     "training.shuffle": f"{HERE}::test_the_training_keys_are_written_into_input_cfg",
     "training.shard_seed": f"{HERE}::test_the_training_keys_are_written_into_input_cfg",
+    "training.group_by": "test_training.py::"
+    "test_nemo_samples_the_mix_input_cfg_writes_by_its_groups_and_temperature",
+    "training.reweight_temperature": "test_training.py::"
+    "test_nemo_samples_the_mix_input_cfg_writes_by_its_groups_and_temperature",
     "training.tokenizer": "test_catalog.py::test_tokens_are_counted_as_magpietts_counts_them",
     "training.tokenizer.<name>._target_": "test_catalog.py::test_the_tokenizer_target_sets_the_counts",
 }

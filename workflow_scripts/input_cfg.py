@@ -11,4 +11,6 @@ with job_log(snakemake.log[0]):
         num_buckets=snakemake.params.num_buckets,
         settings=snakemake.params.settings,
         path_prefix=snakemake.params.path_prefix,
+        group_by=snakemake.params.group_by,
+        temperature=snakemake.params.temperature,
     )

@@ -122,11 +122,33 @@ def _cross_checks(config: dict) -> list[str]:
             )
         if ds.get("recipe_options") and ds.get("recipe") is None:
             problems.append(f"  datasets.{name}.recipe_options: only with a recipe")
-    chosen = config.get("training", {}).get("codec")
+    return problems + _training_problems(config)
+
+
+def _training_problems(config: dict) -> list[str]:
+    training, problems = config.get("training", {}), []
+    chosen = training.get("codec")
     if chosen is not None and chosen not in config.get("codecs", {}):
         problems.append(
             f"  training.codec: {chosen!r} is not one of the codecs "
             f"({', '.join(config.get('codecs', {})) or 'none'})"
+        )
+    group_by, temperature = training.get("group_by"), training.get("reweight_temperature")
+    if group_by not in (None, "language"):
+        untagged = [
+            n for n, ds in config.get("datasets", {}).items() if group_by not in (ds.get("tags") or {})
+        ]
+        if untagged:
+            problems.append(
+                f"  training.group_by: {group_by!r} is not a tag of {', '.join(sorted(untagged))} "
+                f"(set datasets.<name>.tags.{group_by}, or group by language)"
+            )
+    levels = 2 if group_by is not None else 1
+    if isinstance(temperature, list) and len(temperature) != levels:
+        problems.append(
+            f"  training.reweight_temperature: {len(temperature)} values for {levels} level(s) of input_cfg "
+            f"({'groups, then datasets' if levels == 2 else 'datasets; group_by adds a level of groups'}): "
+            "give one a level, or one number for all"
         )
     return problems
 

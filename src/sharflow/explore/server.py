@@ -153,7 +153,7 @@ class Handler(BaseHTTPRequestHandler):
         except NotFound as e:
             return self._error(HTTPStatus.NOT_FOUND, f"not found: {e}" if e.shown else _UNSEEN)
         except (OutsideRoots, PathEscapeError, FileNotFoundError, KeyError):
-            log.info("explorer: %s: %s", self.path, "outside the roots or missing", exc_info=True)
+            log.debug("explorer: %s: outside the roots or missing", self.path, exc_info=True)
             return self._error(HTTPStatus.NOT_FOUND, _UNSEEN)
         except (BadRequest, QueryError) as e:
             return self._error(HTTPStatus.BAD_REQUEST, str(e))

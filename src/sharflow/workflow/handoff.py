@@ -53,7 +53,7 @@ class Handoff:
         for ds in self.run.datasets:
             files = layout.dataset_files(ds)
             out[ds] = {"shar_dir": files.shar_dir, "plan": files.shard_plan, "catalog": files.catalog}
-            out[ds].update({k: self.config["datasets"][ds][k] for k in ("weight", "tags")})
+            out[ds].update({k: self.config["datasets"][ds][k] for k in ("weight", "tags", "language")})
         return out
 
     def validation_sets(self, wildcards) -> dict:
