@@ -8,6 +8,7 @@ duration of 10^6 and -1, idle connections.
 """
 
 import http.client
+import io
 import json
 import os
 import re
@@ -170,8 +171,6 @@ def test_a_span_is_clamped_to_its_file_and_refused_when_it_cannot_be_played(tmp_
 
 
 def _wav(data: bytes):
-    import io
-
     return io.BytesIO(data)
 
 

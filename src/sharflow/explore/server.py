@@ -41,7 +41,6 @@ from sharflow.io.audio import PathEscapeError
 log = logging.getLogger(__name__)
 
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript", ".css": "text/css"}
-MAX_ANSWER_BYTES = api.MAX_ANSWER_BYTES
 TIMEOUT = 20.0  # seconds a connection may stay silent (reading its request) or stall (taking its answer)
 MAX_CONNECTIONS = 64  # served at once; a browser opens at most 6 to one host
 HEADERS = {
@@ -160,7 +159,7 @@ class Handler(BaseHTTPRequestHandler):
         except Exception:
             log.exception("explorer: %s failed", self.path)
             return self._error(HTTPStatus.INTERNAL_SERVER_ERROR, "this request failed; the log says why")
-        if len(body) > MAX_ANSWER_BYTES:
+        if len(body) > api.MAX_ANSWER_BYTES:
             return self._error(HTTPStatus.BAD_REQUEST, api.too_large(len(body)))
         status, headers, body = _ranged(body, self.headers.get("Range"))
         if parts.path in ("/", "/index.html") and self.access.carries_token({}, query):

@@ -166,11 +166,17 @@ def refuse_escapes(files: list[str]) -> None:
     """SharflowError for a file whose real place leaves its top folder under the working folder (a
     symlink in `results/` to a file elsewhere): publish uploads the run's own files only. A top folder
     that is itself a symlink (results/ on scratch) is the run's."""
+    tops: dict[str, str] = {}  # a top folder's real place, resolved once for all its files
     for f in files:
+        if os.path.isabs(f):
+            raise SharflowError(
+                f"{f}: listed for publishing by an absolute path; publish takes paths under the run"
+            )
         top = os.path.normpath(f).split(os.sep, 1)[0]
-        inside = os.path.join(os.path.realpath(top), "")
+        if top not in tops:
+            tops[top] = os.path.join(os.path.realpath(top), "")
         real = os.path.realpath(f)
-        if os.path.isabs(f) or not real.startswith(inside):
+        if not real.startswith(tops[top]):
             raise SharflowError(
                 f"{f}: listed for publishing but it is {real}, outside the run's {top}/ (a symlink?); "
                 "publish uploads only the run's own files: put the file itself there or remove it"
