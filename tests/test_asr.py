@@ -4,6 +4,7 @@ edit distance, NeMo's real ASR loading and transcription path (a tiny random CTC
 import json
 import logging
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -115,6 +116,24 @@ def test_tiny_model_transcribes_through_nemo_and_says_it_is_random(tiny_asr, cap
     assert transcriber.transcribe([]) == []
 
 
+def test_transcripts_come_with_nemos_token_confidence_independent_of_the_batch(tiny_asr):
+    transcriber = Transcriber(str(tiny_asr), "cpu", random=True, confidence=True)
+    _, waves = _demo_waves(4)
+    scored = transcriber.transcribe_scored(waves)
+    texts = [t for t, _ in scored]
+    assert texts == Transcriber(str(tiny_asr), "cpu", random=True).transcribe(waves)  # the same decoding
+    confidences = [c for _, c in scored]
+    assert all(0 < c <= 1 for c in confidences) and len(set(confidences)) == 4  # they carry information
+    alone = [transcriber.transcribe_scored([w])[0] for w in waves]
+    assert [t for t, _ in alone] == texts
+    np.testing.assert_allclose([c for _, c in alone], confidences, atol=1e-5)
+    noise = np.random.default_rng(0).normal(0, 0.3, 16000 * 3).astype(np.float32)
+    assert transcriber.transcribe_scored([noise])[0][1] != confidences[0]
+    assert transcriber.transcribe_scored([]) == []
+    with pytest.raises(ValueError, match="confidence=True"):
+        Transcriber(str(tiny_asr), "cpu").transcribe_scored(waves)
+
+
 def test_a_model_that_does_not_load_is_named():
     with pytest.raises(
         SharflowError, match=r"could not load the NeMo ASR model '/no/such\.nemo'.*local \.nemo"
@@ -199,3 +218,30 @@ def test_config_refuses_a_cer_filter_without_the_asr_check_and_two_models():
     config = demo_config(quality={"asr": {"model": "x.nemo", "random_from_config": "y.yaml"}})
     with pytest.raises(SharflowError, match=r"quality\.asr: give model or random_from_config, not both"):
         validate_config(config, REPO / "config" / "schema.yaml")
+
+
+def test_a_recordings_segments_get_transcripts_and_the_least_confident_are_dropped(tiny_asr):
+    from sharflow.segment.recording import KEPT, Segmented
+    from sharflow.segment.transcripts import transcribe
+
+    transcriber = Transcriber(str(tiny_asr), "cpu", random=True, confidence=True)
+    _, waves = _demo_waves(4)
+    gap = np.zeros(8000, np.float32)
+    audio = np.concatenate([x for w in waves for x in (w, gap)])
+    segments, stretches, at = [], [], 0
+    for k, w in enumerate(waves):
+        segments.append((at, at + len(w), k % 2))
+        stretches += [(at, at + len(w), KEPT), (at + len(w), at + len(w) + len(gap), "silence")]
+        at += len(w) + len(gap)
+    result = Segmented(len(audio), 2, segments, stretches)
+    everything = transcribe(audio, result, transcriber, min_confidence=0.0, batch_seconds=1.0)
+    assert everything.segments == segments and len(everything.transcripts) == 4
+    assert [t for t, _ in everything.transcripts] == transcriber.transcribe(waves)
+    confidences = sorted(c for _, c in everything.transcripts)
+    threshold = (confidences[1] + confidences[2]) / 2  # two above, two under
+    some = transcribe(audio, result, transcriber, min_confidence=threshold)
+    assert len(some.segments) == 2 and all(c >= threshold for _, c in some.transcripts)
+    seconds, before = some.seconds(), result.seconds()
+    assert seconds["low_confidence"] > 0
+    assert seconds["kept"] + seconds["low_confidence"] == pytest.approx(before["kept"], abs=1e-9)
+    assert sum(seconds.values()) == pytest.approx(len(audio) / 16000, abs=1e-9)

@@ -18,6 +18,7 @@ PACKAGES = (
     "core",
     "io",
     "work",
+    "segment",
     "prepare",
     "text",
     "quality",
@@ -43,7 +44,19 @@ FLOORS = {
     "models": 1,
     "work": 2,
     **dict.fromkeys(
-        ("prepare", "text", "quality", "identity", "splits", "context", "shar", "codes", "dataset"), 3
+        (
+            "segment",
+            "prepare",
+            "text",
+            "quality",
+            "identity",
+            "splits",
+            "context",
+            "shar",
+            "codes",
+            "dataset",
+        ),
+        3,
     ),
     **dict.fromkeys(("verify", "publish", "plan"), 3),
     **dict.fromkeys(("report", "explore", "workflow"), 4),

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 class Transcriber:
     """A NeMo ASR model on one device, transcribing lists of mono float32 clips at its sample rate."""
 
-    def __init__(self, model: str, device: str = "cpu", random: bool = False):
+    def __init__(self, model: str, device: str = "cpu", random: bool = False, confidence: bool = False):
         import torch
 
         with model_load("import:nemo"):  # a fixed cost of the job, as the load itself
@@ -42,6 +42,7 @@ class Transcriber:
         self.model.eval()
         self.sample_rate = int(self.model.cfg.sample_rate)
         self.decoding = _batched_greedy(self.model)
+        self.confidence = confidence and _token_confidence(self.model)
         if random:
             log.warning(
                 "ASR model %s is RANDOMLY INITIALISED (quality.asr.random_from_config): its transcripts "
@@ -70,6 +71,28 @@ class Transcriber:
         if isinstance(out, tuple):  # some RNNT versions return (best, all)
             out = out[0]
         return [h.text if hasattr(h, "text") else str(h) for h in out]
+
+    def transcribe_scored(self, waves: list[np.ndarray]) -> list[tuple[str, float]]:
+        """(transcript, confidence) per clip, in order (one batch). The confidence is NeMo's own
+        per-token confidence (max_prob, blanks excluded) averaged over the transcript's tokens: 0 for
+        an empty transcript. Needs `confidence=True`."""
+        if not self.confidence:
+            raise ValueError("this transcriber was built without confidence=True")
+        if not waves:
+            return []
+        out = self.model.transcribe(
+            audio=[np.ascontiguousarray(w, dtype=np.float32) for w in waves],
+            batch_size=len(waves),
+            return_hypotheses=True,
+            verbose=False,
+        )
+        if isinstance(out, tuple):
+            out = out[0]
+        scored = []
+        for h in out:
+            tokens = [float(c) for c in (h.token_confidence or [])]
+            scored.append((h.text, float(np.mean(tokens)) if tokens and h.text else 0.0))
+        return scored
 
     def transcribe_sorted(self, waves: list[np.ndarray], batch_seconds: float) -> list[str]:
         """One transcript per clip, in order, from batches of clips sorted by length, each batch
@@ -107,6 +130,27 @@ def _batched_greedy(model) -> str:
         quiet = {"verbose": False} if "verbose" in inspect.signature(change).parameters else {}
         change(decoding, **quiet)
     return str(model.cfg.decoding.strategy)
+
+
+def _token_confidence(model) -> bool:
+    """Have the model keep NeMo's per-token confidence (max_prob over the vocabulary, blanks
+    excluded) in its hypotheses; whether it can."""
+    from omegaconf import open_dict
+
+    decoding = model.cfg.get("decoding")
+    change = getattr(model, "change_decoding_strategy", None)
+    if decoding is None or change is None:
+        return False
+    decoding = decoding.copy()
+    with open_dict(decoding):
+        decoding.confidence_cfg = {
+            "preserve_token_confidence": True,
+            "exclude_blank": True,
+            "aggregation": "mean",
+            "method_cfg": {"name": "max_prob"},
+        }
+    change(decoding, verbose=False)
+    return True
 
 
 def build_random_asr(config: str | Path, out: str | Path, seed: int = 0) -> Path:

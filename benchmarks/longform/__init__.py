@@ -1,0 +1,1 @@
+"""The long-form test corpus (recordings with their truth) and its measures' printing."""

@@ -1,0 +1,199 @@
+"""The segment stage's jobs: a part's recordings segmented one at a time, resumable by recording, and
+the merge of the parts into the dataset's segment manifest and its accounting.
+
+- `plan_parts`: the recordings in parts balanced by hours of audio (LPT, sharflow.work.balance);
+- `run_part`: each recording of a part in turn; its result (segments, transcripts, where every
+  second went) is written atomically to `<part dir>/<key>.json` when it is complete, so a killed job
+  resumes at the recording it was on. A recording that cannot be read is accounted as unreadable;
+- `merge`: every recording's result, in the order of the recordings, into one NeMo manifest (a line
+  a segment: the long file, offset, duration, text, speaker) that prepare reads like any other, and
+  the stats (seconds in = kept + dropped by reason, per recording and in all).
+
+A recording's result depends only on its audio and the settings, so the manifest is the same bytes
+for any number of parts.
+"""
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm import tqdm
+
+from sharflow.core.atomic import atomic_file, read_json, write_json
+from sharflow.core.speakers import Speaker
+from sharflow.io.audio import load_span, probe_audio, resample, resolve_audio_path
+from sharflow.segment import cut
+from sharflow.segment.recording import KEPT, Segmenter
+from sharflow.segment.transcripts import transcribe
+from sharflow.segment.turns import RATE
+from sharflow.work.balance import lpt_assign
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One long recording of a dataset: its path under the dataset's audio root (a local folder or
+    an s3:// prefix) and what the user knows of it."""
+
+    path: str
+    language: str = "en"
+    # known speaker names, in order of first appearance in the recording (optional)
+    speakers: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """A file name for its result: the stem and a digest of the whole path."""
+        stem = Path(self.path).stem[:40] or "recording"
+        return f"{stem}-{hashlib.sha256(self.path.encode()).hexdigest()[:12]}"
+
+
+@dataclass(frozen=True)
+class Transcription:
+    transcriber: object  # sharflow.models.asr.Transcriber built with confidence=True
+    source: str  # what the manifest names as the transcript's source ("asr:<model>")
+    min_confidence: float = 0.0
+    batch_seconds: float = 120.0
+
+
+def plan_parts(durations: dict[str, float], parts: int) -> list[list[str]]:
+    """The recordings' paths in `parts` parts of about equal hours (empty parts dropped)."""
+    return [p for p in lpt_assign(durations, max(1, min(parts, len(durations)))) if p]
+
+
+def run_part(
+    recordings: list[Recording],
+    audio_root: str,
+    out_dir: Path,
+    segmenter: Segmenter,
+    transcription: Transcription | None = None,
+) -> dict[str, int]:
+    """Segment every recording of a part not already done; {"done": n, "resumed": n}."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    counts = {"done": 0, "resumed": 0}
+    for recording in tqdm(recordings, desc="recordings", unit="rec", mininterval=5):
+        target = out_dir / f"{recording.key}.json"
+        if target.exists():
+            counts["resumed"] += 1
+            continue
+        write_json(target, segment_one(recording, audio_root, segmenter, transcription))
+        counts["done"] += 1
+    return counts
+
+
+def segment_one(
+    recording: Recording, audio_root: str, segmenter: Segmenter, transcription: Transcription | None
+) -> dict:
+    """A recording's result as JSON: its segments and where every second went."""
+    path, _ = resolve_audio_path(audio_root, recording.path)  # never outside the root
+    try:
+        info = probe_audio(path)
+        audio, rate = load_span(path, 0.0, info.duration)
+        audio = resample(audio, rate, RATE)
+    except Exception as e:  # any decoder error: the recording is accounted, never lost
+        log.warning("recording %s could not be read: %s", recording.path, e)
+        duration = _duration_or_zero(path)
+        return {
+            "recording": recording.path,
+            "duration": duration,
+            "error": f"{type(e).__name__}: {e}",
+            "speakers": 0,
+            "segments": [],
+            "stretches": [[0.0, duration, cut.UNREADABLE]] if duration else [],
+            "seconds": {cut.UNREADABLE: duration},
+        }
+    result = segmenter.segment(audio)
+    if transcription is not None:
+        t = transcription
+        result = transcribe(audio, result, t.transcriber, t.min_confidence, t.batch_seconds)
+    seconds = lambda x: round(x / RATE, 6)  # noqa: E731
+    segments = []
+    for i, (a, b, speaker) in enumerate(result.segments):
+        text, confidence = result.transcripts[i] if result.transcripts else ("", None)
+        segments.append(
+            {"offset": seconds(a), "duration": seconds(b - a), "speaker": speaker, "text": text}
+            | ({"confidence": round(confidence, 6)} if confidence is not None else {})
+        )
+    return {
+        "recording": recording.path,
+        "duration": seconds(result.num_samples),
+        "speakers": result.speakers,
+        "segments": segments,
+        "stretches": [[seconds(a), seconds(b), what] for a, b, what in result.stretches],
+        "seconds": {k: round(v, 6) for k, v in result.seconds().items() if v},
+    }
+
+
+def _duration_or_zero(path: str) -> float:
+    try:
+        return round(probe_audio(path).duration, 6)
+    except Exception:
+        return 0.0
+
+
+def speaker_name(recording: Recording, label: int, dataset: str) -> str:
+    """The segment's speaker in NeMo's form: a known name where the user gave one for the label,
+    else `<recording key>-s<label>` (the speakers of one recording; linking them across recordings
+    is the identity stage's)."""
+    name = recording.speakers[label] if label < len(recording.speakers) else f"{recording.key}-s{label}"
+    return str(Speaker(recording.language, dataset, name))
+
+
+@dataclass
+class Merged:
+    segments: int = 0
+    seconds: dict[str, float] = field(default_factory=dict)
+    recordings: list[dict] = field(default_factory=list)
+
+
+def merge(
+    recordings: list[Recording], part_dirs: list[Path], dataset: str, manifest: Path, stats: Path, source: str
+) -> Merged:
+    """The parts' results into the dataset's segment manifest and stats, in the recordings' order.
+    Every recording must have its result (a part that did not finish is named)."""
+    found = {p.stem: p for d in part_dirs for p in Path(d).glob("*.json")}
+    missing = [r.path for r in recordings if r.key not in found]
+    if missing:
+        raise FileNotFoundError(
+            f"{len(missing)} recording(s) have no segment result, e.g. {missing[0]}: rerun the segment "
+            "jobs (a killed job resumes at the recording it was on)"
+        )
+    merged = Merged()
+    with atomic_file(manifest) as out:
+        for recording in recordings:
+            result = read_json(found[recording.key])
+            for seg in result["segments"]:
+                line = {
+                    "audio_filepath": recording.path,
+                    "offset": seg["offset"],
+                    "duration": seg["duration"],
+                    "text": seg["text"],
+                    "speaker": speaker_name(recording, seg["speaker"], dataset),
+                    "transcript_source": source,
+                }
+                if "confidence" in seg:
+                    line["transcript_confidence"] = seg["confidence"]
+                out.write(json.dumps(line, ensure_ascii=False) + "\n")
+                merged.segments += 1
+            for what, value in result["seconds"].items():
+                merged.seconds[what] = round(merged.seconds.get(what, 0.0) + value, 6)
+            merged.recordings.append(
+                {k: result[k] for k in ("recording", "duration", "speakers", "seconds")}
+                | {"segments": len(result["segments"])}
+            )
+    total = round(sum(r["duration"] for r in merged.recordings), 6)
+    write_json(
+        stats,
+        {
+            "stage": "segment",
+            "dataset": dataset,
+            "recordings": len(recordings),
+            "segments": merged.segments,
+            "seconds_in": total,
+            "seconds": {k: merged.seconds.get(k, 0.0) for k in (KEPT, *cut.REASONS)},
+            "per_recording": merged.recordings,
+        },
+    )
+    return merged

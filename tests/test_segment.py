@@ -1,0 +1,269 @@
+"""Long-form recordings into speaker segments (issue 75): the steps over arrays, the accounting, and
+the shipped models' accuracy against the long-form test corpus's truth."""
+
+import itertools
+import json
+import sys
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+from sharflow.segment import cut, turns
+from sharflow.segment.recording import KEPT, Segmenter
+from sharflow.segment.score import Score, adjusted_rand_index, score
+from testkit import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from longform.corpus import write_corpus
+
+R = turns.RATE
+
+
+def _pair_counting_ari(a, b) -> float:
+    """The adjusted Rand index by its definition over every pair of items."""
+    n = len(a)
+    both = sum(a[i] == a[j] and b[i] == b[j] for i, j in itertools.combinations(range(n), 2))
+    in_a = sum(a[i] == a[j] for i, j in itertools.combinations(range(n), 2))
+    in_b = sum(b[i] == b[j] for i, j in itertools.combinations(range(n), 2))
+    pairs = n * (n - 1) / 2
+    expected = in_a * in_b / pairs
+    return (both - expected) / ((in_a + in_b) / 2 - expected)
+
+
+def test_the_adjusted_rand_index_is_the_pair_counting_one_and_ignores_label_names():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        a, b = rng.integers(0, 3, 30), rng.integers(0, 4, 30)
+        assert adjusted_rand_index(a, b) == pytest.approx(_pair_counting_ari(a, b), abs=1e-12)
+    a = rng.integers(0, 3, 50)
+    assert adjusted_rand_index(a, (a + 1) % 3) == 1.0  # the same partition, renamed
+    assert adjusted_rand_index(a, np.zeros(50)) == pytest.approx(0.0, abs=1e-12)  # one cluster: chance
+
+
+def test_windows_cover_every_span_and_stay_inside_it():
+    settings = turns.TurnSettings(window=1.0, hop=0.5)
+    spans = [(0, int(0.4 * R)), (R, int(3.3 * R)), (5 * R, 6 * R)]
+    wins = turns.windows(spans, settings)
+    for i, (s, e) in enumerate(spans):
+        mine = [(a, b) for j, a, b in wins if j == i]
+        assert all(s <= a < b <= e for a, b in mine)
+        assert mine[0][0] == s and mine[-1][1] == e
+        assert all(b - a == min(R, e - s) for a, b in mine)
+    assert [w[0] for w in wins] == sorted(w[0] for w in wins)
+
+
+def test_short_label_runs_are_absorbed_by_their_longer_neighbour():
+    cells = np.array([0, 0, 0, 0, 1, 0, 0, 2, 2, 2, 2, 2, 1])
+    out = turns._absorb_short_runs(cells, 2)
+    assert out.tolist() == [0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2]
+    assert turns._absorb_short_runs(np.array([1]), 3).tolist() == [1]  # a span of one run keeps it
+
+
+def test_a_piece_boundary_falls_on_the_quietest_frame_near_the_label_change():
+    settings = turns.TurnSettings(window=1.0, hop=0.5)
+    span = (0, 4 * R)
+    probs = np.full(4 * R // turns.FRAME, 0.9, np.float32)
+    quiet = int(2.2 * R) // turns.FRAME
+    probs[quiet] = 0.1
+    cells = np.array([0, 0, 0, 0, 1, 1, 1, 1])  # the change guessed at 2.0 s
+    pieces = turns.pieces(span, cells, probs, settings)
+    assert [p[2] for p in pieces] == [0, 1]
+    assert pieces[0][1] == pieces[1][0] == quiet * turns.FRAME + turns.FRAME // 2
+    assert pieces[0][0] == 0 and pieces[1][1] == 4 * R
+
+
+def test_segments_never_hold_two_speakers_and_respect_the_lengths():
+    settings = cut.CutSettings(min_segment=3.0, max_segment=10.0, max_pause=1.0)
+    probs = np.full(200 * R // turns.FRAME, 0.9, np.float32)
+    s = lambda a, b, k: (int(a * R), int(b * R), k)  # noqa: E731
+    pieces = [
+        s(0, 2, 0), s(2.5, 4, 0),  # one speaker, a short pause: one segment
+        s(4, 6, 1),  # a change of speaker with no pause: a new segment
+        s(8, 9, 1),  # a pause of 2 s: closes; 1 s alone is too short
+        s(10, 12, turns.OVERLAP), s(12, 13, turns.NO_SPEAKER),
+        s(20, 45, 0),  # 25 s alone: cut into three parts of at most 10 s
+    ]  # fmt: skip
+    kept, dropped = cut.segments(pieces, probs, settings)
+    assert [(a / R, b / R, k) for a, b, k in kept[:1]] == [(0, 4, 0)]
+    assert all(b - a <= 10 * R and b - a >= 3 * R for a, b, _ in kept)
+    assert [k for *_, k in kept] == [0, 0, 0, 0]  # speaker 1's 2 s + 1 s were too short
+    assert sorted(r for *_, r in dropped) == sorted([cut.TOO_SHORT] * 2 + ["overlap", "no_speaker"])
+    assert sum(b - a for a, b, _ in kept[1:]) == 25 * R
+    whole = cut.account(60 * R, [(a, b, KEPT) for a, b, _ in kept] + dropped)
+    assert whole[0][0] == 0 and whole[-1][1] == 60 * R
+    assert all(x[1] == y[0] for x, y in itertools.pairwise(whole))
+    with pytest.raises(ValueError, match="overlap"):
+        cut.account(10 * R, [(0, 5 * R, KEPT), (4 * R, 6 * R, cut.SILENCE)])
+
+
+def test_the_score_of_the_truth_itself_is_perfect_and_a_merged_one_is_not():
+    truth = {
+        "duration": 20.0,
+        "speakers": ["a", "b"],
+        "utterances": [
+            {"start": 1.0, "end": 4.0, "speaker": "a"},
+            {"start": 4.2, "end": 8.0, "speaker": "b"},
+            {"start": 12.0, "end": 14.0, "speaker": "a", "overlapped": True},
+            {"start": 12.5, "end": 15.0, "speaker": "b", "overlapped": True},
+        ],
+        "overlaps": [{"start": 12.5, "end": 14.0}],
+        "music": [{"start": 16.0, "end": 19.0}],
+    }
+    seg = lambda a, b, k: {"start": a, "end": b, "speaker": k}  # noqa: E731
+    perfect = score(truth, [seg(1.0, 4.0, 0), seg(4.2, 8.0, 1)])
+    rates = (perfect.edge_rate, perfect.purity, perfect.coverage, perfect.ari)
+    assert rates == pytest.approx((1.0, 1.0, 1.0, 1.0), abs=1e-9)
+    assert perfect.stretches_kept == 0 and perfect.stretches == 2
+    merged = score(truth, [seg(1.0, 8.0, 0), seg(11.0, 19.0, 0)])
+    assert merged.purity < 0.8 and merged.mixed_segments == 2
+    assert merged.stretches_kept == 2 and merged.music_kept == pytest.approx(3.0)
+    assert merged.ari == pytest.approx(0.0, abs=1e-9)
+    assert merged.edges_near == 2  # 1.0 and 8.0; 11.0 and 19.0 are 1 s from any edge
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A smaller copy of the benchmark's corpus: four recordings of 1.5-2.5 minutes."""
+    out = tmp_path_factory.mktemp("longform")
+    return write_corpus(out, recordings=4, minutes=(1.5, 2.5), seed=7)
+
+
+@pytest.fixture(scope="module")
+def segmented(corpus):
+    torch.set_num_threads(1)
+    segmenter = Segmenter()
+    out = []
+    for path in corpus:
+        audio, _ = sf.read(path, dtype="float32")
+        out.append((path, audio, segmenter.segment(audio)))
+    return segmenter, out
+
+
+def test_the_shipped_models_meet_the_bars_on_a_smaller_copy_of_the_corpus(segmented):
+    _, results = segmented
+    total = Score()
+    for path, _, result in results:
+        truth = json.loads(path.with_suffix(".truth.json").read_text())
+        assert len(truth["speakers"]) >= 2 and truth["overlaps"] and truth["music"]
+        # what the score compares carries information: several speakers found, several labels kept
+        assert result.speakers >= 2 and len({k for *_, k in result.segments}) >= 2
+        total.add(score(truth, [{"start": a / R, "end": b / R, "speaker": k} for a, b, k in result.segments]))
+    assert total.edges >= 40
+    assert total.edge_rate >= 0.90, total.summary()
+    assert total.purity >= 0.98, total.summary()
+    assert total.coverage >= 0.85, total.summary()
+    assert total.stretches_kept == 0 and total.stretches == 2 * len(results), total.summary()
+    assert total.ari >= 0.9, total.summary()
+
+
+def test_every_second_is_kept_or_dropped_with_a_reason(segmented):
+    _, results = segmented
+    for _, audio, result in results:
+        seconds = result.seconds()
+        assert sum(seconds.values()) == pytest.approx(len(audio) / R, abs=1e-9)
+        assert seconds[KEPT] > 0 and seconds[cut.SILENCE] > 0 and seconds["overlap"] > 0
+        whole = result.stretches
+        assert whole[0][0] == 0 and whole[-1][1] == len(audio)
+        assert all(x[1] == y[0] for x, y in itertools.pairwise(whole))
+        assert {(a, b) for a, b, w in whole if w == KEPT} == {(a, b) for a, b, _ in result.segments}
+
+
+def test_the_segments_do_not_depend_on_the_embedders_batch_or_the_vads_company(segmented):
+    from sharflow.models.speaker_embedders.ge2e import GE2EEmbedder
+
+    segmenter, results = segmented
+    _, audio, result = results[0]
+    other = Segmenter(embedder=GE2EEmbedder(level="normalize", batch_partials=5))
+    again = other.segment(audio)
+    assert again.segments == result.segments and again.stretches == result.stretches
+    # the VAD's chunks step side by side with another recording's: the same probabilities
+    alone = segmenter.probabilities(audio)
+    step = 960 * turns.FRAME
+    chunks = [audio[max(0, k - 64 * turns.FRAME) : k + step] for k in range(0, len(audio), step)]
+    company = segmenter.vad.probabilities([results[1][1][: 40 * R], *chunks])[1:]
+    joined = np.concatenate([p if k == 0 else p[64:] for k, p in enumerate(company)])
+    np.testing.assert_array_equal(joined, alone)
+
+
+def test_the_segment_jobs_give_the_same_manifest_for_any_parts_resume_and_account_for_every_second(
+    corpus, tmp_path
+):
+    from sharflow.prepare.job import prepare_dataset
+    from sharflow.segment.job import Recording, merge, plan_parts, run_part
+
+    root = corpus[0].parent
+    (root / "broken.flac").write_bytes(b"not audio at all")
+    recordings = [Recording(p.name) for p in corpus[:2]] + [Recording("broken.flac", speakers=("x",))]
+    durations = {
+        r.path: sf.info(root / r.path).duration if r.path != "broken.flac" else 0.0 for r in recordings
+    }
+    segmenter = Segmenter()
+
+    def run(parts: int, out: str):
+        by_path = {r.path: r for r in recordings}
+        dirs = []
+        for i, part in enumerate(plan_parts(durations, parts)):
+            dirs.append(tmp_path / out / f"part{i}")
+            run_part([by_path[p] for p in part], str(root), dirs[-1], segmenter)
+        manifest, stats = tmp_path / out / "segments.jsonl", tmp_path / out / "stats.json"
+        merge(recordings, dirs, "talks", manifest, stats, "none")
+        return manifest, json.loads(stats.read_text()), dirs
+
+    one, stats, dirs = run(1, "one")
+    assert len(plan_parts(durations, 2)) == 2
+    two, _, _ = run(2, "two")
+    assert one.read_bytes() == two.read_bytes()
+    lines = [json.loads(x) for x in one.read_text().splitlines()]
+    assert len(lines) == stats["segments"] > 10
+    assert {x["audio_filepath"] for x in lines} == {r.path for r in recordings[:2]}
+    assert all(x["speaker"].startswith("| Language:en Dataset:talks Speaker:rec_") for x in lines)
+    assert all(3.0 <= x["duration"] <= 30.0 for x in lines)
+    # every second: kept + dropped by reason = seconds in, per recording and in all
+    assert sum(stats["seconds"].values()) == pytest.approx(stats["seconds_in"], abs=1e-4)
+    for rec in stats["per_recording"]:
+        assert sum(rec["seconds"].values()) == pytest.approx(rec["duration"], abs=1e-4)
+    broken = next(r for r in stats["per_recording"] if r["recording"] == "broken.flac")
+    assert broken["segments"] == 0 and broken["seconds"] == {"unreadable": 0.0}
+    # resumable by recording: a part rerun keeps what it wrote and redoes only what is missing
+    results = sorted(dirs[0].glob("*.json"))
+    first = results[0].read_bytes()
+    results[1].unlink()
+    assert run_part(recordings, str(root), dirs[0], segmenter) == {"done": 1, "resumed": 2}
+    assert results[0].read_bytes() == first
+    merge(recordings, dirs, "talks", tmp_path / "again.jsonl", tmp_path / "again.json", "none")
+    assert (tmp_path / "again.jsonl").read_bytes() == one.read_bytes()
+    results[1].unlink()
+    with pytest.raises(FileNotFoundError, match="no segment result"):
+        merge(recordings, dirs, "talks", tmp_path / "x.jsonl", tmp_path / "x.json", "none")
+    # prepare reads the segments as spans of the long files (with text, as an ASR gives it)
+    with_text = tmp_path / "with_text.jsonl"
+    with_text.write_text("".join(json.dumps(x | {"text": "a segment"}) + "\n" for x in lines))
+    summary = prepare_dataset(
+        str(with_text), prepared=str(tmp_path / "p.jsonl"), rejected_dir=str(tmp_path / "rej"),
+        stats=str(tmp_path / "p.json"), dataset="talks", audio_root=str(root),
+    )  # fmt: skip
+    assert summary["records_out"] == len(lines), summary
+
+
+def test_beside_a_dropped_run_the_cut_goes_to_the_kept_side():
+    settings = turns.TurnSettings(window=1.0, hop=0.5)
+    span = (0, 6 * R)
+    probs = np.full(6 * R // turns.FRAME, 0.9, np.float32)
+    cells = np.array([turns.OVERLAP] * 6 + [0] * 6)  # the change guessed at 3.0 s, no pause near it
+    pieces = turns.pieces(span, cells, probs, settings)
+    assert pieces[0][1] == 4 * R  # a whole window into the kept side
+    probs[int(3.4 * R) // turns.FRAME] = 0.2  # a pause on the kept side: cut there
+    pieces = turns.pieces(span, cells, probs, settings)
+    assert pieces[0][1] == int(3.4 * R) // turns.FRAME * turns.FRAME + turns.FRAME // 2
+    kept_first = turns.pieces(span, cells[::-1].copy(), np.full_like(probs, 0.9), settings)
+    assert kept_first[0][2] == 0 and kept_first[0][1] == 2 * R  # kept, then dropped: a window back
+
+
+def test_an_overlap_run_shorter_than_min_overlap_is_absorbed():
+    # windows that straddle a change of speaker look mixed for about a window: not an overlap
+    cells = np.array([0, 0, 0, 0, turns.OVERLAP, turns.OVERLAP, 1, 1, 1, 1])
+    assert turns.OVERLAP not in turns._absorb_short_runs(cells, 2, 3)
+    longer = np.array([0, 0, 0, 0, *[turns.OVERLAP] * 3, 1, 1, 1])
+    assert (turns._absorb_short_runs(longer, 2, 3) == turns.OVERLAP).sum() == 3
