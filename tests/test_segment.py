@@ -187,37 +187,49 @@ def test_the_segments_do_not_depend_on_the_embedders_batch_or_the_vads_company(s
     np.testing.assert_array_equal(joined, alone)
 
 
-def test_the_segment_jobs_give_the_same_manifest_for_any_parts_resume_and_account_for_every_second(
-    corpus, tmp_path
-):
-    from sharflow.prepare.job import prepare_dataset
-    from sharflow.segment.job import Recording, merge, plan_parts, run_part
+def _segment_dataset(recordings, durations, root, out, parts: int, workers: int = 1):
+    """The segment jobs as the workflow runs them: `parts` parts over `workers` CPU ranks, merged."""
+    from sharflow.segment.job import SegmentSettings, merge, plan_parts, segment_part
+
+    by_path = {r.path: r for r in recordings}
+    dirs = []
+    for i, part in enumerate(plan_parts(durations, parts)):
+        dirs.append(out / f"part{i}")
+        segment_part(
+            [by_path[p] for p in part], durations, str(root), dirs[-1], SegmentSettings(), device="cpu",
+            workers=workers,
+        )  # fmt: skip
+    merge(recordings, dirs, "talks", out / "segments.jsonl", out / "stats.json", "none")
+    return out / "segments.jsonl", json.loads((out / "stats.json").read_text()), dirs
+
+
+@pytest.fixture(scope="module")
+def long_dataset(corpus):
+    from sharflow.segment.job import Recording
 
     root = corpus[0].parent
     (root / "broken.flac").write_bytes(b"not audio at all")
-    recordings = [Recording(p.name) for p in corpus[:2]] + [Recording("broken.flac", speakers=("x",))]
+    recordings = [Recording(p.name) for p in corpus[:3]] + [Recording("broken.flac", speakers=("x",))]
     durations = {
         r.path: sf.info(root / r.path).duration if r.path != "broken.flac" else 0.0 for r in recordings
     }
-    segmenter = Segmenter()
+    return root, recordings, durations
 
-    def run(parts: int, out: str):
-        by_path = {r.path: r for r in recordings}
-        dirs = []
-        for i, part in enumerate(plan_parts(durations, parts)):
-            dirs.append(tmp_path / out / f"part{i}")
-            run_part([by_path[p] for p in part], str(root), dirs[-1], segmenter)
-        manifest, stats = tmp_path / out / "segments.jsonl", tmp_path / out / "stats.json"
-        merge(recordings, dirs, "talks", manifest, stats, "none")
-        return manifest, json.loads(stats.read_text()), dirs
 
-    one, stats, dirs = run(1, "one")
+def test_the_segment_jobs_give_the_same_manifest_for_any_parts_and_ranks_and_account_for_every_second(
+    long_dataset, tmp_path
+):
+    from sharflow.prepare.job import prepare_dataset
+    from sharflow.segment.job import merge, plan_parts, run_part
+
+    root, recordings, durations = long_dataset
+    one, stats, dirs = _segment_dataset(recordings, durations, root, tmp_path / "one", parts=1)
     assert len(plan_parts(durations, 2)) == 2
-    two, _, _ = run(2, "two")
+    two, _, _ = _segment_dataset(recordings, durations, root, tmp_path / "two", parts=2, workers=2)
     assert one.read_bytes() == two.read_bytes()
     lines = [json.loads(x) for x in one.read_text().splitlines()]
     assert len(lines) == stats["segments"] > 10
-    assert {x["audio_filepath"] for x in lines} == {r.path for r in recordings[:2]}
+    assert {x["audio_filepath"] for x in lines} == {r.path for r in recordings[:3]}
     assert all(x["speaker"].startswith("| Language:en Dataset:talks Speaker:rec_") for x in lines)
     assert all(3.0 <= x["duration"] <= 30.0 for x in lines)
     # every second: kept + dropped by reason = seconds in, per recording and in all
@@ -226,11 +238,11 @@ def test_the_segment_jobs_give_the_same_manifest_for_any_parts_resume_and_accoun
         assert sum(rec["seconds"].values()) == pytest.approx(rec["duration"], abs=1e-4)
     broken = next(r for r in stats["per_recording"] if r["recording"] == "broken.flac")
     assert broken["segments"] == 0 and broken["seconds"] == {"unreadable": 0.0}
-    # resumable by recording: a part rerun keeps what it wrote and redoes only what is missing
+    # a part rerun keeps what it wrote and redoes only what is missing
     results = sorted(dirs[0].glob("*.json"))
     first = results[0].read_bytes()
     results[1].unlink()
-    assert run_part(recordings, str(root), dirs[0], segmenter) == {"done": 1, "resumed": 2}
+    assert run_part(recordings, str(root), dirs[0], Segmenter()) == {"done": 1, "resumed": 3}
     assert results[0].read_bytes() == first
     merge(recordings, dirs, "talks", tmp_path / "again.jsonl", tmp_path / "again.json", "none")
     assert (tmp_path / "again.jsonl").read_bytes() == one.read_bytes()
@@ -245,6 +257,48 @@ def test_the_segment_jobs_give_the_same_manifest_for_any_parts_resume_and_accoun
         stats=str(tmp_path / "p.json"), dataset="talks", audio_root=str(root),
     )  # fmt: skip
     assert summary["records_out"] == len(lines), summary
+
+
+KILLED_PART = """
+import json, sys
+from pathlib import Path
+from sharflow.segment.job import Recording, SegmentSettings, segment_part
+root, out, paths = sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3])
+recordings = [Recording(p) for p in paths]
+segment_part(recordings, {p: 1.0 for p in paths}, root, out, SegmentSettings(), device="cpu")
+"""
+
+
+def test_a_killed_segment_job_resumes_at_the_recording_it_was_on(long_dataset, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    root, recordings, durations = long_dataset
+    whole, _, _ = _segment_dataset(recordings, durations, root, tmp_path / "whole", parts=1)
+    out = tmp_path / "killed" / "part0"
+    paths = json.dumps([r.path for r in recordings])
+    job = subprocess.Popen(
+        [sys.executable, "-c", KILLED_PART, str(root), str(out), paths], start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 600
+        while not list(out.glob("*.json")) and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.killpg(job.pid, signal.SIGKILL)  # killed after its first recording, inside the next
+    finally:
+        job.wait()
+    done = sorted(out.glob("*.json"))
+    assert 1 <= len(done) < len(recordings)
+    # under a final name only complete results (a killed write leaves at most a hidden temporary)
+    assert all(json.loads(p.read_text())["recording"] for p in out.iterdir() if not p.name.startswith("."))
+    again, stats, _ = _segment_dataset(recordings, durations, root, tmp_path / "killed", parts=1)
+    assert again.read_bytes() == whole.read_bytes()
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        p.name for p in (tmp_path / "whole/part0").iterdir()
+    )
+    assert stats["recordings"] == len(recordings)
 
 
 def test_beside_a_dropped_run_the_cut_goes_to_the_kept_side():

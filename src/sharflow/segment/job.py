@@ -2,15 +2,17 @@
 the merge of the parts into the dataset's segment manifest and its accounting.
 
 - `plan_parts`: the recordings in parts balanced by hours of audio (LPT, sharflow.work.balance);
-- `run_part`: each recording of a part in turn; its result (segments, transcripts, where every
-  second went) is written atomically to `<part dir>/<key>.json` when it is complete, so a killed job
-  resumes at the recording it was on. A recording that cannot be read is accounted as unreadable;
+- `segment_part`: a part's recordings bin-packed by hours onto the job's ranks (a process per GPU,
+  or CPU processes: sharflow.work.ranks), each rank running `run_part` with its own models;
+- `run_part`: each recording in turn; its result (segments, transcripts, where every second went)
+  is written atomically to `<part dir>/<key>.json` when it is complete, so a killed job resumes at
+  the recording it was on. A recording that cannot be read is accounted as unreadable;
 - `merge`: every recording's result, in the order of the recordings, into one NeMo manifest (a line
   a segment: the long file, offset, duration, text, speaker) that prepare reads like any other, and
   the stats (seconds in = kept + dropped by reason, per recording and in all).
 
 A recording's result depends only on its audio and the settings, so the manifest is the same bytes
-for any number of parts.
+for any number of parts and ranks.
 """
 
 import hashlib
@@ -25,10 +27,12 @@ from sharflow.core.atomic import atomic_file, read_json, write_json
 from sharflow.core.speakers import Speaker
 from sharflow.io.audio import load_span, probe_audio, resample, resolve_audio_path
 from sharflow.segment import cut
+from sharflow.segment.cut import CutSettings
 from sharflow.segment.recording import KEPT, Segmenter
 from sharflow.segment.transcripts import transcribe
-from sharflow.segment.turns import RATE
+from sharflow.segment.turns import RATE, TurnSettings
 from sharflow.work.balance import lpt_assign
+from sharflow.work.ranks import Rank, rank_job
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +62,62 @@ class Transcription:
     batch_seconds: float = 120.0
 
 
+@dataclass(frozen=True)
+class SegmentSettings:
+    """What a rank needs to build its models (picklable: spawned ranks get it)."""
+
+    turns: TurnSettings = field(default_factory=TurnSettings)
+    cut: CutSettings = field(default_factory=CutSettings)
+    asr_model: str | None = None  # a NeMo ASR .nemo (or a model name where there is internet)
+    asr_random: bool = False  # the model was built with random weights (say so in the log)
+    min_confidence: float = 0.0
+    asr_batch_seconds: float = 120.0
+
+    @property
+    def source(self) -> str:
+        """The transcript's source, as the manifest names it."""
+        return f"asr:{Path(self.asr_model).name}" if self.asr_model else "none"
+
+
+def segment_part(
+    recordings: list[Recording],
+    durations: dict[str, float],
+    audio_root: str,
+    out_dir: Path,
+    settings: SegmentSettings,
+    *,
+    device: str = "auto",
+    workers: int = 1,
+    gpus: int = 0,
+    what: str = "segment part",
+) -> dict[str, int]:
+    """A part's recordings over the job's ranks, bin-packed by hours; {"done": n, "resumed": n}."""
+    by_path = {r.path: r for r in recordings}
+    with rank_job(what, device=device, workers=workers, gpus=gpus) as job:
+        results = job.run(
+            _rank,
+            {r.path: durations[r.path] for r in recordings},
+            unit=lambda path: by_path[path],
+            args=(audio_root, str(out_dir), settings),
+        )
+    return {k: sum(r.value[k] for r in results) for k in ("done", "resumed")}
+
+
+def _rank(rank: Rank, recordings: list[Recording], audio_root: str, out_dir: str, settings: SegmentSettings):
+    """One rank: its models, then its recordings."""
+    transcription = None
+    if settings.asr_model:
+        from sharflow.models.asr import Transcriber
+
+        model, random = settings.asr_model, settings.asr_random
+        transcriber = Transcriber(model, rank.device, random=random, confidence=True)
+        transcription = Transcription(
+            transcriber, settings.source, settings.min_confidence, settings.asr_batch_seconds
+        )
+    segmenter = Segmenter(rank.device, settings.turns, settings.cut)
+    return run_part(recordings, audio_root, Path(out_dir), segmenter, transcription)
+
+
 def plan_parts(durations: dict[str, float], parts: int) -> list[list[str]]:
     """The recordings' paths in `parts` parts of about equal hours (empty parts dropped)."""
     return [p for p in lpt_assign(durations, max(1, min(parts, len(durations)))) if p]
@@ -72,6 +132,8 @@ def run_part(
 ) -> dict[str, int]:
     """Segment every recording of a part not already done; {"done": n, "resumed": n}."""
     out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob(".*.json.*.tmp"):  # a result a killed run was writing
+        stale.unlink(missing_ok=True)
     counts = {"done": 0, "resumed": 0}
     for recording in tqdm(recordings, desc="recordings", unit="rec", mininterval=5):
         target = out_dir / f"{recording.key}.json"
