@@ -61,16 +61,19 @@ class Transcriber:
 
     def transcribe(self, waves: list[np.ndarray]) -> list[str]:
         """One transcript per clip, in order (one batch)."""
+        return [h.text if hasattr(h, "text") else str(h) for h in self._hypotheses(waves)]
+
+    def _hypotheses(self, waves: list[np.ndarray], **options) -> list:
+        """The model's output for one batch of clips, in order (none for no clips)."""
         if not waves:
             return []
         out = self.model.transcribe(
             audio=[np.ascontiguousarray(w, dtype=np.float32) for w in waves],
             batch_size=len(waves),
             verbose=False,
+            **options,
         )
-        if isinstance(out, tuple):  # some RNNT versions return (best, all)
-            out = out[0]
-        return [h.text if hasattr(h, "text") else str(h) for h in out]
+        return out[0] if isinstance(out, tuple) else out  # some RNNT versions return (best, all)
 
     def transcribe_scored(self, waves: list[np.ndarray]) -> list[tuple[str, float]]:
         """(transcript, confidence) per clip, in order (one batch). The confidence is NeMo's own
@@ -78,18 +81,8 @@ class Transcriber:
         an empty transcript. Needs `confidence=True`."""
         if not self.confidence:
             raise ValueError("this transcriber was built without confidence=True")
-        if not waves:
-            return []
-        out = self.model.transcribe(
-            audio=[np.ascontiguousarray(w, dtype=np.float32) for w in waves],
-            batch_size=len(waves),
-            return_hypotheses=True,
-            verbose=False,
-        )
-        if isinstance(out, tuple):
-            out = out[0]
         scored = []
-        for h in out:
+        for h in self._hypotheses(waves, return_hypotheses=True):
             tokens = [float(c) for c in (h.token_confidence or [])]
             scored.append((h.text, float(np.mean(tokens)) if tokens and h.text else 0.0))
         return scored
