@@ -10,7 +10,6 @@ depend on the other clips of a batch (sharflow.models.vad), the GE2E embedder's 
 neither, so any number of parts, ranks or batch sizes gives the same segments.
 """
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,7 +32,6 @@ class Segmented:
     segments: list[tuple[int, int, int]]
     stretches: list[tuple[int, int, str]]  # the whole recording: KEPT or a drop reason
     transcripts: list[tuple[str, float]] = field(default_factory=list)  # (text, confidence) a segment
-    seconds_in_models: dict[str, float] = field(default_factory=dict)  # time in each model
 
     def seconds(self) -> dict[str, float]:
         """Seconds kept and dropped by reason; they sum to the recording's duration."""
@@ -87,15 +85,10 @@ class Segmenter:
 
     def segment(self, audio: np.ndarray) -> Segmented:
         """The segments and accounting of one recording (mono float32 at 16 kHz)."""
-        timing = {}
-        start = time.perf_counter()
         probs = self.probabilities(audio)
-        timing["vad"] = time.perf_counter() - start
         spans = turns.speech_spans(probs, len(audio), self.turns)
         wins = turns.windows(spans, self.turns)
-        start = time.perf_counter()
         embeddings = self.embed(audio, wins)
-        timing["embedder"] = time.perf_counter() - start
         centroids = turns.speakers(spans, wins, embeddings, self.turns)
         pieces = []
         owner = np.array([w[0] for w in wins], np.int64)
@@ -110,4 +103,4 @@ class Segmenter:
             order.setdefault(k, len(order))
         kept = [(a, b, order[k]) for a, b, k in kept]
         stretches = cut.account(len(audio), [(s, e, KEPT) for s, e, _ in kept] + dropped)
-        return Segmented(len(audio), len(centroids), kept, stretches, seconds_in_models=timing)
+        return Segmented(len(audio), len(centroids), kept, stretches)
