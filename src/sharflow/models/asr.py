@@ -87,23 +87,22 @@ class Transcriber:
             scored.append((h.text, float(np.mean(tokens)) if tokens and h.text else 0.0))
         return scored
 
-    def transcribe_sorted(self, waves: list[np.ndarray], batch_seconds: float) -> list[str]:
-        """One transcript per clip, in order, from batches of clips sorted by length, each batch
-        holding about `batch_seconds` of audio (at least one clip)."""
+    def transcribe_sorted(self, waves: list[np.ndarray], batch_seconds: float, scored: bool = False) -> list:
+        """One transcript per clip (with `scored`, a (transcript, confidence) pair: transcribe_scored),
+        in order, from batches of clips sorted by length, each batch holding about `batch_seconds` of
+        audio (at least one clip)."""
+        run = self.transcribe_scored if scored else self.transcribe
         order = sorted(range(len(waves)), key=lambda i: (len(waves[i]), i))
-        texts: list[str] = [""] * len(waves)
+        out: list = [None] * len(waves)
         batch: list[int] = []
-        for i in order:
+        for position, i in enumerate(order):
             batch.append(i)
-            if sum(len(waves[j]) for j in batch) >= batch_seconds * self.sample_rate:
-                self._into(texts, batch, waves)
+            full = sum(len(waves[j]) for j in batch) >= batch_seconds * self.sample_rate
+            if full or position == len(order) - 1:
+                for j, value in zip(batch, run([waves[j] for j in batch]), strict=True):
+                    out[j] = value
                 batch = []
-        self._into(texts, batch, waves)
-        return texts
-
-    def _into(self, texts: list[str], batch: list[int], waves: list[np.ndarray]) -> None:
-        for i, text in zip(batch, self.transcribe([waves[i] for i in batch]), strict=True):
-            texts[i] = text
+        return out
 
 
 def _batched_greedy(model) -> str:

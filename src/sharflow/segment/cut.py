@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sharflow.segment.turns import FRAME, NO_SPEAKER, OVERLAP, RATE
+from sharflow.segment.turns import NO_SPEAKER, OVERLAP, RATE, quietest
 
 # why a stretch of a recording is not in a segment
 SILENCE = "silence"  # no speech by VAD: silence, music, noise
@@ -43,10 +43,8 @@ def _split_long(piece: tuple[int, int, int], probs: np.ndarray, longest: int) ->
     cuts = [start]
     for k in range(1, parts):
         guess = start + (end - start) * k // parts
-        lo, hi = max(cuts[-1], guess - RATE) // FRAME, min(end, guess + RATE) // FRAME
-        hi = max(hi, lo + 1)
-        frame = lo + int(np.argmin(probs[lo:hi])) if lo < len(probs) else lo
-        cuts.append(min(max(frame * FRAME + FRAME // 2, cuts[-1] + 1), end - 1))
+        cut, _ = quietest(probs, max(cuts[-1], guess - RATE), min(end, guess + RATE))
+        cuts.append(min(max(cut, cuts[-1] + 1), end - 1))
     cuts.append(end)
     return [(a, b, label) for a, b in itertools.pairwise(cuts)]
 

@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from sharflow.core.atomic import atomic_file, read_json, write_json
 from sharflow.core.speakers import Speaker
-from sharflow.io.audio import load_span, probe_audio, resample, resolve_audio_path
+from sharflow.io.audio import probe_audio, read_span, resolve_audio_path
 from sharflow.segment import cut
 from sharflow.segment.cut import CutSettings
 from sharflow.segment.recording import KEPT, Segmenter
@@ -151,9 +151,7 @@ def segment_one(
     """A recording's result as JSON: its segments and where every second went."""
     path, _ = resolve_audio_path(audio_root, recording.path)  # never outside the root
     try:
-        info = probe_audio(path)
-        audio, rate = load_span(path, 0.0, info.duration)
-        audio = resample(audio, rate, RATE)
+        audio, _, _ = read_span(path, 0.0, probe_audio(path).duration, RATE, floats=True)
     except Exception as e:  # any decoder error: the recording is accounted, never lost
         log.warning("recording %s could not be read: %s", recording.path, e)
         duration = _duration_or_zero(path)

@@ -93,9 +93,10 @@ def speakers(
 
     if not spans:
         return np.zeros((0, embeddings.shape[1]), np.float32)
-    owner = np.array([w[0] for w in wins])
-    means = np.stack([embeddings[owner == i].mean(0) for i in range(len(spans))])
-    means = _unit(means)
+    owner = np.array([w[0] for w in wins])  # windows come in span order, every span with one at least
+    starts = np.searchsorted(owner, np.arange(len(spans)))
+    counts = np.diff([*starts, len(wins)])[:, None]
+    means = _unit(np.add.reduceat(embeddings, starts, axis=0) / counts)
     seconds = np.array([(e - s) / RATE for s, e in spans])
     # the longest spans are clustered (bounded: at most max_clustered_spans² distances)
     chosen = np.argsort(-seconds, kind="stable")[: settings.max_clustered_spans]
@@ -200,6 +201,17 @@ def _absorb_short_runs(cells: np.ndarray, shortest: int, shortest_overlap: int |
         cells[runs[i][1] : runs[i][2]] = pick[0]
 
 
+def quietest(probs: np.ndarray, lo: int, hi: int) -> tuple[int, float]:
+    """(the middle sample of the frame of least speech probability in samples [lo, hi) (at least the
+    frame of lo), that probability; 1.0 past the probabilities' end)."""
+    first = lo // FRAME
+    window = probs[first : max(hi // FRAME, first + 1)]
+    if not len(window):
+        return first * FRAME + FRAME // 2, 1.0
+    frame = first + int(np.argmin(window))
+    return frame * FRAME + FRAME // 2, float(window.min())
+
+
 def pieces(
     span: tuple[int, int], cells: np.ndarray, probs: np.ndarray, settings: TurnSettings
 ) -> list[tuple[int, int, int]]:
@@ -222,12 +234,8 @@ def pieces(
             lo, hi, fallback = max(start, guess - size), guess, max(start, guess - size)
         else:
             lo, hi, fallback = max(start, guess - size // 2), min(end, guess + size // 2), None
-        window = probs[lo // FRAME : max(hi // FRAME, lo // FRAME + 1)]
-        best = lo // FRAME + int(np.argmin(window)) if len(window) else lo // FRAME
-        if fallback is None or (len(window) and window.min() < PAUSE_PROBABILITY):
-            cut = best * FRAME + FRAME // 2
-        else:
-            cut = fallback
+        best, least = quietest(probs, lo, hi)
+        cut = best if fallback is None or least < PAUSE_PROBABILITY else fallback
         cuts.append(min(max(cut, cuts[-1] + 1), end - 1))
     cuts.append(end)
     return [(a, b, label) for (label, _, _), a, b in zip(runs, cuts[:-1], cuts[1:], strict=True)]
