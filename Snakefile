@@ -13,6 +13,7 @@ report: "rules/report/workflow.rst"
 
 # ---- Workflow-wide Python (config validation, input functions), then the stages ----------------
 include: "rules/common.smk"
+include: "rules/segment.smk"
 include: "rules/prepare.smk"
 include: "rules/text.smk"
 include: "rules/quality.smk"

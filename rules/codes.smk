@@ -5,6 +5,9 @@ rule build_random_codec:
         model=layout.codec_model("{codec}"),
     log:
         layout.log("build_random_codec", "{codec}"),
+    params:
+        # built once per machine, in sharflow's cache (sharflow.models.random_init.cached_random_model)
+        cache_dir=TEXT_CACHE,
     resources:
         mem_mb=RESOURCES.mem_mb("build_random_codec"),
         runtime=RESOURCES.runtime("build_random_codec"),

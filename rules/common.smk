@@ -63,6 +63,7 @@ wildcard_constraints:
     shard=r"\d{6}",
     language=r"\w+",
     codec="|".join(re.escape(c) for c in CODECS) or "(?!)",
+    asr="random|segment",
 
 
 # ---- Threads and GPUs ---------------------------------------------------------------------------
@@ -75,9 +76,16 @@ CONTEXT_GPUS = W.context_gpus
 CONTEXT_DEVICE = W.context_device
 QUALITY_GPUS = W.quality_gpus
 QUALITY_PART_RULE = W.quality_part_rule
+SEGMENT_GPUS = W.segment_gpus
 
 
-# ---- prepare and text (sharflow.workflow.inputs) ----------------------------------------------
+# ---- segment, prepare and text (sharflow.workflow.inputs) -------------------------------------
+get_segment_inputs = W.inputs.segment_inputs
+get_segment_listing = W.inputs.segment_listing
+get_segment_asr_file = W.inputs.segment_asr_file
+get_segment_settings = W.inputs.segment_settings
+get_segment_work = W.inputs.segment_work
+get_segment_parts = W.inputs.segment_parts
 corpus_files = W.inputs.corpus_files
 get_manifest = W.inputs.manifest
 get_manifest_version = W.inputs.manifest_version

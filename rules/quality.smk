@@ -1,10 +1,14 @@
+# a random ASR model for quality.asr (results/models/asr/random.nemo) or segment.asr (segment.nemo)
 rule build_random_asr:
     input:
         config=get_random_asr_config,
     output:
-        model=layout.ASR_MODEL,
+        model=layout.RANDOM_ASR,
     log:
-        layout.log("build_random_asr"),
+        layout.log("build_random_asr", "{asr}"),
+    params:
+        # built once per machine, in sharflow's cache (sharflow.models.random_init.cached_random_model)
+        cache_dir=TEXT_CACHE,
     resources:
         mem_mb=RESOURCES.mem_mb("build_random_asr"),
         runtime=RESOURCES.runtime("build_random_asr"),

@@ -91,6 +91,7 @@ CHAINED = {
     "webdataset_run": ("test_corpora", "run_webdataset_and_manifest"),
     "planned_demo": ("test_plan", "run_plan"),
     "split_run": ("test_splits", "run_splits"),
+    "long_form_run": ("test_segment", "run_long_form"),
 }
 # Session fixtures that build the demo through stages or run whole workflows: minutes each.
 RUNS = frozenset({"two_datasets", "slurm_run", "crash", "with_context", "demo_shards", "coded", *CHAINED})
@@ -262,6 +263,12 @@ def webdataset_run(early_runs):
 def planned_demo(early_runs):
     """(work dir, CompletedProcess) of test_plan.run_plan: `snakemake plan` on the demo."""
     return early_runs["planned_demo"].result()
+
+
+@pytest.fixture(scope="session")
+def long_form_run(early_runs):
+    """(work dir, recordings folder, listing) of test_segment.run_long_form."""
+    return early_runs["long_form_run"].result()
 
 
 @pytest.fixture(scope="session")

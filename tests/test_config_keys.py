@@ -36,6 +36,9 @@ from testkit import DEMO, REPO, demo_config, planned_lines, read_jsonl, snakemak
 SCHEMA = REPO / "config" / "schema.yaml"
 HERE = "test_config_keys.py"
 QUALITY_BYTES = "test_metrics_are_byte_identical_for_any_parts_ranks_workers_and_batch_seconds"
+SEGMENT_BYTES = (
+    "test_the_segment_jobs_give_the_same_manifest_for_any_parts_and_ranks_and_account_for_every_second"
+)
 
 # key -> "file::test" that shows its effect (this file's tests are named after their key)
 EFFECTS: dict[str, str] = {
@@ -128,6 +131,29 @@ EFFECTS: dict[str, str] = {
     "prepare.max_rejected_fraction": "test_prepare.py::"
     "test_max_rejected_fraction_at_the_value_and_one_ulp_below",
     "quality.enabled": f"{HERE}::test_keys_that_change_which_jobs_run",
+    **{
+        f"segment.{key}": "test_segment.py::test_each_threshold_of_the_segment_block_changes_the_segments"
+        for key in (
+            "min_pause",
+            "max_pause",
+            "min_segment",
+            "max_segment",
+            "cluster_similarity",
+            "min_speaker_seconds",
+            "attribute_similarity",
+            "overlap_share",
+            "min_overlap",
+        )
+    },
+    **{f"segment.{key}": f"test_segment.py::{SEGMENT_BYTES}" for key in ("parts", "workers", "device")},
+    "segment.min_confidence": "test_asr.py::"
+    "test_a_recordings_segments_get_transcripts_and_the_least_confident_are_dropped",
+    "segment.asr.model": "test_workflow_inputs.py::"
+    "test_a_long_form_dataset_is_planned_segmented_merged_then_prepared",
+    "segment.asr.random_from_config": "test_segment.py::"
+    "test_a_long_form_dataset_runs_the_workflow_to_verified_shar_that_magpietts_reads",
+    "segment.asr.batch_seconds": "test_asr.py::"
+    "test_transcripts_come_with_nemos_token_confidence_independent_of_the_batch",
     "quality.parts": f"test_quality.py::{QUALITY_BYTES}",
     "quality.workers": f"test_quality.py::{QUALITY_BYTES}",
     "quality.device": f"{HERE}::test_quality_device_leaves_the_metrics_as_they_are",

@@ -71,7 +71,8 @@ def test_the_config_reference_lists_every_schema_key_with_its_default():
     assert {"context.min_similarity", "datasets.<name>.manifest", "codecs.<name>.backend"} <= set(keys)
     sections = {path for path, shown in rows.items() if shown[0] == "(section)"}
     held_out = {f"splits.{split}" for split in ("dev_unseen", "test_unseen", "dev_seen", "test_seen")}
-    assert set(rows) - sections == set(keys) and sections == {"quality.asr", "identity.voices", *held_out}
+    asr = {"quality.asr", "segment.asr"}
+    assert set(rows) - sections == set(keys) and sections == {*asr, "identity.voices", *held_out}
     for path, node in keys.items():
         shown = rows[path][0]
         if "default" in node:

@@ -212,7 +212,8 @@ def test_prepares_readers_are_siblings_behind_one_interface():
 
     schema = load_yaml(REPO / "config" / "schema.yaml")
     formats = schema["properties"]["datasets"]["additionalProperties"]["properties"]["format"]["enum"]
-    assert list(readers.FORMS) == formats
+    # long_form: recordings the segment stage cuts (sharflow.segment); prepare reads its NeMo manifest
+    assert list(readers.FORMS) == [f for f in formats if f != "long_form"]
     members = [m for m in vars(readers.Reader) if not m.startswith("_")]
     assert {"open", "size", "chunks", "most_records"} <= set(members)
     modules = {spec.reader.split(":")[0] for spec in readers.FORMS.values()}

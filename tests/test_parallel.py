@@ -33,6 +33,36 @@ def test_single_item_runs_in_process():
     assert list(ordered_map(partial(scaled, 2), [5], workers=4)) == [(5, 10)]
 
 
+_LOADED: list[int] = []  # what a preloading initializer built (in the process it ran in)
+
+
+def _load(n: int) -> None:
+    _LOADED.append(n)
+
+
+def _with_loaded(x: int) -> tuple[int, int, int]:
+    """(x, what was loaded in this process, this process's pid)."""
+    import os
+
+    return x, sum(_LOADED), os.getpid()
+
+
+def test_preload_builds_the_tools_once_here_and_the_forked_workers_share_them():
+    import os
+
+    _LOADED.clear()
+    out = list(
+        ordered_map(_with_loaded, range(20), workers=2, window=4, initializer=partial(_load, 7), preload=True)
+    )
+    assert [x for x, _ in out] == list(range(20)) and _LOADED == [7]  # once, here
+    assert {loaded for _, (_, loaded, _) in out} == {7}  # every worker sees what was built here
+    pids = {pid for _, (_, _, pid) in out}
+    assert out[0][1][2] == os.getpid() and len(pids) > 1  # the first item here, the rest in workers
+    _LOADED.clear()
+    small = list(ordered_map(_with_loaded, range(2), workers=2, initializer=partial(_load, 1), preload=True))
+    assert {pid for _, (_, _, pid) in small} == {os.getpid()} and _LOADED == [1]  # too few to fork for
+
+
 def test_ahead_keeps_order_and_loads_exactly_one_item_ahead():
     import threading
 

@@ -1,5 +1,7 @@
 """sharflow.models.random_init on a small stack that default initialisation makes degenerate."""
 
+from pathlib import Path
+
 import torch
 
 from sharflow.models.random_init import calibration_batch, standardize_layers_
@@ -58,3 +60,28 @@ def test_calibration_signals_are_deterministic_and_differ_per_item():
     assert torch.equal(a, b) and a.shape == (3, 64 * 1024)
     assert 0.03 < a.pow(2).mean().sqrt() < 0.08
     assert not torch.allclose(a[0], a[1])
+
+
+BUILDS: list[str] = []
+
+
+def _toy_build(config, out):
+    """A deterministic "model" from a config: what cached_random_model's caching is shown with."""
+    BUILDS.append(str(config))
+    out.write_bytes(b"weights of " + Path(config).read_bytes())
+
+
+def test_a_random_model_is_built_once_per_config_and_copied_from_the_cache_after(tmp_path, caplog):
+    from sharflow.models.random_init import cached_random_model
+
+    BUILDS.clear()
+    config = tmp_path / "tiny.yaml"
+    config.write_text("layers: 2\n")
+    first = cached_random_model(_toy_build, config, tmp_path / "a" / "model.nemo", str(tmp_path / "cache"))
+    second = cached_random_model(_toy_build, config, tmp_path / "b" / "model.nemo", str(tmp_path / "cache"))
+    assert len(BUILDS) == 1 and first.read_bytes() == second.read_bytes() == b"weights of layers: 2\n"
+    assert "RANDOMLY INITIALISED" in caplog.text  # said on every copy, as on every build
+    config.write_text("layers: 3\n")  # another config: built again, never the old one's weights
+    third = cached_random_model(_toy_build, config, tmp_path / "c" / "model.nemo", str(tmp_path / "cache"))
+    assert len(BUILDS) == 2 and third.read_bytes() == b"weights of layers: 3\n"
+    assert not list((tmp_path / "a").glob(".*"))  # no temporary left beside the model

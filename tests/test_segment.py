@@ -321,3 +321,212 @@ def test_an_overlap_run_shorter_than_min_overlap_is_absorbed():
     assert turns.OVERLAP not in turns._absorb_short_runs(cells, 2, 3)
     longer = np.array([0, 0, 0, 0, *[turns.OVERLAP] * 3, 1, 1, 1])
     assert (turns._absorb_short_runs(longer, 2, 3) == turns.OVERLAP).sum() == 3
+
+
+# ---- the stage in the workflow: a long_form dataset to verified Shar --------------------------
+
+
+def run_long_form(tmp):
+    """The workflow over a long_form dataset: two recordings of 1.5-2 minutes (the corpus's voices)
+    and one that cannot be read, listed with a language and the known names of one's speakers; the
+    segments transcribed by a random ASR (no quality filter: its text is random letters). Returns
+    (work dir, corpus folder, listing)."""
+    from testkit import demo_config, run_snakemake, write_jsonl
+
+    root = tmp / "recordings"
+    paths = write_corpus(root, recordings=2, minutes=(1.5, 2.0), seed=7)
+    (root / "broken.flac").write_bytes(b"not audio at all")
+    truth = json.loads(paths[0].with_suffix(".truth.json").read_text())
+    first = list(dict.fromkeys(u["speaker"] for u in truth["utterances"]))
+    listing = write_jsonl(
+        tmp / "recordings.jsonl",
+        [
+            {"audio_filepath": paths[0].name, "speakers": first},
+            {"audio_filepath": paths[1].name, "lang": "en"},
+            {"audio_filepath": "broken.flac"},
+        ],
+    )
+    config = demo_config(
+        segment={"asr": {"random_from_config": str(REPO / "config/models/tiny_asr.yaml")}},
+        quality={"filters": {}, "parts": 1},
+        context={"parts": 1},
+    )
+    config["datasets"] = {
+        "talks": {"format": "long_form", "audio_root": str(root), "manifest": str(listing), "language": "en"}
+    }
+    run_snakemake(tmp / "work", config)
+    return tmp / "work", root, listing
+
+
+def test_a_long_form_dataset_runs_the_workflow_to_verified_shar_that_magpietts_reads(long_form_run):
+    """Every second of the recordings is kept in a segment or dropped with a reason; every segment is a
+    record that prepare reads and that ends in a verified cut (or a reject), with the long file's span
+    as its audio; NeMo's MagpieTTS dataset reads the Shar."""
+    import glob
+
+    from lhotse import CutSet
+
+    from testkit import magpie_dataset
+
+    work, _, listing = long_form_run
+    results = work / "results" / "talks"
+    stats = json.loads((results / "segment" / "stats.json").read_text())
+    assert stats["recordings"] == 3 and stats["segments"] > 5
+    assert sum(stats["seconds"].values()) == pytest.approx(stats["seconds_in"], abs=1e-3)
+    assert stats["seconds"]["kept"] > 0.5 * stats["seconds_in"]
+    broken = next(r for r in stats["per_recording"] if r["recording"] == "broken.flac")
+    assert broken["segments"] == 0 and set(broken["seconds"]) <= {"unreadable"}
+    # every segment is a record of prepare, and every record is in a later stage or a reject
+    counts = {
+        stage: json.loads((results / stage / "stats.json").read_text())
+        for stage in ("prepare", "text", "quality", "context")
+    }
+    assert counts["prepare"]["records_in"] == stats["segments"] == counts["prepare"]["records_out"]
+    for before, after in (("prepare", "text"), ("text", "quality"), ("quality", "context")):
+        assert counts[after]["records_in"] == counts[before]["records_out"]
+        assert counts[after]["records_in"] == counts[after]["records_out"] + sum(
+            counts[after]["rejected"].values()
+        )
+    card = (results / "DATASET.md").read_text()
+    assert "## Cut from long recordings" in card and f"{stats['segments']:,} segments keep" in card
+    verify = json.loads((results / "verify.json").read_text())
+    assert verify["ok"] and verify["cuts"] == counts["context"]["records_out"] > 0
+    # the cuts: spans of the long files, speakers by the listing's names or the recording's own
+    fields = {
+        f: sorted(glob.glob(str(results / "shar" / f / "*")))
+        for f in ("cuts", "target_audio", "context_audio")
+    }
+    cuts = list(CutSet.from_shar(fields=fields))
+    segments = [json.loads(x) for x in (results / "segment" / "manifest.jsonl").read_text().splitlines()]
+    durations = sorted(s["duration"] for s in segments)
+    named = set(json.loads(listing.read_text().splitlines()[0])["speakers"])
+    assert len(cuts) == verify["cuts"]
+    for c in cuts:
+        assert c.target_audio.load_audio().shape[-1] == c.target_audio.num_samples
+        assert min(abs(c.duration - d) for d in durations) < 1e-3  # a segment's span
+        speaker = c.supervisions[0].speaker.split("Speaker:")[1].strip(" |")
+        assert speaker in named or speaker.startswith("rec_001-"), speaker
+    codes = {
+        f: sorted(glob.glob(str(results / "shar" / "codes_tiny_nemo" / f / "*")))
+        for f in ("target_codes", "context_codes")
+    }
+    batch = magpie_dataset(load_16khz_audio=True)[CutSet(list(CutSet.from_shar(fields=fields | codes))[:4])]
+    assert batch["audio_codes"].shape[:2] == (min(4, len(cuts)), 8)
+
+
+def test_recordings_come_from_the_root_or_a_listing_and_bad_lines_are_named(tmp_path):
+    from sharflow.core.errors import SharflowError
+    from sharflow.segment.dataset import list_recordings, plan_segments, planned
+    from testkit import write_jsonl, write_tone
+
+    root = tmp_path / "audio"
+    for name, seconds in (("a.flac", 3.0), ("sub/b.wav", 1.0), ("c.flac", 2.0)):
+        write_tone(root / name, seconds)
+    (root / "d.flac").write_bytes(b"broken")
+    found = list_recordings(str(root), None, "de")
+    assert [r.path for r in found] == ["a.flac", "c.flac", "d.flac", "sub/b.wav"]
+    assert {r.language for r in found} == {"de"}
+    plan = plan_segments(found, str(root), 2, str(tmp_path / "plan.json"))
+    assert [r["duration"] for r in plan["recordings"]] == [3.0, 2.0, 0.0, 1.0]  # d.flac: unreadable
+    assert sorted(i for part in plan["parts"] for i in part) == [0, 1, 2, 3]
+    assert sorted(sum(plan["recordings"][i]["duration"] for i in part) for part in plan["parts"]) == [
+        3.0,
+        3.0,
+    ]
+    again = planned(str(tmp_path / "plan.json"))
+    assert [r.path for r in again] == [r.path for r in found] and all(r.stamp for r in again)
+    # a file replaced under its name gets another result name; its speakers keep theirs
+    write_tone(root / "a.flac", 2.5)
+    plan_segments(found, str(root), 2, str(tmp_path / "p2.json"))
+    replaced = planned(str(tmp_path / "p2.json"))
+    assert replaced[0].result_name != again[0].result_name and replaced[0].key == again[0].key
+    listing = write_jsonl(
+        tmp_path / "list.jsonl",
+        [
+            {"audio_filepath": "c.flac", "lang": "fr", "speakers": ["ann", "bob"]},
+            {"audio_filepath": "a.flac"},
+        ],
+    )
+    listed = list_recordings(str(root), str(listing), "en")
+    assert [(r.path, r.language, r.speakers) for r in listed] == [
+        ("c.flac", "fr", ("ann", "bob")),
+        ("a.flac", "en", ()),
+    ]
+    for line, error in (
+        ("{not json", r"list\.jsonl, line 2: not a recording"),
+        ('{"audio_filepath": "../x.flac"}', r"line 2: .*outside the audio root"),
+        ('{"audio_filepath": "c.flac"}', r"line 2: c\.flac is listed twice"),
+        ('{"audio_filepath": "a.flac", "speakers": "ann"}', r"line 2: .*speakers a list"),
+    ):
+        write_jsonl(listing, ['{"audio_filepath": "c.flac"}', line])
+        with pytest.raises(SharflowError, match=error):
+            list_recordings(str(root), str(listing), "en")
+    with pytest.raises(SharflowError, match="no audio files"):
+        list_recordings(str(tmp_path / "empty"), None, "en")
+
+
+def test_a_long_form_config_without_an_asr_or_with_a_recipe_is_refused():
+    from sharflow.core.config import validate_config
+    from sharflow.core.errors import SharflowError
+    from testkit import demo_config
+
+    schema = REPO / "config" / "schema.yaml"
+    config = demo_config()
+    config["datasets"]["talks"] = {"format": "long_form", "audio_root": "/data/talks"}
+    with pytest.raises(
+        SharflowError, match=r"datasets\.talks: a long_form dataset's segments are transcribed"
+    ):
+        validate_config(config, schema)
+    config["datasets"]["talks"]["require_text"] = False
+    validate_config(config, schema)  # audio-only: no transcripts needed
+    config["datasets"]["talks"]["recipe"] = "vctk"
+    config["segment"] = {"min_segment": 40.0}
+    with pytest.raises(SharflowError, match=r"(?s)min_segment: must be less.*not a recipe"):
+        validate_config(config, schema)
+
+
+SEGMENT_KEYS = {  # segment.<key>: a value other than the default
+    "min_pause": 0.6,
+    "max_pause": 0.3,
+    "min_segment": 6.0,
+    "max_segment": 5.0,
+    "cluster_similarity": 0.5,
+    "min_speaker_seconds": 60.0,
+    "attribute_similarity": 0.95,
+    "overlap_share": 0.9,
+    "min_overlap": 4.0,  # the minute's 2.1 s of overlap absorbed by its neighbours
+}
+
+
+def test_each_threshold_of_the_segment_block_changes_the_segments(corpus):
+    """Each key of the config's segment block reaches the step it names (settings_of) and changes the
+    first minute's segments or their accounting. (min_confidence: test_asr; parts, workers, device:
+    the same manifest for any parts and ranks, above.)"""
+    import dataclasses
+
+    import yaml
+
+    from sharflow.segment.dataset import settings_of
+
+    schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())["properties"]["segment"]
+    defaults = {k: v["default"] for k, v in schema["properties"].items() if k != "asr"}
+    audio = sf.read(corpus[0], dtype="float32")[0][: 60 * R]
+    segmenter = Segmenter()
+
+    def run(block):
+        settings = settings_of(block, None)
+        segmenter.turns, segmenter.cut = settings.turns, settings.cut
+        result = segmenter.segment(audio)
+        return result.segments, result.stretches
+
+    base = run(defaults)
+    assert len(base[0]) >= 3  # what is compared: several segments of more than one speaker
+    assert len({k for _, _, k in base[0]}) > 1
+    for key, value in SEGMENT_KEYS.items():
+        block = defaults | {key: value}
+        where = settings_of(block, None)
+        assert (
+            value in dataclasses.asdict(where.turns).values()
+            or value in dataclasses.asdict(where.cut).values()
+        )
+        assert run(block) != base, key

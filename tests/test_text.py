@@ -621,9 +621,9 @@ def demo_with_raw_text(records: list[dict]) -> list[dict]:
 
 def test_the_stage_accounts_for_every_record_and_any_worker_count_gives_the_same_bytes(tmp_path, monkeypatch):
     """One worker and two give the same bytes. With two, the 23 records go out in two chunks of 12
-    and 11 (chunks of up to 256, no more than an even share each), not in one chunk run in the job's
-    own process: every worker starts and loads its tools for a small sample as for the corpus (the
-    cost plan relies on it)."""
+    and 11 (chunks of up to 256, no more than an even share each). The tools are loaded once, in
+    the job's own process, which decides the first chunk before any worker is forked (ordered_map's
+    preload): a small sample's fixed cost is the corpus's (the cost plan relies on it)."""
     import sharflow.text.job
 
     sent = []

@@ -19,7 +19,7 @@ from sharflow.core.config import validate_config
 from sharflow.work import jobs
 from sharflow.workflow import PlainEngine, Workflow
 from sharflow.workflow.inputs import TEXT_SETTINGS
-from testkit import DEMO, REPO, demo_config
+from testkit import DEMO, REPO, demo_config, write_tone
 
 SCHEMA = REPO / "config" / "schema.yaml"
 demo, degraded = SimpleNamespace(dataset="demo"), SimpleNamespace(dataset="degraded")
@@ -98,6 +98,37 @@ def test_prepare_and_text_read_the_configs_corpus_and_settings(tmp_path, monkeyp
     assert w.inputs.text_normalizers(demo) == [layout.text_normalizer("en")]
     metrics = w.inputs.part_files("quality", "metrics")(demo)
     assert metrics == [layout.dataset_files("demo").quality_part(p).metrics for p in range(2)]
+
+
+def test_a_long_form_dataset_is_planned_segmented_merged_then_prepared(tmp_path, monkeypatch):
+    """The segment rules' functions, and prepare reading the segment stage's manifest."""
+    root = tmp_path / "recordings"
+    write_tone(root / "b" / "two.flac", 1.0)
+    write_tone(root / "one.wav", 1.0)
+    (root / "notes.txt").write_text("not a recording")
+    asr = {"random_from_config": str(REPO / "config/models/tiny_asr.yaml")}
+    w = workflow(tmp_path, monkeypatch, segment={"parts": 3, "min_confidence": 0.2, "asr": asr})
+    w.run.config["datasets"]["talks"] = long_form = {**w.run.config["datasets"]["demo"]}
+    long_form.update(format="long_form", manifest=None, audio_root=str(root), splits=None)
+    talks, files = SimpleNamespace(dataset="talks"), layout.dataset_files("talks")
+    assert w.inputs.segment_inputs(talks) == [f"{root}/b/two.flac", f"{root}/one.wav"]
+    assert w.inputs.segment_listing(talks) == {"audio_root": str(root), "listing": None, "language": "en"}
+    settings = w.inputs.segment_settings(talks)
+    assert settings["block"]["min_confidence"] == 0.2 and "parts" not in settings["block"]
+    assert settings["asr"] == {"model": layout.SEGMENT_ASR_MODEL, "random": True, "batch_seconds": 120}
+    assert w.inputs.segment_asr_file(talks) == [layout.SEGMENT_ASR_MODEL]
+    assert w.measures.random_asr_config(SimpleNamespace(asr="segment")) == asr["random_from_config"]
+    assert w.inputs.segment_parts(talks) == [files.segment_part(p) for p in range(3)]
+    assert w.inputs.manifest(talks) == [files.segment_manifest]
+    assert w.inputs.form("talks") == "nemo" and "form" not in w.inputs.prepare_settings(talks)
+    assert w.run.threads_of("segment")(talks) >= 1 and w.segment_gpus(talks) == 0
+    # a model of the user's: transcripts from it, and a new file of it transcribes again
+    model = tmp_path / "stt.nemo"
+    model.write_bytes(b"a model")
+    w.run.config["segment"]["asr"] = {"model": str(model), "random_from_config": None, "batch_seconds": 30}
+    settings = w.inputs.segment_settings(talks)["asr"]
+    assert settings == {"model": str(model), "random": False, "batch_seconds": 30}
+    assert w.inputs.segment_asr_file(talks) == [str(model)]
 
 
 def test_quality_identity_splits_and_context_read_what_the_stage_before_wrote(tmp_path, monkeypatch):

@@ -1,8 +1,11 @@
-"""Snakemake adapter: sharflow.models.asr.build_random_asr."""
+"""Snakemake adapter: sharflow.models.asr.build_random_asr, through sharflow's cache."""
 
 from sharflow.core.logs import job_log
 
 with job_log(snakemake.log[0]):
     from sharflow.models.asr import build_random_asr
+    from sharflow.models.random_init import cached_random_model
 
-    build_random_asr(snakemake.input.config, snakemake.output.model)
+    cached_random_model(
+        build_random_asr, snakemake.input.config, snakemake.output.model, snakemake.params.cache_dir
+    )

@@ -1,8 +1,11 @@
-"""Snakemake adapter: sharflow.models.codecs.nemo.build_random_codec."""
+"""Snakemake adapter: sharflow.models.codecs.nemo.build_random_codec, through sharflow's cache."""
 
 from sharflow.core.logs import job_log
 
 with job_log(snakemake.log[0]):
     from sharflow.models.codecs.nemo import build_random_codec
+    from sharflow.models.random_init import cached_random_model
 
-    build_random_codec(snakemake.input.config, snakemake.output.model)
+    cached_random_model(
+        build_random_codec, snakemake.input.config, snakemake.output.model, snakemake.params.cache_dir
+    )

@@ -14,4 +14,5 @@ with job_log(snakemake.log[0]):
         identity=snakemake.input.get("identity"),
         plan=snakemake.input.get("plan"),
         text=snakemake.input.text,
+        segment=snakemake.input.get("segment"),
     )

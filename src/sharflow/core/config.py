@@ -103,8 +103,10 @@ def _cross_checks(config: dict) -> list[str]:
                 f"  quality.filters.{metric}: {metric} is measured by the ASR check; set quality.asr.model "
                 "(a NeMo ASR model) or remove the filter (a manifest's own cer is filtered by NeMo's max_cer)"
             )
+    problems += _segment_problems(config)
     for name, ds in config.get("datasets", {}).items():
-        if (ds.get("manifest") is None) == (ds.get("recipe") is None):
+        long_form = ds.get("format") == "long_form"  # its manifest, a listing of recordings, is optional
+        if not long_form and (ds.get("manifest") is None) == (ds.get("recipe") is None):
             problems.append(
                 f"  datasets.{name}: give exactly one of manifest or recipe (a lhotse recipe by name)"
             )
@@ -123,6 +125,30 @@ def _cross_checks(config: dict) -> list[str]:
         if ds.get("recipe_options") and ds.get("recipe") is None:
             problems.append(f"  datasets.{name}.recipe_options: only with a recipe")
     return problems + _training_problems(config)
+
+
+def _segment_problems(config: dict) -> list[str]:
+    segment, problems = config.get("segment", {}), []
+    asr = segment.get("asr", {})
+    if asr.get("model") is not None and asr.get("random_from_config") is not None:
+        problems.append("  segment.asr: give model or random_from_config, not both")
+    if segment.get("min_segment", 0) >= segment.get("max_segment", 1):
+        problems.append("  segment.min_segment: must be less than segment.max_segment")
+    transcribed = asr.get("model") or asr.get("random_from_config")
+    for name, ds in config.get("datasets", {}).items():
+        if ds.get("format") != "long_form":
+            continue
+        if ds.get("recipe") is not None:
+            problems.append(
+                f"  datasets.{name}: a long_form dataset takes audio_root and optionally manifest (a "
+                "listing of its recordings), not a recipe"
+            )
+        if not transcribed and ds.get("require_text", True):
+            problems.append(
+                f"  datasets.{name}: a long_form dataset's segments are transcribed by segment.asr; set "
+                "segment.asr.model (a NeMo ASR model), or require_text: false for audio-only data"
+            )
+    return problems
 
 
 def _training_problems(config: dict) -> list[str]:

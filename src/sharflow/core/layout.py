@@ -2,6 +2,8 @@
 
 results/<dataset>/
     recipe/{recordings.jsonl.gz, supervisions.jsonl.gz, stats.json}   a dataset given by a lhotse recipe
+    segment/{plan.json, parts/part-NNNN.stats.json, work/<settings>/, manifest.jsonl, stats.json}
+                                             a long_form dataset's recordings cut into segments
     prepare/{prepared.jsonl, rejected/, stats.json}
     text/{records.jsonl, rejected/, stats.json}
     quality/{parts/part-NNNN.*, metrics.jsonl, kept.jsonl, rejected/, stats.json}
@@ -204,6 +206,29 @@ class DatasetFiles:
     @property
     def recipe_stats(self) -> str:
         return self._path("recipe", "stats.json")
+
+    @property
+    def segment_plan(self) -> str:
+        """A long_form dataset's recordings, their lengths and versions, and the parts."""
+        return self._path("segment", "plan.json")
+
+    def segment_part(self, part: int | str) -> str:
+        """A segment part's stats (its recordings' results are in segment_work, by the settings)."""
+        return self._path("segment", "parts", f"part-{part_key(part)}{STATS_SUFFIX}")
+
+    @property
+    def segment_work(self) -> str:
+        """Where each recording's result is kept, a folder per digest of the settings (sharflow.segment)."""
+        return self._path("segment", "work")
+
+    @property
+    def segment_manifest(self) -> str:
+        """The segments as a NeMo manifest (spans of the long files): what prepare reads."""
+        return self._path("segment", "manifest.jsonl")
+
+    @property
+    def segment_stats(self) -> str:
+        return self._path("segment", "stats.json")
 
     @property
     def prepared(self) -> str:
@@ -438,7 +463,9 @@ def codec_model(codec: str) -> str:
     return f"{RESULTS}/models/{codec}.nemo"
 
 
-ASR_MODEL = f"{RESULTS}/models/asr/random.nemo"  # where the workflow builds quality.asr.random_from_config
+RANDOM_ASR = f"{RESULTS}/models/asr/{{asr}}.nemo"  # a random ASR model the workflow builds:
+ASR_MODEL = RANDOM_ASR.format(asr="random")  # quality.asr.random_from_config's
+SEGMENT_ASR_MODEL = RANDOM_ASR.format(asr="segment")  # segment.asr.random_from_config's
 
 
 def codec_spec(codec: str) -> str:

@@ -156,10 +156,11 @@ def dataset_card(
     identity: dict | None = None,
     leaks: list | None = None,
     text: dict | None = None,
+    segment: dict | None = None,
 ) -> str:
     """results/<dataset>/DATASET.md: what the dataset holds, in Markdown (with splits, `splits` is
     the splits job's stats, `identity` the identity job's, `leaks` the shard plan's; `text` the text
-    stage's)."""
+    stage's; `segment` the segment stage's, for a long_form dataset)."""
     cols = read_columns(catalog, ["duration", "context_similarity", "source_sample_rate", "sample_rate"])
     speakers = speaker_table(catalog)
     languages = pd.Series(dtype="float64")
@@ -190,6 +191,7 @@ def dataset_card(
         + ", ".join(f"{r} Hz: {n}" for r, n in shar_rates.items()),
         f"- **buckets**: {buckets['num_buckets']} duration buckets, bins {buckets['bucket_duration_bins']}",
         "",
+        *segment_section(segment),
         *_text_section(catalog, text),
         *_splits_section(catalog),
         *identity_section(dataset, splits, identity, leaks or []),
@@ -255,6 +257,27 @@ def _text_section(catalog: str, text: dict | None) -> list[str]:
         "",
     ]
     return lines
+
+
+def segment_section(segment: dict | None) -> list[str]:
+    """The card's section on the long recordings the segments were cut from: every second of them,
+    kept in a segment or dropped by reason (sharflow.segment)."""
+    if not segment:
+        return []
+    total = segment["seconds_in"]
+
+    def share(seconds: float) -> str:
+        return f"{seconds / 3600:.3f} h ({100 * seconds / total:.1f} %)" if total else "0 h"
+
+    dropped = {k: v for k, v in segment["seconds"].items() if k != "kept" and v}
+    return [
+        "## Cut from long recordings",
+        "",
+        f"- **{segment['recordings']:,} recordings, {total / 3600:.3f} hours**: "
+        f"{segment['segments']:,} segments keep {share(segment['seconds']['kept'])}",
+        "- dropped: " + (", ".join(f"{k} {share(v)}" for k, v in dropped.items()) or "nothing"),
+        "",
+    ]
 
 
 def _splits_section(catalog: str) -> list[str]:
@@ -359,6 +382,7 @@ def write_dataset_card(
     identity: str | None = None,
     plan: str | None = None,
     text: str | None = None,
+    segment: str | None = None,
 ) -> str:
     """Write results/<dataset>/DATASET.md (see dataset_card) and return its text; `plan` (the shard
     plan) says the leaks kept in shards made before, `text` is the text stage's stats."""
@@ -377,6 +401,7 @@ def write_dataset_card(
         read_json(identity) if identity else None,
         read_json(plan).get("leaks", []) if plan else [],
         read_json(text) if text else None,
+        read_json(segment) if segment else None,
     )
     with atomic_file(out, "w", encoding="utf-8") as f:
         f.write(text)

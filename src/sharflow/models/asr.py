@@ -45,9 +45,9 @@ class Transcriber:
         self.confidence = confidence and _token_confidence(self.model)
         if random:
             log.warning(
-                "ASR model %s is RANDOMLY INITIALISED (quality.asr.random_from_config): its transcripts "
-                "are random letters and asr_text, cer and wer mean NOTHING; for real data set "
-                "quality.asr.model",
+                "ASR model %s is RANDOMLY INITIALISED (random_from_config of quality.asr or segment.asr): "
+                "its transcripts are random letters, and asr_text, cer, wer and segment texts mean "
+                "NOTHING; for real data set the block's model",
                 model,
             )
         log.info(

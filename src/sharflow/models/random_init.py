@@ -124,3 +124,39 @@ def save_random_model(model, out: str | Path, config: str | Path, what: str) -> 
     tmp.replace(out)
     log.warning("built a RANDOMLY INITIALISED %s from %s at %s", what, config, out)
     return out
+
+
+def cached_random_model(
+    build: Callable, config: str | Path, out: str | Path, cache_dir: str | None = None
+) -> Path:
+    """`build(config, path)`'s random model, copied to `out` from sharflow's cache (sharflow.core.cache)
+    where it was built before, else built there first.
+
+    A build is seeded, so the same config gives the same weights: the key is the config's text, the
+    source of this module and of `build`'s (what makes the weights), and the NeMo and torch versions.
+    A run of the demo or of the tests then pays NeMo's import and the build (~15 s) once per machine,
+    not once per workflow run.
+    """
+    import inspect
+    import shutil
+    import sys
+
+    from sharflow.core.cache import cache_key, cache_root, cached_build, package_versions
+
+    key = cache_key(
+        build.__name__,
+        config=Path(config).read_text(encoding="utf-8"),
+        code=[inspect.getsource(sys.modules[__name__]), inspect.getsource(sys.modules[build.__module__])],
+        versions=package_versions("nemo_toolkit", "torch"),
+    )
+    folder = cached_build(
+        cache_root(cache_dir), "random_models", key, lambda tmp: build(config, tmp / "model.nemo"),
+        {"config": str(config), "builder": f"{build.__module__}.{build.__name__}"},
+    )  # fmt: skip
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    shutil.copyfile(folder / "model.nemo", tmp)
+    tmp.replace(out)
+    log.warning("a RANDOMLY INITIALISED model of %s (sharflow's cache: %s) at %s", config, folder, out)
+    return out

@@ -37,7 +37,8 @@ from sharflow.plan.resources import planned_figures
 from sharflow.work.jobs import job_kinds
 
 SHARD_RULE = re.compile(r"^(shar|codes)_(block\d*|tail\d|shard)$")
-ACTUAL = {"prepare", "recipe"}  # run in full before the calibration: measured, not extrapolated
+# run in full before the calibration: measured, not extrapolated (prepare reads the segment stage's manifest)
+ACTUAL = {"prepare", "recipe", "segment_plan", "segment_part", "segment_merge"}
 ONE_OFF = {"text_normalizer", "build_random_asr", "build_random_codec", "codec_model"}
 AUDIO = {"quality_part", "quality_part_cpu", "identity_part", "context_part", "verify"}
 PART_RULES = {  # rule: (config section, its key of the part count)
@@ -48,8 +49,9 @@ PART_RULES = {  # rule: (config section, its key of the part count)
     "identity_part": ("identity", "parts"),
     "identity_check": ("identity", "check_parts"),
 }
-GPU_RULES = {"quality_part", "context_part"}  # and the codes jobs (SHARD_RULE, codes_)
+GPU_RULES = {"quality_part", "context_part", "segment_part"}  # and the codes jobs (SHARD_RULE, codes_)
 STAGES = (
+    "segment",
     "prepare",
     "text",
     "quality",

@@ -36,6 +36,9 @@ _SHAR_BLOCK = (8000, 150)  # a block of 10 shards
 _CODES_BLOCK = (32000, 240)
 DEFAULTS: dict[str, tuple[int, int]] = {
     "recipe": (4000, 120),
+    "segment_plan": (2000, 120),
+    "segment_part": (16000, 720),
+    "segment_merge": (2000, 120),
     "prepare": (8000, 240),
     "build_random_asr": (8000, 120),
     "text_normalizer": (4000, 120),

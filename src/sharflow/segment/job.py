@@ -46,12 +46,22 @@ class Recording:
     language: str = "en"
     # known speaker names, in order of first appearance in the recording (optional)
     speakers: tuple[str, ...] = ()
+    # the file's version when it was planned ([size, mtime] or [size, ETag]: sharflow.io.storage.stamp)
+    stamp: tuple = ()
 
     @property
     def key(self) -> str:
-        """A file name for its result: the stem and a digest of the whole path."""
+        """The recording's name in its speakers' names: the stem and a digest of the whole path."""
         stem = Path(self.path).stem[:40] or "recording"
         return f"{stem}-{hashlib.sha256(self.path.encode()).hexdigest()[:12]}"
+
+    @property
+    def result_name(self) -> str:
+        """The file name of its result: the key, and a digest of its version where it has one (a file
+        replaced under its name is segmented again, never read from the old one's result)."""
+        if not self.stamp:
+            return self.key
+        return f"{self.key}-{hashlib.sha256(json.dumps(list(self.stamp)).encode()).hexdigest()[:8]}"
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,11 @@ def segment_part(
 ) -> dict[str, int]:
     """A part's recordings over the job's ranks, bin-packed by hours; {"done": n, "resumed": n}."""
     by_path = {r.path: r for r in recordings}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # a result a killed run was writing; cleared before the ranks start (not by each: one rank would
+    # clear another's result as it is written)
+    for stale in out_dir.glob(".*.json.*.tmp"):
+        stale.unlink(missing_ok=True)
     with rank_job(what, device=device, workers=workers, gpus=gpus) as job:
         results = job.run(
             _rank,
@@ -132,11 +147,9 @@ def run_part(
 ) -> dict[str, int]:
     """Segment every recording of a part not already done; {"done": n, "resumed": n}."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in out_dir.glob(".*.json.*.tmp"):  # a result a killed run was writing
-        stale.unlink(missing_ok=True)
     counts = {"done": 0, "resumed": 0}
     for recording in tqdm(recordings, desc="recordings", unit="rec", mininterval=5):
-        target = out_dir / f"{recording.key}.json"
+        target = out_dir / f"{recording.result_name}.json"
         if target.exists():
             counts["resumed"] += 1
             continue
@@ -214,7 +227,7 @@ def merge(
     """The parts' results into the dataset's segment manifest and stats, in the recordings' order.
     Every recording must have its result (a part that did not finish is named)."""
     found = {p.stem: p for d in part_dirs for p in Path(d).glob("*.json")}
-    missing = [r.path for r in recordings if r.key not in found]
+    missing = [r.path for r in recordings if r.result_name not in found]
     if missing:
         raise FileNotFoundError(
             f"{len(missing)} recording(s) have no segment result, e.g. {missing[0]}: rerun the segment "
@@ -223,7 +236,7 @@ def merge(
     merged = Merged()
     with atomic_file(manifest) as out:
         for recording in recordings:
-            result = read_json(found[recording.key])
+            result = read_json(found[recording.result_name])
             for seg in result["segments"]:
                 line = {
                     "audio_filepath": recording.path,
@@ -231,6 +244,7 @@ def merge(
                     "duration": seg["duration"],
                     "text": seg["text"],
                     "speaker": speaker_name(recording, seg["speaker"], dataset),
+                    "lang": recording.language,
                     "transcript_source": source,
                 }
                 if "confidence" in seg:

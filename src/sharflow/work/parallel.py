@@ -95,14 +95,31 @@ def ordered_map(
     workers: int,
     window: int | None = None,
     initializer: Callable | None = None,
+    preload: bool = False,
 ) -> Iterator[tuple[T, R]]:
     """Yield (item, fn(item)) in input order, computing fn in `workers` spawned processes.
 
     At most `window` items (default 2 × workers) are in flight, so a long stream never piles up
     in memory. With workers <= 1, or fewer than two items, fn runs here and no process starts.
     `fn` must be importable (module level; functools.partial of one is fine).
+
+    With `preload`, `initializer` runs here, and so does fn on the first item (which loads what fn
+    needs: tools loaded on first use), before the workers are forked from this process, inheriting
+    what was loaded instead of each being spawned and loading it again: for tools that take long to
+    load and start no threads (the text stage's NeMo tokenizers and grammars, ~16 s of imports and
+    building a process). What the workers run must not wait on a lock another thread of this
+    process may hold at the fork (logging's are made anew in a forked child; tqdm's monitor thread
+    holds tqdm's, which the workers do not use): the text stage's decisions take no other lock.
     """
     items = iter(items)
+    if preload:
+        if initializer is not None:
+            initializer()
+        initializer = None
+        first = next(items, _END)
+        if first is _END:
+            return
+        yield first, fn(first)
     head = list(itertools.islice(items, 2))
     if workers <= 1 or len(head) < 2:
         if initializer is not None:
@@ -111,7 +128,7 @@ def ordered_map(
             yield item, fn(item)
         return
     window = window or 2 * workers
-    ctx = multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("fork" if preload else "spawn")
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=initializer) as pool:
         pending: deque[tuple[T, Future]] = deque()
         for item in itertools.chain(head, items):

@@ -75,8 +75,8 @@ class Handoff:
 
     # ---- card and report ----------------------------------------------------------------------
     def card_inputs(self, wildcards) -> dict:
-        """The dataset card's files: catalog, buckets, verify, the text stats; with splits its splits
-        stats, and the identity job's stats."""
+        """The dataset card's files: catalog, buckets, verify, the text stats; a long_form dataset's
+        segment stats; with splits its splits stats, and the identity job's stats."""
         files = layout.dataset_files(wildcards.dataset)
         out = {
             "catalog": files.catalog,
@@ -84,6 +84,9 @@ class Handoff:
             "verify": files.verify,
             "text": files.text_stats,
         }
+        dataset = self.run.config["datasets"].get(wildcards.dataset)  # not a held-out set's card
+        if dataset is not None and dataset["format"] == "long_form":
+            out["segment"] = files.segment_stats
         if self.run.splits:
             out["splits"] = files.split_stats
         if self.run.identity:

@@ -1,17 +1,22 @@
-"""What the first stages read: prepare's corpus and settings, the text stage's, and the files of every
-part of the text, quality and context stages.
+"""What the first stages read: a long_form dataset's segment stage, prepare's corpus and settings, the
+text stage's, and the files of every part of the text, quality and context stages.
 
-Each method is an input function or a params function of a rule (rules/prepare.smk, rules/text.smk):
+Each method is an input function or a params function of a rule (rules/segment.smk, rules/prepare.smk,
+rules/text.smk):
 it takes Snakemake's `wildcards` (anything with attributes, e.g. SimpleNamespace(dataset="demo")) and
 returns paths or plain values from the config and the layout.
 """
 
 import functools
+import hashlib
+import json
+import os
 
 from sharflow.core import layout
 from sharflow.io import storage
 from sharflow.io.containers import expand_shards
 from sharflow.prepare.readers import container_suffix
+from sharflow.segment.dataset import CUT_KEYS, TURN_KEYS, list_recordings
 
 TEXT_SETTINGS = (
     "require_text",
@@ -31,13 +36,90 @@ class Inputs:
         self.config = run.config
         self._on_first_look = on_first_look  # called by manifest(): every DAG asks it first
 
+    # ---- segment (long_form datasets) --------------------------------------------------------
+    def long_form(self, dataset: str) -> bool:
+        return self.config["datasets"][dataset]["format"] == "long_form"
+
+    def form(self, dataset: str) -> str:
+        """The form prepare reads the dataset in (sharflow.prepare.readers): a recipe's lhotse manifests,
+        a long_form dataset's NeMo manifest of segments, else the dataset's format."""
+        if self.config["datasets"][dataset]["recipe"] is not None:
+            return "lhotse"
+        return "nemo" if self.long_form(dataset) else self.config["datasets"][dataset]["format"]
+
+    @functools.cache  # noqa: B019 (one Inputs a run: a bucket is listed once per parse)
+    def _recordings(self, dataset: str) -> tuple[str, ...]:
+        ds = self.config["datasets"][dataset]
+        return tuple(r.path for r in list_recordings(ds["audio_root"], ds["manifest"], ds["language"]))
+
+    def segment_inputs(self, wildcards) -> list[str]:
+        """The segment plan's local inputs: the listing of recordings, or (without one) every recording
+        under a local root, so that a new or replaced recording plans again (Snakemake's file times)."""
+        ds = self.config["datasets"][wildcards.dataset]
+        if ds["manifest"] is not None:
+            return [] if storage.is_url(ds["manifest"]) else [ds["manifest"]]
+        if storage.is_url(ds["audio_root"]):
+            return []
+        return [f"{ds['audio_root'].rstrip('/')}/{path}" for path in self._recordings(wildcards.dataset)]
+
+    def segment_listing(self, wildcards) -> dict:
+        """Keyword arguments of sharflow.segment.dataset.list_recordings; for objects, a digest of their
+        versions too (one listing per parse), so that a new or replaced object plans again."""
+        ds = self.config["datasets"][wildcards.dataset]
+        out = {"audio_root": ds["audio_root"], "listing": ds["manifest"], "language": ds["language"]}
+        if storage.is_url(ds["manifest"] or ds["audio_root"]):
+            urls = (
+                [ds["manifest"]]
+                if ds["manifest"]
+                else [
+                    f"{storage.normalize_url(ds['audio_root'])}/{p}"
+                    for p in self._recordings(wildcards.dataset)
+                ]
+            )
+            stamps = json.dumps([[u, storage.stamp(u)] for u in urls])
+            out["versions"] = hashlib.sha256(stamps.encode()).hexdigest()[:16]
+        return out
+
+    def segment_asr(self) -> tuple[str | None, bool]:
+        """Where the segment stage's ASR model is (None: none), and whether the workflow builds it."""
+        asr = self.config["segment"]["asr"]
+        if asr["random_from_config"]:
+            return layout.SEGMENT_ASR_MODEL, True
+        return asr["model"], False
+
+    def segment_asr_file(self, wildcards) -> list[str]:
+        """The ASR model file as an input (a new model transcribes again), if it is a local file."""
+        path, built = self.segment_asr()
+        local = path is not None and not storage.is_url(path) and os.path.exists(path)
+        return [path] if built or local else []
+
+    def segment_settings(self, wildcards) -> dict:
+        """What a recording's segments depend on (sharflow.segment.dataset.settings_of's arguments):
+        the segment block's thresholds and the ASR options (None: no transcripts)."""
+        block = self.config["segment"]
+        path, built = self.segment_asr()
+        asr = (
+            {"model": path, "random": built, "batch_seconds": block["asr"]["batch_seconds"]} if path else None
+        )
+        return {"block": {k: block[k] for k in (*TURN_KEYS, *CUT_KEYS, "min_confidence")}, "asr": asr}
+
+    def segment_work(self, wildcards) -> str:
+        return layout.dataset_files(wildcards.dataset).segment_work
+
+    def segment_parts(self, wildcards) -> list[str]:
+        files = layout.dataset_files(wildcards.dataset)
+        return [files.segment_part(p) for p in range(self.config["segment"]["parts"])]
+
     # ---- prepare ------------------------------------------------------------------------------
     def dataset_inputs(self, dataset: str) -> dict:
-        """{manifest, recordings} that prepare reads: the config's, or a recipe's own manifests."""
+        """{manifest, recordings} that prepare reads: the config's, a recipe's own manifests, or the
+        segment stage's manifest of a long_form dataset."""
         ds = self.config["datasets"][dataset]
         if ds["recipe"] is not None:
             files = layout.dataset_files(dataset)
             return {"manifest": files.recipe_supervisions, "recordings": files.recipe_recordings}
+        if self.long_form(dataset):
+            return {"manifest": layout.dataset_files(dataset).segment_manifest, "recordings": None}
         return {"manifest": ds["manifest"], "recordings": ds["recordings"]}
 
     @functools.cache  # noqa: B019 (one Inputs a run: a bucket is listed once per parse)
@@ -45,7 +127,7 @@ class Inputs:
         """The files prepare reads the dataset from, as paths or URLs: its containers (a folder or a
         bucket listed once per parse), else its manifest and recordings (a recipe's own manifests)."""
         ds = self.config["datasets"][dataset]
-        if container_suffix(ds["format"]):
+        if container_suffix(self.form(dataset)):
             return expand_shards(ds["manifest"], ds["audio_root"], container_suffix(ds["format"]))
         return [p for p in self.dataset_inputs(dataset).values() if p is not None]
 
@@ -59,7 +141,7 @@ class Inputs:
     def manifest_version(self, wildcards):
         """A URL manifest's ETag (one HEAD request): a param, so that a replaced object reruns prepare."""
         files = self.corpus_files(wildcards.dataset)
-        if container_suffix(self.config["datasets"][wildcards.dataset]["format"]):  # each object's ETag
+        if container_suffix(self.form(wildcards.dataset)):  # each object's ETag
             return [storage.head(f).etag for f in files if storage.is_url(f)] or None
         versions = [storage.head(p).etag if storage.is_url(p) else None for p in files]
         return versions[0] if len(versions) == 1 else versions
@@ -72,10 +154,10 @@ class Inputs:
         ds = self.config["datasets"][wildcards.dataset]
         inputs = self.dataset_inputs(wildcards.dataset)
         lhotse = {
-            "form": "lhotse" if ds["recipe"] is not None else ds["format"],
+            "form": self.form(wildcards.dataset),
             "recordings": inputs["recordings"],
             "default_speaker": ds["default_speaker"],
-            "fields": ds["fields"] if container_suffix(ds["format"]) else None,
+            "fields": ds["fields"] if container_suffix(self.form(wildcards.dataset)) else None,
             "extra_fields": ds["extra_fields"],
         }
         prepare = self.config["prepare"]

@@ -74,20 +74,23 @@ class Look:
         reader's cheap count (a line count, Parquet footers, tar headers; sharflow.prepare.readers), else
         what prepare counted last; records None where neither can be had without reading the corpus."""
         ds = self.config["datasets"][dataset]
+        if self.inputs.long_form(dataset) and not os.path.exists(
+            self.inputs.dataset_inputs(dataset)["manifest"]
+        ):
+            return {"records": None, "source": "its segments, which the segment stage has not cut yet"}
         # containers on object storage are not fetched to count (nor listed again: corpus_files did)
-        objects = container_suffix(ds["format"]) and any(
-            storage.is_url(f) for f in self.inputs.corpus_files(dataset)
-        )
+        form = self.inputs.form(dataset)
+        objects = container_suffix(form) and any(storage.is_url(f) for f in self.inputs.corpus_files(dataset))
         if ds["recipe"] is None and not objects:
             inputs = self.inputs.dataset_inputs(dataset)
             source = Source(inputs["manifest"], ds["audio_root"], inputs["recordings"], fetch=False)
             try:
-                reader = open_reader(ds["format"], source)
+                reader = open_reader(form, source)
                 found = reader.most_records()
             except (OSError, SharflowError) as e:  # prepare's job names it, with what to do
                 return {"records": None, "source": f"its corpus cannot be read ({e})"}
             if found is not None:
-                return {"records": found, "source": f"{reader.unit}s ({ds['format']})"}
+                return {"records": found, "source": f"{reader.unit}s ({form})"}
         stats = layout.dataset_files(dataset).prepare_stats
         if os.path.exists(stats):
             return {"records": read_json(stats)["records_out"], "source": "prepared records"}

@@ -31,9 +31,12 @@ class Measures:
 
     # ---- quality ------------------------------------------------------------------------------
     def random_asr_config(self, wildcards) -> str:
-        if self.run.asr["random_from_config"] is None:
-            raise ValueError("quality.asr has no random_from_config; nothing to build")
-        return self.run.asr["random_from_config"]
+        """The config of the random ASR model `wildcards.asr` (random: quality.asr's; segment.asr's)."""
+        section = "segment" if wildcards.asr == "segment" else "quality"
+        config = self.run.config[section]["asr"]["random_from_config"]
+        if config is None:
+            raise ValueError(f"{section}.asr has no random_from_config; nothing to build")
+        return config
 
     def _asr_model_path(self) -> tuple[str | None, bool]:
         """Where the ASR model is (None: no ASR check), and whether the workflow builds it."""

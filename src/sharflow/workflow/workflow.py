@@ -49,6 +49,7 @@ class Workflow:
         self.codes_threads = run.workers("codes")
         self.codes_gpus = run.gpu_request("codes", config["codes"]["gpus_per_job"])
         self.quality_gpus = run.gpu_request("quality")
+        self.segment_gpus = run.gpu_request("segment")
         self.quality_part_rule = run.gpu_rules()[0][0]
         # With quality on, the quality parts embed every record (one decode): the context parts only
         # read the embeddings and select, on CPU, asking for no GPU.

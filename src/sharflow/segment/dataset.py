@@ -1,0 +1,206 @@
+"""A long-form dataset through the segment stage in the workflow: which recordings, the plan of the
+parts, a part's job and the merge (rules/segment.smk calls these through workflow_scripts/segment_*).
+
+- `list_recordings`: the dataset's recordings: every audio file under its audio root (a folder or an
+  `s3://` prefix), or the JSON-lines listing its `manifest` names (one recording a line:
+  `audio_filepath`, optional `lang` and `speakers`, the known names in order of first voice);
+- `plan_segments`: each recording's length (its header) and version (size and mtime, or ETag), and
+  the parts balanced by hours (LPT): `segment/plan.json`;
+- `run_planned_part`: one part's recordings through `job.segment_part`; results are kept under a
+  folder named by the settings' digest and each under its recording's version, so a killed job
+  resumes at the recording it was on and a changed setting or a replaced file is never served stale;
+- `merge_planned`: every recording's result into the NeMo manifest prepare reads, and the stats.
+"""
+
+import hashlib
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+from tqdm import tqdm
+
+from sharflow.core.atomic import read_json, write_json
+from sharflow.core.errors import SharflowError
+from sharflow.io import storage
+from sharflow.io.audio import PathEscapeError, probe_audio, resolve_audio_path
+from sharflow.segment.cut import CutSettings
+from sharflow.segment.job import Merged, Recording, SegmentSettings, merge, segment_part
+from sharflow.segment.turns import TurnSettings
+from sharflow.work.balance import lpt_assign
+
+AUDIO_SUFFIXES = (".flac", ".wav", ".mp3", ".ogg", ".opus")
+# the segment block's keys that are TurnSettings' and CutSettings' fields
+TURN_KEYS = (
+    "min_pause",
+    "cluster_similarity",
+    "min_speaker_seconds",
+    "attribute_similarity",
+    "overlap_share",
+    "min_overlap",
+)
+CUT_KEYS = ("min_segment", "max_segment", "max_pause")
+
+
+def settings_of(block: dict, asr: dict | None) -> SegmentSettings:
+    """SegmentSettings from the config's `segment` block and the ASR options (model, random,
+    batch_seconds; None: no transcripts)."""
+    return SegmentSettings(
+        turns=TurnSettings(**{k: block[k] for k in TURN_KEYS}),
+        cut=CutSettings(**{k: block[k] for k in CUT_KEYS}),
+        asr_model=asr["model"] if asr else None,
+        asr_random=bool(asr and asr["random"]),
+        min_confidence=block["min_confidence"],
+        asr_batch_seconds=asr["batch_seconds"] if asr else 120.0,
+    )
+
+
+def settings_key(settings: SegmentSettings) -> str:
+    """A digest of everything a recording's result depends on besides its audio (the ASR model's
+    file version too; not the ASR's batch, which changes no transcript): the name of the folder its
+    results are kept in."""
+    what = asdict(settings)
+    what.pop("asr_batch_seconds")
+    if settings.asr_model and (storage.is_url(settings.asr_model) or os.path.exists(settings.asr_model)):
+        what["asr_stamp"] = storage.stamp(settings.asr_model)
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def list_recordings(audio_root: str, listing: str | None, language: str) -> list[Recording]:
+    """The dataset's recordings in order: `listing`'s lines, or every audio file under the root."""
+    if listing is None:
+        return [Recording(path, language) for path in _audio_under(audio_root)]
+    recordings, seen = [], set()
+    with storage.open_object(listing) as f:
+        for n, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            where = f"{listing}, line {n}"
+            try:
+                line = json.loads(raw)
+                path = line["audio_filepath"]
+            except (ValueError, KeyError, TypeError) as e:
+                raise SharflowError(
+                    f"{where}: not a recording ({type(e).__name__}: {e}); each line is a JSON object "
+                    'with "audio_filepath" and optionally "lang" and "speakers" (a list of names)'
+                ) from None
+            speakers = line.get("speakers") or []
+            if not (isinstance(path, str) and path) or not isinstance(speakers, list):
+                raise SharflowError(f"{where}: audio_filepath must be a path and speakers a list of names")
+            try:
+                resolve_audio_path(audio_root, path)
+            except PathEscapeError as e:
+                raise SharflowError(f"{where}: {e}; give paths under the dataset's audio_root") from None
+            if path in seen:
+                raise SharflowError(f"{where}: {path} is listed twice; list each recording once")
+            seen.add(path)
+            lang = line.get("lang") or line.get("language") or language
+            recordings.append(Recording(path, str(lang), tuple(str(s) for s in speakers)))
+    if not recordings:
+        raise SharflowError(f"{listing}: lists no recordings")
+    return recordings
+
+
+def _audio_under(audio_root: str) -> list[str]:
+    """Every audio file under the root, as paths relative to it, sorted."""
+    if storage.is_url(audio_root):
+        prefix = storage.normalize_url(audio_root) + "/"
+        found = {
+            url[len(prefix) :] for suffix in AUDIO_SUFFIXES for url in storage.list_folder(audio_root, suffix)
+        }
+    else:
+        root = Path(audio_root)
+        found = {
+            p.relative_to(root).as_posix()
+            for p in root.rglob("*")
+            if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file()
+        }
+    if not found:
+        raise SharflowError(
+            f"{audio_root}: no audio files ({', '.join(AUDIO_SUFFIXES)}) under the long-form dataset's "
+            "audio_root; point it at the recordings, or list them in the dataset's manifest"
+        )
+    return sorted(found)
+
+
+def plan_segments(recordings: list[Recording], audio_root: str, parts: int, out: str) -> dict:
+    """Each recording's length and version, and `parts` parts of about equal hours (a part may be
+    empty), written atomically to `out`; the plan."""
+    rows = []
+    for r in tqdm(recordings, desc="recordings probed", unit="rec", mininterval=5):
+        full, _ = resolve_audio_path(audio_root, r.path)
+        try:
+            duration, stamp = round(probe_audio(full).duration, 6), storage.stamp(full)
+        except Exception as e:  # unreadable: its part accounts for it (segment_one)
+            duration, stamp = 0.0, [f"unreadable: {type(e).__name__}"]
+        rows.append(
+            {"path": r.path, "language": r.language, "speakers": list(r.speakers)}
+            | {
+                "duration": duration,
+                "stamp": stamp,
+            }
+        )
+    assigned = lpt_assign({i: row["duration"] for i, row in enumerate(rows)}, max(1, parts))
+    plan = {"recordings": rows, "parts": assigned, "hours": round(sum(r["duration"] for r in rows) / 3600, 6)}
+    write_json(out, plan)
+    return plan
+
+
+def _recording(row: dict) -> Recording:
+    return Recording(row["path"], row["language"], tuple(row["speakers"]), tuple(row["stamp"]))
+
+
+def planned(plan_path: str) -> list[Recording]:
+    """The plan's recordings, in the dataset's order."""
+    return [_recording(row) for row in read_json(plan_path)["recordings"]]
+
+
+def run_planned_part(
+    plan_path: str,
+    part: int,
+    *,
+    audio_root: str,
+    work_root: str,
+    settings: SegmentSettings,
+    out_stats: str,
+    device: str = "auto",
+    workers: int = 1,
+    gpus: int = 0,
+) -> dict:
+    """Segment part `part` of the plan into `<work_root>/<settings key>/`, then write the part's
+    stats (what it did; written last, so the job's output appears only when every recording is)."""
+    plan = read_json(plan_path)
+    rows = [plan["recordings"][i] for i in plan["parts"][part]]
+    recordings = [_recording(row) for row in rows]
+    out_dir = Path(work_root) / settings_key(settings)
+    counts = {"done": 0, "resumed": 0}
+    if recordings:
+        counts = segment_part(
+            recordings,
+            {r.path: row["duration"] for r, row in zip(recordings, rows, strict=True)},
+            audio_root,
+            out_dir,
+            settings,
+            device=device,
+            workers=workers,
+            gpus=gpus,
+            what=f"segment part {part}",
+        )
+    summary = {
+        "part": part,
+        "recordings": len(recordings),
+        "hours": round(sum(row["duration"] for row in rows) / 3600, 6),
+        "results": str(out_dir),
+        **counts,
+    }
+    write_json(out_stats, summary)
+    return summary
+
+
+def merge_planned(
+    plan_path: str, part_stats: list[str], *, dataset: str, manifest: str, stats: str, source: str
+) -> Merged:
+    """The parts' results, in the plan's order of recordings, into the dataset's segment manifest and
+    stats (job.merge)."""
+    folders = sorted({read_json(p)["results"] for p in part_stats})
+    return merge(planned(plan_path), [Path(f) for f in folders], dataset, Path(manifest), Path(stats), source)
