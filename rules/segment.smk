@@ -59,6 +59,7 @@ rule segment_merge:
         layout.benchmark("segment_merge", "{dataset}")
     params:
         settings=get_segment_settings,
+        link_similarity=config["segment"]["link_similarity"],
     resources:
         mem_mb=RESOURCES.mem_mb("segment_merge"),
         runtime=RESOURCES.runtime("segment_merge"),

@@ -146,6 +146,8 @@ EFFECTS: dict[str, str] = {
         )
     },
     **{f"segment.{key}": f"test_segment.py::{SEGMENT_BYTES}" for key in ("parts", "workers", "device")},
+    "segment.link_similarity": "test_segment.py::"
+    "test_a_long_form_dataset_runs_the_workflow_to_verified_shar_that_magpietts_reads",
     "segment.min_confidence": "test_asr.py::"
     "test_a_recordings_segments_get_transcripts_and_the_least_confident_are_dropped",
     "segment.asr.model": "test_workflow_inputs.py::"

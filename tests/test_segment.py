@@ -12,7 +12,7 @@ import torch
 
 from sharflow.segment import cut, turns
 from sharflow.segment.recording import KEPT, Segmenter
-from sharflow.segment.score import Score, adjusted_rand_index, score
+from sharflow.segment.score import Score, adjusted_rand_index, link_pairs, score, true_speaker
 from testkit import REPO
 
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -347,7 +347,10 @@ def run_long_form(tmp):
         ],
     )
     config = demo_config(
-        segment={"asr": {"random_from_config": str(REPO / "config/models/tiny_asr.yaml")}},
+        segment={
+            "asr": {"random_from_config": str(REPO / "config/models/tiny_asr.yaml")},
+            "link_similarity": 0.96,
+        },
         quality={"filters": {}, "parts": 1},
         context={"parts": 1},
     )
@@ -368,7 +371,7 @@ def test_a_long_form_dataset_runs_the_workflow_to_verified_shar_that_magpietts_r
 
     from testkit import magpie_dataset
 
-    work, _, listing = long_form_run
+    work, root, listing = long_form_run
     results = work / "results" / "talks"
     stats = json.loads((results / "segment" / "stats.json").read_text())
     assert stats["recordings"] == 3 and stats["segments"] > 5
@@ -400,6 +403,15 @@ def test_a_long_form_dataset_runs_the_workflow_to_verified_shar_that_magpietts_r
     segments = [json.loads(x) for x in (results / "segment" / "manifest.jsonl").read_text().splitlines()]
     durations = sorted(s["duration"] for s in segments)
     named = set(json.loads(listing.read_text().splitlines()[0])["speakers"])
+    # linked by voice: the second recording's speakers whom the first names take those names
+    truth = json.loads((root / "rec_001.truth.json").read_text())
+    second = [s for s in segments if s["audio_filepath"] == "rec_001.flac"]
+    for s in second:
+        true = true_speaker(truth, s["offset"], s["offset"] + s["duration"])
+        name = s["speaker"].split("Speaker:")[1].strip(" |")
+        assert name == true if true in named else name.startswith("rec_001-"), (name, true)
+    assert any(true_speaker(truth, s["offset"], s["offset"] + s["duration"]) in named for s in second)
+    assert stats["linked"] > 0 and stats["speakers"] < sum(r["speakers"] for r in stats["per_recording"])
     assert len(cuts) == verify["cuts"]
     for c in cuts:
         assert c.target_audio.load_audio().shape[-1] == c.target_audio.num_samples
@@ -530,3 +542,51 @@ def test_each_threshold_of_the_segment_block_changes_the_segments(corpus):
             or value in dataclasses.asdict(where.cut).values()
         )
         assert run(block) != base, key
+
+
+def test_speakers_are_linked_across_recordings_by_voice_as_the_truth_has_them(segmented):
+    """At link_similarity 0.96 each true voice is one name over the four recordings and two voices
+    never share one (the corpus's voices: the same voice in two recordings 0.97-1.0 alike, two
+    voices at most 0.95, its ALIKE pair)."""
+    from sharflow.segment.link import Linker
+
+    _, results = segmented
+    rows = []  # (recording, true voice, voice)
+    for path, _, result in results:
+        truth = json.loads(path.with_suffix(".truth.json").read_text())
+        for k, voice in enumerate(result.voices):
+            spans = [(a / R, b / R) for a, b, label in result.segments if label == k]
+            votes = [true_speaker(truth, a, b) for a, b in spans]
+            rows.append((path.name, max(set(votes), key=votes.count), voice))
+    voices = {v for _, v, _ in rows}
+    assert len(rows) > len(voices) > 2  # what is compared: voices met in more than one recording
+    linker, names = Linker(0.96), []
+    for name in dict.fromkeys(r for r, _, _ in rows):
+        mine = [(i, row) for i, row in enumerate(rows) if row[0] == name]
+        own = [f"{name}-s{k}" for k in range(len(mine))]
+        names += linker.recording(np.stack([row[2] for _, row in mine]), own, [False] * len(mine))
+    pairs = list(itertools.combinations(range(len(rows)), 2))
+    assert all((names[i] == names[j]) == (rows[i][1] == rows[j][1]) for i, j in pairs)
+    assert len(set(names)) == len(voices) and linker.linked == len(rows) - len(voices)
+    counted = link_pairs([v for _, v, _ in rows], names)
+    assert counted["right"] > 0 and counted["wrong"] == counted["missed"] == 0
+    assert link_pairs(["a", "a", "b"], ["x", "y", "y"]) == {"right": 0, "wrong": 1, "missed": 1}
+
+
+def test_a_linked_speaker_keeps_a_given_name_and_one_recordings_speakers_stay_apart():
+    from sharflow.segment.link import Linker
+
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=256), rng.normal(size=256)
+    near = lambda v: v + 0.05 * rng.normal(size=256)  # noqa: E731
+    linker = Linker(0.9)
+    assert linker.recording(np.stack([a, b]), ["r1-s0", "r1-s1"], [False, False]) == ["r1-s0", "r1-s1"]
+    # a known name is kept, and an earlier voice alike to it does not take it over
+    assert linker.recording(np.stack([near(a)]), ["alice"], [True]) == ["alice"]
+    # two speakers of one recording alike to one voice: the first takes it, the other keeps its own
+    assert linker.recording(np.stack([near(b), near(b)]), ["r3-s0", "r3-s1"], [False, False]) == [
+        "r1-s1",
+        "r3-s1",
+    ]
+    assert linker.linked == 1
+    assert linker.recording(np.stack([near(a)]), ["r4-s0"], [False]) in (["r1-s0"], ["alice"])

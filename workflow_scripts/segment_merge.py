@@ -12,4 +12,5 @@ with job_log(snakemake.log[0]):
         manifest=snakemake.output.manifest,
         stats=snakemake.output.stats,
         source=settings.source,
+        link_similarity=snakemake.params.link_similarity,
     )

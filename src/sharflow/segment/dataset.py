@@ -40,6 +40,8 @@ TURN_KEYS = (
     "min_overlap",
 )
 CUT_KEYS = ("min_segment", "max_segment", "max_pause")
+# what a recording's result holds; a new form is never read from an older result (settings_key)
+RESULT_FORMAT = 2  # 2: each speaker's voice, for linking across recordings
 
 
 def settings_of(block: dict, asr: dict | None) -> SegmentSettings:
@@ -59,7 +61,7 @@ def settings_key(settings: SegmentSettings) -> str:
     """A digest of everything a recording's result depends on besides its audio (the ASR model's
     file version too; not the ASR's batch, which changes no transcript): the name of the folder its
     results are kept in."""
-    what = asdict(settings)
+    what = asdict(settings) | {"result_format": RESULT_FORMAT}
     what.pop("asr_batch_seconds")
     if settings.asr_model and (storage.is_url(settings.asr_model) or os.path.exists(settings.asr_model)):
         what["asr_stamp"] = storage.stamp(settings.asr_model)
@@ -198,9 +200,17 @@ def run_planned_part(
 
 
 def merge_planned(
-    plan_path: str, part_stats: list[str], *, dataset: str, manifest: str, stats: str, source: str
+    plan_path: str,
+    part_stats: list[str],
+    *,
+    dataset: str,
+    manifest: str,
+    stats: str,
+    source: str,
+    link_similarity: float | None = None,
 ) -> Merged:
     """The parts' results, in the plan's order of recordings, into the dataset's segment manifest and
-    stats (job.merge)."""
-    folders = sorted({read_json(p)["results"] for p in part_stats})
-    return merge(planned(plan_path), [Path(f) for f in folders], dataset, Path(manifest), Path(stats), source)
+    stats (job.merge; with `link_similarity`, speakers linked across recordings)."""
+    folders = [Path(f) for f in sorted({read_json(p)["results"] for p in part_stats})]
+    recordings = planned(plan_path)
+    return merge(recordings, folders, dataset, Path(manifest), Path(stats), source, link_similarity)

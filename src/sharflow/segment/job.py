@@ -21,6 +21,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from tqdm import tqdm
 
 from sharflow.core.atomic import atomic_file, read_json, write_json
@@ -28,6 +29,7 @@ from sharflow.core.speakers import Speaker
 from sharflow.io.audio import probe_audio, read_span, resolve_audio_path
 from sharflow.segment import cut
 from sharflow.segment.cut import CutSettings
+from sharflow.segment.link import Linker
 from sharflow.segment.recording import KEPT, Segmenter
 from sharflow.segment.transcripts import transcribe
 from sharflow.segment.turns import RATE, TurnSettings
@@ -173,6 +175,7 @@ def segment_one(
             "duration": duration,
             "error": f"{type(e).__name__}: {e}",
             "speakers": 0,
+            "voices": [],
             "segments": [],
             "stretches": [[0.0, duration, cut.UNREADABLE]] if duration else [],
             "seconds": {cut.UNREADABLE: duration},
@@ -196,6 +199,8 @@ def segment_one(
         "segments": segments,
         "stretches": [[seconds(a), seconds(b), what] for a, b, what in result.stretches],
         "seconds": {k: round(v, 6) for k, v in result.seconds().items() if v},
+        # each speaker's voice (unit GE2E centroid), for linking across recordings
+        "voices": np.round(result.voices, 6).tolist(),
     }
 
 
@@ -206,12 +211,20 @@ def _duration_or_zero(path: str) -> float:
         return 0.0
 
 
-def speaker_name(recording: Recording, label: int, dataset: str) -> str:
-    """The segment's speaker in NeMo's form: a known name where the user gave one for the label,
-    else `<recording key>-s<label>` (the speakers of one recording; linking them across recordings
-    is the identity stage's)."""
-    name = recording.speakers[label] if label < len(recording.speakers) else f"{recording.key}-s{label}"
-    return str(Speaker(recording.language, dataset, name))
+def own_name(recording: Recording, label: int) -> tuple[str, bool]:
+    """(name, given by the user) of a recording's speaker: a known name where the listing gives one
+    for the label, else `<recording key>-s<label>`."""
+    if label < len(recording.speakers):
+        return recording.speakers[label], True
+    return f"{recording.key}-s{label}", False
+
+
+def _names(recording: Recording, result: dict, linker: Linker | None) -> list[str]:
+    """The names of a recording's speakers: their own, or with linking those of the voices they join."""
+    own = [own_name(recording, label) for label in range(len(result["voices"]))]
+    if linker is None or not own:
+        return [name for name, _ in own]
+    return linker.recording(np.array(result["voices"]), [n for n, _ in own], [k for _, k in own])
 
 
 @dataclass
@@ -219,13 +232,36 @@ class Merged:
     segments: int = 0
     seconds: dict[str, float] = field(default_factory=dict)
     recordings: list[dict] = field(default_factory=list)
+    speakers: set[str] = field(default_factory=set)
+    linked: int = 0  # recording speakers that took an earlier recording's voice (sharflow.segment.link)
+
+    def stats(self, dataset: str) -> dict:
+        """The stage's stats: seconds in = kept + dropped by reason, in all and per recording."""
+        return {
+            "stage": "segment",
+            "dataset": dataset,
+            "recordings": len(self.recordings),
+            "segments": self.segments,
+            "seconds_in": round(sum(r["duration"] for r in self.recordings), 6),
+            "speakers": len(self.speakers),
+            "linked": self.linked,
+            "seconds": {k: self.seconds.get(k, 0.0) for k in (KEPT, *cut.REASONS)},
+            "per_recording": self.recordings,
+        }
 
 
 def merge(
-    recordings: list[Recording], part_dirs: list[Path], dataset: str, manifest: Path, stats: Path, source: str
+    recordings: list[Recording],
+    part_dirs: list[Path],
+    dataset: str,
+    manifest: Path,
+    stats: Path,
+    source: str,
+    link_similarity: float | None = None,
 ) -> Merged:
     """The parts' results into the dataset's segment manifest and stats, in the recordings' order.
-    Every recording must have its result (a part that did not finish is named)."""
+    Every recording must have its result (a part that did not finish is named). With
+    `link_similarity`, speakers are linked across recordings by voice (sharflow.segment.link)."""
     found = {p.stem: p for d in part_dirs for p in Path(d).glob("*.json")}
     missing = [r.path for r in recordings if r.result_name not in found]
     if missing:
@@ -234,16 +270,19 @@ def merge(
             "jobs (a killed job resumes at the recording it was on)"
         )
     merged = Merged()
+    linker = Linker(link_similarity) if link_similarity is not None else None
     with atomic_file(manifest) as out:
         for recording in recordings:
             result = read_json(found[recording.result_name])
+            names = _names(recording, result, linker)
+            merged.speakers.update(names[s["speaker"]] for s in result["segments"])
             for seg in result["segments"]:
                 line = {
                     "audio_filepath": recording.path,
                     "offset": seg["offset"],
                     "duration": seg["duration"],
                     "text": seg["text"],
-                    "speaker": speaker_name(recording, seg["speaker"], dataset),
+                    "speaker": str(Speaker(recording.language, dataset, names[seg["speaker"]])),
                     "lang": recording.language,
                     "transcript_source": source,
                 }
@@ -257,17 +296,6 @@ def merge(
                 {k: result[k] for k in ("recording", "duration", "speakers", "seconds")}
                 | {"segments": len(result["segments"])}
             )
-    total = round(sum(r["duration"] for r in merged.recordings), 6)
-    write_json(
-        stats,
-        {
-            "stage": "segment",
-            "dataset": dataset,
-            "recordings": len(recordings),
-            "segments": merged.segments,
-            "seconds_in": total,
-            "seconds": {k: merged.seconds.get(k, 0.0) for k in (KEPT, *cut.REASONS)},
-            "per_recording": merged.recordings,
-        },
-    )
+    merged.linked = linker.linked if linker else 0
+    write_json(stats, merged.stats(dataset))
     return merged

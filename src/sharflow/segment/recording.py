@@ -32,6 +32,8 @@ class Segmented:
     segments: list[tuple[int, int, int]]
     stretches: list[tuple[int, int, str]]  # the whole recording: KEPT or a drop reason
     transcripts: list[tuple[str, float]] = field(default_factory=list)  # (text, confidence) a segment
+    # (speakers, dim) unit voice of each speaker, in their numbering: what links them across recordings
+    voices: np.ndarray | None = None
 
     def seconds(self) -> dict[str, float]:
         """Seconds kept and dropped by reason; they sum to the recording's duration."""
@@ -103,4 +105,5 @@ class Segmenter:
             order.setdefault(k, len(order))
         kept = [(a, b, order[k]) for a, b, k in kept]
         stretches = cut.account(len(audio), [(s, e, KEPT) for s, e, _ in kept] + dropped)
-        return Segmented(len(audio), len(centroids), kept, stretches)
+        voices = centroids[list(order)] if order else np.zeros((0, centroids.shape[1]), np.float32)
+        return Segmented(len(audio), len(centroids), kept, stretches, voices=voices)

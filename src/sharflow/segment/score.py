@@ -145,3 +145,29 @@ def score(truth: dict, segments: list[dict], tolerance: float = 0.3) -> Score:
     both = single & (hyp >= 0)
     out.aris.append(adjusted_rand_index(who[both], hyp[both]))
     return out
+
+
+def true_speaker(truth: dict, start: float, end: float) -> str | None:
+    """The truth's speaker with the most speech in [start, end) s (None: no speech there)."""
+    votes: dict[str, float] = {}
+    for u in truth["utterances"]:
+        overlap = min(end, u["end"]) - max(start, u["start"])
+        if overlap > 0:
+            votes[u["speaker"]] = votes.get(u["speaker"], 0.0) + overlap
+    return max(votes, key=votes.get) if votes else None
+
+
+def link_pairs(true: list, names: list[str]) -> dict[str, int]:
+    """Pairs of recording speakers: {right: same voice and same name, wrong: two voices under one name,
+    missed: one voice under two names}. (Counted by voice and name, not over every pair.)"""
+    from collections import Counter
+
+    def pairs(counts) -> int:
+        return sum(n * (n - 1) // 2 for n in counts.values())
+
+    both = pairs(Counter(zip(true, names, strict=True)))
+    return {
+        "right": both,
+        "wrong": pairs(Counter(names)) - both,
+        "missed": pairs(Counter(true)) - both,
+    }
