@@ -561,6 +561,71 @@ def cost_plans_resources(tmp: Path, monkeypatch) -> World:
     return w
 
 
+def random_models(tmp: Path, monkeypatch) -> World:
+    import importlib.util
+    import sys
+
+    from sharflow.models import random_init
+
+    config = a_file(tmp, "tiny.yaml", b"layers: 2\n")
+    builder = a_file(tmp, "toy_builder.py", b"def build(config, out):\n    out.write_bytes(b'w')\n")
+    spec = importlib.util.spec_from_file_location("toy_builder_of_reuses", builder)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, "toy_builder_of_reuses", module)
+    other = a_file(tmp, "random_init_changed.py", Path(random_init.__file__).read_bytes() + b"# changed\n")
+    state = {"out": tmp / "a.nemo"}
+    w = World(lambda: random_init.random_model_key(module.build, config))
+    w.change = {
+        "the config's text": lambda: rewrite(config, b"layers: 3\n"),
+        "the builder's source file": lambda: rewrite(builder, builder.read_bytes() + b"# seed 1\n"),
+        "random_init's source file": lambda: monkeypatch.setattr(random_init, "__file__", str(other)),
+        "nemo_toolkit version": lambda: bump(monkeypatch, "nemo_toolkit"),
+        "torch version": lambda: bump(monkeypatch, "torch"),
+        "the cache root": lambda: monkeypatch.setenv("SHARFLOW_CACHE_DIR", str(tmp / "elsewhere")),
+        "where the model is copied to": lambda: state.update(out=tmp / "b.nemo"),
+    }
+    return w
+
+
+def segment_results(tmp: Path, monkeypatch) -> World:
+    from sharflow.segment import dataset
+    from sharflow.segment.cut import CutSettings
+    from sharflow.segment.job import Recording, SegmentSettings
+
+    audio, model = a_file(tmp, "talk.flac"), a_file(tmp, "asr.nemo", b"model")
+    state = {
+        "settings": SegmentSettings(asr_model=str(model)),
+        "recording": Recording("talk.flac"),
+    }
+
+    def key():
+        recording = state["recording"]
+        stamp = tuple(storage.stamp(str(tmp / recording.path)))
+        return dataset.settings_key(state["settings"]), replace(recording, stamp=stamp).result_name
+
+    def settings(**changes):
+        return lambda: state.update(settings=replace(state["settings"], **changes))
+
+    w = World(key)
+    w.change = {
+        "a threshold of the segment block": settings(cut=CutSettings(min_segment=4.0)),
+        "the ASR model": settings(asr_model=str(a_file(tmp, "other.nemo", b"model"))),
+        "the ASR model file's size and mtime": lambda: rewrite(model, b"another model"),
+        "the result format": lambda: monkeypatch.setattr(dataset, "RESULT_FORMAT", 99),
+        "the recording's path": lambda: state.update(recording=Recording(a_file(tmp, "b.flac").name)),
+        "the recording's size and mtime (ETag for an object)": lambda: rewrite(audio, b"other audio"),
+        "the ASR's batch seconds": settings(asr_batch_seconds=30.0),
+        "the recording's known speaker names": lambda: state.update(
+            recording=replace(state["recording"], speakers=("ann",))
+        ),
+        "the recording's language": lambda: state.update(
+            recording=replace(state["recording"], language="de")
+        ),
+    }
+    return w
+
+
 CASES: dict[str, Callable[[Path, pytest.MonkeyPatch], World]] = {
     "normalizer grammars": normalizer_grammars,
     "english phoneme dictionary": english_phoneme_dictionary,
@@ -578,6 +643,8 @@ CASES: dict[str, Callable[[Path, pytest.MonkeyPatch], World]] = {
     "the plan's kept generations": plans_kept_generations,
     "job records": job_records,
     "the cost plan's resources": cost_plans_resources,
+    "random models": random_models,
+    "segment results": segment_results,
 }
 
 
@@ -934,6 +1001,10 @@ EFFECTS: dict[str, Callable[[Path, pytest.MonkeyPatch], World]] = {
 }
 # Entries whose effect is proven elsewhere, or not yet: where, and what is left.
 EFFECTS_ELSEWHERE = {
+    "random models": "test_random_init: a second model of one config is copied from the cache (one "
+    "build), another config is built again",
+    "segment results": "test_segment: a part rerun keeps its results and redoes the one removed, a killed "
+    "part resumes at its recording, a replaced file gets another result name (its speakers keep theirs)",
     "object tar indexes": "test_object_reads: a shar job reads every member by range against the "
     "indexes prepare kept (no HEAD, no scan), and a tar replaced since fails its reader loudly, its "
     "index dropped, and the rerun's prepare indexes the new one",

@@ -9,6 +9,7 @@ initialisation of weight normalisation, Salimans & Kingma 2016; LSUV, Mishkin & 
 the weights random but makes the outputs depend on the input.
 """
 
+import hashlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -126,31 +127,39 @@ def save_random_model(model, out: str | Path, config: str | Path, what: str) -> 
     return out
 
 
+def random_model_key(build: Callable, config: str | Path) -> str:
+    """The cache key of `build`'s random model of `config`: the config's text, the source files of
+    this module and of `build`'s module (what makes the weights), and the NeMo and torch versions."""
+    import sys
+
+    from sharflow.core.cache import cache_key, package_versions
+
+    sources = [Path(__file__), Path(sys.modules[build.__module__].__file__)]
+    return cache_key(
+        build.__name__,
+        config=Path(config).read_text(encoding="utf-8"),
+        code=[hashlib.sha256(p.read_bytes()).hexdigest() for p in sources],
+        versions=package_versions("nemo_toolkit", "torch"),
+    )
+
+
 def cached_random_model(
     build: Callable, config: str | Path, out: str | Path, cache_dir: str | None = None
 ) -> Path:
     """`build(config, path)`'s random model, copied to `out` from sharflow's cache (sharflow.core.cache)
     where it was built before, else built there first.
 
-    A build is seeded, so the same config gives the same weights: the key is the config's text, the
-    source of this module and of `build`'s (what makes the weights), and the NeMo and torch versions.
-    A run of the demo or of the tests then pays NeMo's import and the build (~15 s) once per machine,
-    not once per workflow run.
+    A build is seeded, so the same config gives the same weights (random_model_key). A run of the
+    demo or of the tests then pays NeMo's import and the build (~15 s) once per machine, not once per
+    workflow run.
     """
-    import inspect
     import shutil
-    import sys
 
-    from sharflow.core.cache import cache_key, cache_root, cached_build, package_versions
+    from sharflow.core.cache import cache_root, cached_build
 
-    key = cache_key(
-        build.__name__,
-        config=Path(config).read_text(encoding="utf-8"),
-        code=[inspect.getsource(sys.modules[__name__]), inspect.getsource(sys.modules[build.__module__])],
-        versions=package_versions("nemo_toolkit", "torch"),
-    )
     folder = cached_build(
-        cache_root(cache_dir), "random_models", key, lambda tmp: build(config, tmp / "model.nemo"),
+        cache_root(cache_dir), "random_models", random_model_key(build, config),
+        lambda tmp: build(config, tmp / "model.nemo"),
         {"config": str(config), "builder": f"{build.__module__}.{build.__name__}"},
     )  # fmt: skip
     out = Path(out)

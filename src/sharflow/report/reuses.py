@@ -222,6 +222,35 @@ REUSES: tuple[Reuse, ...] = (
         ),
         ("a dataset's training weight", "a dataset's tags", "training.path_prefix"),
     ),
+    Reuse(
+        "random models",
+        "a random NeMo model of a random_from_config key (codec, ASR), built once per config in sharflow's"
+        " cache and copied to results/models/ (a build costs NeMo's import, ~15 s)",
+        ("sharflow.models.random_init.random_model_key", "sharflow.models.random_init.cached_random_model"),
+        (
+            "the config's text",
+            "the builder's source file",
+            "random_init's source file",
+            "nemo_toolkit version",
+            "torch version",
+        ),
+        ("the cache root", "where the model is copied to"),
+    ),
+    Reuse(
+        "segment results",
+        "a long recording's segments, speakers' voices, transcripts and accounting from a segment job "
+        "(segment/work/<settings>/<recording>.json): a killed or rerun job resumes after it",
+        ("sharflow.segment.dataset.settings_key", "sharflow.segment.dataset.plan_segments"),
+        (
+            "a threshold of the segment block",
+            "the ASR model",
+            "the ASR model file's size and mtime",
+            "the result format",
+            "the recording's path",
+            "the recording's size and mtime (ETag for an object)",
+        ),
+        ("the ASR's batch seconds", "the recording's known speaker names", "the recording's language"),
+    ),
 )
 
 # The functions whose every call makes a reuse key: a call from code that no entry's `where` names is a

@@ -76,8 +76,8 @@ class Inputs:
                     for p in self._recordings(wildcards.dataset)
                 ]
             )
-            stamps = json.dumps([[u, storage.stamp(u)] for u in urls])
-            out["versions"] = hashlib.sha256(stamps.encode()).hexdigest()[:16]
+            etags = json.dumps([[u, storage.head(u).etag] for u in urls])
+            out["versions"] = hashlib.sha256(etags.encode()).hexdigest()[:16]
         return out
 
     def segment_asr(self) -> tuple[str | None, bool]:
