@@ -392,6 +392,8 @@ def test_a_long_form_dataset_runs_the_workflow_to_verified_shar_that_magpietts_r
         )
     card = (results / "DATASET.md").read_text()
     assert "## Cut from long recordings" in card and f"{stats['segments']:,} segments keep" in card
+    summary = (work / "results" / "report" / "summary.html").read_text()
+    assert "Cut from long recordings" in summary and f"{stats['segments']:,} segments keep" in summary
     verify = json.loads((results / "verify.json").read_text())
     assert verify["ok"] and verify["cuts"] == counts["context"]["records_out"] > 0
     # the cuts: spans of the long files, speakers by the listing's names or the recording's own
@@ -590,3 +592,27 @@ def test_a_linked_speaker_keeps_a_given_name_and_one_recordings_speakers_stay_ap
     ]
     assert linker.linked == 1
     assert linker.recording(np.stack([near(a)]), ["r4-s0"], [False]) in (["r1-s0"], ["alice"])
+
+
+def test_the_card_and_the_report_say_where_every_second_went():
+    from sharflow.dataset.tables import segment_section
+    from sharflow.segment.summary import segment_lines
+
+    stats = {
+        "recordings": 3,
+        "segments": 12,
+        "seconds_in": 7200.0,
+        "seconds": {"kept": 5400.0, "silence": 1800.0, "overlap": 0.0},
+        "speakers": 4,
+        "linked": 2,
+    }
+    lines = segment_lines(stats)
+    assert lines == [
+        "3 recordings, 2.000 hours: 12 segments keep 1.500 h (75.0 %)",
+        "dropped: silence 0.500 h (25.0 %)",
+        "4 speakers, 2 of them linked across recordings by voice",
+    ]
+    assert segment_section(stats)[:3] == ["## Cut from long recordings", "", f"- **{lines[0]}**"]
+    assert segment_section(None) == []
+    empty = segment_lines(stats | {"seconds_in": 0.0, "seconds": {"kept": 0.0}, "linked": 0})
+    assert empty[1] == "dropped: nothing" and empty[2] == "4 speakers"

@@ -260,24 +260,13 @@ def _text_section(catalog: str, text: dict | None) -> list[str]:
 
 
 def segment_section(segment: dict | None) -> list[str]:
-    """The card's section on the long recordings the segments were cut from: every second of them,
-    kept in a segment or dropped by reason (sharflow.segment)."""
+    """The card's section on the long recordings the segments were cut from (sharflow.segment)."""
     if not segment:
         return []
-    total = segment["seconds_in"]
+    from sharflow.segment.summary import segment_lines
 
-    def share(seconds: float) -> str:
-        return f"{seconds / 3600:.3f} h ({100 * seconds / total:.1f} %)" if total else "0 h"
-
-    dropped = {k: v for k, v in segment["seconds"].items() if k != "kept" and v}
-    return [
-        "## Cut from long recordings",
-        "",
-        f"- **{segment['recordings']:,} recordings, {total / 3600:.3f} hours**: "
-        f"{segment['segments']:,} segments keep {share(segment['seconds']['kept'])}",
-        "- dropped: " + (", ".join(f"{k} {share(v)}" for k, v in dropped.items()) or "nothing"),
-        "",
-    ]
+    lines = segment_lines(segment)
+    return ["## Cut from long recordings", "", f"- **{lines[0]}**", *(f"- {line}" for line in lines[1:]), ""]
 
 
 def _splits_section(catalog: str) -> list[str]:

@@ -86,6 +86,20 @@ def identity_html(datasets: list[DatasetStats]) -> str:
     return "\n".join(parts)
 
 
+def segment_html(datasets: list[DatasetStats]) -> str:
+    """The summary's section on the long recordings of long_form datasets (sharflow.segment)."""
+    from sharflow.segment.summary import segment_lines
+
+    long_form = [ds for ds in datasets if ds.segment]
+    if not long_form:
+        return ""
+    parts = ["<h2>Cut from long recordings</h2>"]
+    for ds in long_form:
+        items = "".join(f"<li>{html.escape(line)}</li>" for line in segment_lines(ds.segment))
+        parts.append(f"<h3>{html.escape(ds.name)}</h3><ul>{items}</ul>")
+    return "\n".join(parts) + "\n"
+
+
 def text_html(datasets: list[DatasetStats]) -> str:
     """The summary's "text the model reads" section: per dataset, the train cuts that lose characters
     to their tokenizers and what the text stage found (sharflow.text.summary)."""

@@ -10,7 +10,14 @@ per-speaker and per-bucket tables (speakers.tsv, buckets.tsv in full).
 import logging
 from pathlib import Path
 
-from sharflow.report.pages import identity_html, text_html, write_quality_table, write_summary, write_tables
+from sharflow.report.pages import (
+    identity_html,
+    segment_html,
+    text_html,
+    write_quality_table,
+    write_summary,
+    write_tables,
+)
 from sharflow.report.plots import (
     plot_buckets,
     plot_durations,
@@ -49,7 +56,7 @@ def write_report(datasets: dict[str, dict], out_dir: str, *, min_similarity: flo
         {ds.name: ds.verify for ds in loaded},
         str(out / "summary.html"),
         str(out / "summary.tsv"),
-        text_html(loaded) + identity_html(loaded),
+        segment_html(loaded) + text_html(loaded) + identity_html(loaded),
     )
     write_tables(loaded, out)
     log.info("report: %d datasets, %d summary rows, plots in %s", len(loaded), len(rows), out_dir)

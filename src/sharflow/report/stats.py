@@ -31,12 +31,14 @@ class DatasetStats:
     quality_metrics: str = ""
     splits: dict | None = None  # the splits job's stats; None without splits
     identity: dict | None = None  # the identity job's stats (every dataset's); None without it
+    segment: dict | None = None  # a long_form dataset's segment stats (sharflow.segment)
 
 
 def load_dataset(name: str, files: dict) -> DatasetStats:
     """`files`: prepare, text, context, shar, verify (json), buckets (yaml), codes {codec: json},
     catalog; with the quality stage on, also quality (the filter's stats), records and quality_metrics;
-    with splits, splits (the splits job's stats) and identity (the identity job's)."""
+    with splits, splits (the splits job's stats) and identity (the identity job's); for a long_form
+    dataset, segment (the segment stage's)."""
     with open(files["buckets"], encoding="utf-8") as f:
         buckets = yaml.safe_load(f)
     return DatasetStats(
@@ -54,6 +56,7 @@ def load_dataset(name: str, files: dict) -> DatasetStats:
         catalog=files["catalog"],
         splits=read_json(files["splits"]) if files.get("splits") else None,
         identity=read_json(files["identity"]) if files.get("identity") else None,
+        segment=read_json(files["segment"]) if files.get("segment") else None,
     )
 
 

@@ -116,6 +116,8 @@ class Handoff:
                 out[ds]["splits"] = files.split_stats
             if self.run.identity:
                 out[ds]["identity"] = layout.IDENTITY_STATS
+            if self.run.config["datasets"][ds]["format"] == "long_form":
+                out[ds]["segment"] = files.segment_stats
         return out
 
     def report_inputs(self, wildcards) -> list[str]:
