@@ -135,13 +135,8 @@ def plan_segments(recordings: list[Recording], audio_root: str, parts: int, out:
             duration, stamp = round(probe_audio(full).duration, 6), storage.stamp(full)
         except Exception as e:  # unreadable: its part accounts for it (segment_one)
             duration, stamp = 0.0, [f"unreadable: {type(e).__name__}"]
-        rows.append(
-            {"path": r.path, "language": r.language, "speakers": list(r.speakers)}
-            | {
-                "duration": duration,
-                "stamp": stamp,
-            }
-        )
+        row = {"path": r.path, "language": r.language, "speakers": list(r.speakers), "duration": duration}
+        rows.append(row | {"stamp": stamp})
     assigned = lpt_assign({i: row["duration"] for i, row in enumerate(rows)}, max(1, parts))
     plan = {"recordings": rows, "parts": assigned, "hours": round(sum(r["duration"] for r in rows) / 3600, 6)}
     write_json(out, plan)
