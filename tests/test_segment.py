@@ -548,8 +548,8 @@ def test_each_threshold_of_the_segment_block_changes_the_segments(corpus):
 
 def test_speakers_are_linked_across_recordings_by_voice_as_the_truth_has_them(segmented):
     """At link_similarity 0.96 each true voice is one name over the four recordings and two voices
-    never share one (the corpus's voices: the same voice in two recordings 0.97-1.0 alike, two
-    voices at most 0.95, its ALIKE pair)."""
+    never share one (by a probe by hand on the corpus's voices: the same voice in two recordings
+    0.97-1.0 alike, two voices at most 0.95, its ALIKE pair)."""
     from sharflow.segment.link import Linker
 
     _, results = segmented
@@ -616,3 +616,22 @@ def test_the_card_and_the_report_say_where_every_second_went():
     assert segment_section(None) == []
     empty = segment_lines(stats | {"seconds_in": 0.0, "seconds": {"kept": 0.0}, "linked": 0})
     assert empty[1] == "dropped: nothing" and empty[2] == "4 speakers"
+
+
+def test_recordings_under_an_s3_prefix_are_listed_once_and_planned_by_their_etags(s3, tmp_path):
+    from sharflow.io import storage
+    from sharflow.segment.dataset import list_recordings, plan_segments
+    from testkit import write_tone
+
+    root = s3.bucket("longform") + "/talks"
+    client = storage.client()
+    for key, seconds in (("talks/a.flac", 2.0), ("talks/sub/b.WAV", 1.0)):
+        client.put_object(Bucket="longform", Key=key, Body=write_tone(tmp_path / key, seconds).read_bytes())
+    client.put_object(Bucket="longform", Key="talks/notes.txt", Body=b"not a recording")
+    with storage.RequestCount() as requests:
+        found = list_recordings(root, None, "en")
+    assert [r.path for r in found] == ["a.flac", "sub/b.WAV"] and requests.total == 1  # one listing
+    plan = plan_segments(found, root, 1, str(tmp_path / "plan.json"))
+    etag = client.head_object(Bucket="longform", Key="talks/a.flac")["ETag"].strip('"')
+    assert [r["duration"] for r in plan["recordings"]] == [2.0, 1.0]
+    assert plan["recordings"][0]["stamp"][1] == etag

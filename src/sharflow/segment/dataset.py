@@ -107,9 +107,8 @@ def _audio_under(audio_root: str) -> list[str]:
     """Every audio file under the root, as paths relative to it, sorted."""
     if storage.is_url(audio_root):
         prefix = storage.normalize_url(audio_root) + "/"
-        found = {
-            url[len(prefix) :] for suffix in AUDIO_SUFFIXES for url in storage.list_folder(audio_root, suffix)
-        }
+        urls = storage.list_folder(audio_root, "")  # every object below, one listing
+        found = {url[len(prefix) :] for url in urls if url.lower().endswith(AUDIO_SUFFIXES)}
     else:
         root = Path(audio_root)
         found = {

@@ -14,9 +14,7 @@ number of parts and ranks.
 
 import numpy as np
 
-
-def _unit(x: np.ndarray) -> np.ndarray:
-    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+from sharflow.segment.turns import unit
 
 
 class Linker:
@@ -41,13 +39,13 @@ class Linker:
     def recording(self, voices: np.ndarray, own: list[str], known: list[bool]) -> list[str]:
         """The names of one recording's speakers: `voices` (speakers, dim), their `own` names, and
         whether each was named by the user (`known`: kept as it is)."""
-        voices = _unit(np.asarray(voices, np.float64))
+        voices = unit(np.asarray(voices, np.float64))
         names: list[str | None] = [None] * len(own)
         taken: set[int] = set()
         for i in (i for i in range(len(own)) if known[i]):  # the user's names first
             names[i] = self._add(own[i], voices[i])
             taken.add(self.index[own[i]])
-        means = _unit(self.sums) if len(self.names) else self.sums
+        means = unit(self.sums) if len(self.names) else self.sums
         for i in (i for i in range(len(own)) if not known[i]):
             sims = means @ voices[i] if len(means) else np.zeros(0)
             if len(taken):

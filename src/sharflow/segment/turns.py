@@ -78,7 +78,8 @@ def windows(spans: list[tuple[int, int]], settings: TurnSettings) -> list[tuple[
     return out
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
+def unit(x: np.ndarray) -> np.ndarray:
+    """Rows of `x` scaled to unit length (a zero row stays zero)."""
     return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
 
 
@@ -96,7 +97,7 @@ def speakers(
     owner = np.array([w[0] for w in wins])  # windows come in span order, every span with one at least
     starts = np.searchsorted(owner, np.arange(len(spans)))
     counts = np.diff([*starts, len(wins)])[:, None]
-    means = _unit(np.add.reduceat(embeddings, starts, axis=0) / counts)
+    means = unit(np.add.reduceat(embeddings, starts, axis=0) / counts)
     seconds = np.array([(e - s) / RATE for s, e in spans])
     # the longest spans are clustered (bounded: at most max_clustered_spans² distances)
     chosen = np.argsort(-seconds, kind="stable")[: settings.max_clustered_spans]
@@ -110,7 +111,7 @@ def speakers(
     centroids = [means[c].mean(0) for c in clusters if seconds[c].sum() >= settings.min_speaker_seconds]
     if not centroids:
         return np.zeros((0, embeddings.shape[1]), np.float32)
-    centroids = _unit(np.stack(centroids))
+    centroids = unit(np.stack(centroids))
     # refit on the windows that match one speaker clearly (the mixed and overlapped ones left out)
     sims = embeddings @ centroids.T
     best, single = sims.argmax(1), _second_share(embeddings, centroids) < settings.overlap_share
@@ -118,7 +119,7 @@ def speakers(
     for k in range(len(centroids)):
         clear = (best == k) & (sims[:, k] >= settings.attribute_similarity) & single
         refit.append(embeddings[clear].mean(0) if clear.any() else centroids[k])
-    return _unit(np.stack(refit)).astype(np.float32)
+    return unit(np.stack(refit)).astype(np.float32)
 
 
 def _second_share(embeddings: np.ndarray, centroids: np.ndarray) -> np.ndarray:

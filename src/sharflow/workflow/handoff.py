@@ -84,8 +84,7 @@ class Handoff:
             "verify": files.verify,
             "text": files.text_stats,
         }
-        dataset = self.run.config["datasets"].get(wildcards.dataset)  # not a held-out set's card
-        if dataset is not None and dataset["format"] == "long_form":
+        if wildcards.dataset in self.run.datasets and self.run.long_form(wildcards.dataset):  # not a split's
             out["segment"] = files.segment_stats
         if self.run.splits:
             out["splits"] = files.split_stats
@@ -116,7 +115,7 @@ class Handoff:
                 out[ds]["splits"] = files.split_stats
             if self.run.identity:
                 out[ds]["identity"] = layout.IDENTITY_STATS
-            if self.run.config["datasets"][ds]["format"] == "long_form":
+            if self.run.long_form(ds):
                 out[ds]["segment"] = files.segment_stats
         return out
 

@@ -37,15 +37,12 @@ class Inputs:
         self._on_first_look = on_first_look  # called by manifest(): every DAG asks it first
 
     # ---- segment (long_form datasets) --------------------------------------------------------
-    def long_form(self, dataset: str) -> bool:
-        return self.config["datasets"][dataset]["format"] == "long_form"
-
     def form(self, dataset: str) -> str:
         """The form prepare reads the dataset in (sharflow.prepare.readers): a recipe's lhotse manifests,
         a long_form dataset's NeMo manifest of segments, else the dataset's format."""
         if self.config["datasets"][dataset]["recipe"] is not None:
             return "lhotse"
-        return "nemo" if self.long_form(dataset) else self.config["datasets"][dataset]["format"]
+        return "nemo" if self.run.long_form(dataset) else self.config["datasets"][dataset]["format"]
 
     @functools.cache  # noqa: B019 (one Inputs a run: a bucket is listed once per parse)
     def _recordings(self, dataset: str) -> tuple[str, ...]:
@@ -118,7 +115,7 @@ class Inputs:
         if ds["recipe"] is not None:
             files = layout.dataset_files(dataset)
             return {"manifest": files.recipe_supervisions, "recordings": files.recipe_recordings}
-        if self.long_form(dataset):
+        if self.run.long_form(dataset):
             return {"manifest": layout.dataset_files(dataset).segment_manifest, "recordings": None}
         return {"manifest": ds["manifest"], "recordings": ds["recordings"]}
 

@@ -74,7 +74,7 @@ class Look:
         reader's cheap count (a line count, Parquet footers, tar headers; sharflow.prepare.readers), else
         what prepare counted last; records None where neither can be had without reading the corpus."""
         ds = self.config["datasets"][dataset]
-        if self.inputs.long_form(dataset) and not os.path.exists(
+        if self.run.long_form(dataset) and not os.path.exists(
             self.inputs.dataset_inputs(dataset)["manifest"]
         ):
             return {"records": None, "source": "its segments, which the segment stage has not cut yet"}

@@ -53,6 +53,10 @@ class Run:
         ]
         self.test_sets = [name for name in self.held_out_sets if layout.set_of(name)[1].startswith("test_")]
 
+    def long_form(self, dataset: str) -> bool:
+        """Whether a dataset is long recordings that the segment stage cuts (format long_form)."""
+        return self.config["datasets"][dataset]["format"] == "long_form"
+
     def split_block(self, dataset: str) -> dict:
         """The `splits` block of a dataset: its own, else the workflow's."""
         return self.config["datasets"][dataset]["splits"] or self.config["splits"]
