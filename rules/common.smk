@@ -47,7 +47,7 @@ PHONEME_DICT_KEY = W.phoneme_dict_key
 CALIBRATION_OPTIONS = W.calibration_options
 RESOURCES = W.resources
 # DS gives a dataset's files as patterns of {dataset}
-DS = layout.dataset_files("{dataset}")
+DS = layout.dataset_files("{dataset}", indexed=config["shar"]["index"])
 split_block = W.run.split_block
 dataset_of = W.run.dataset_of
 split_of = W.run.split_of

@@ -13,6 +13,7 @@ checkpoint shar_plan:
         shards_per_job=config["shar"]["shards_per_job"],
         grow=config["shar"]["grow"],
         leaks=config["shar"]["leaks"],
+        indexed=config["shar"]["index"],
         split=lambda wildcards: split_of(wildcards.dataset),
     resources:
         mem_mb=RESOURCES.mem_mb("shar_plan"),

@@ -1,4 +1,3 @@
-import glob
 import gzip
 import json
 
@@ -25,6 +24,7 @@ from sharflow.dataset.buckets import (
     sampler_bucket_of,
     write_buckets,
 )
+from testkit import data_files
 
 
 def test_1d_bins_are_lhotses_and_balance_the_duration():
@@ -164,7 +164,7 @@ def test_too_few_cuts_is_refused():
 
 
 def test_demo_bins_drive_lhotses_dynamic_bucketing_sampler(demo_shards, tmp_path):
-    cut_files = sorted(glob.glob(str(demo_shards[0] / "shar" / "cuts" / "*")))
+    cut_files = data_files(demo_shards[0] / "shar" / "cuts")
     catalog = DatasetFiles(str(demo_shards[0])).catalog
     result = write_buckets(catalog, str(tmp_path / "b.yaml"), num_buckets=6, sub_buckets=2)
     assert yaml.safe_load((tmp_path / "b.yaml").read_text()) == result

@@ -16,6 +16,7 @@ import sharflow.dataset.catalog
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import DatasetFiles
 from sharflow.core.metrics import CATALOG_METRICS
+from sharflow.core.shar_fields import open_cuts
 from sharflow.dataset.buckets import bucket_bins, read_catalog_lengths, sampler_bin_2d_of
 from sharflow.dataset.catalog import (
     BASE_COLUMNS,
@@ -45,7 +46,7 @@ SPANISH = "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.Span
 
 def shard_cuts(shards_dir, shard):
     path = DatasetFiles(str(shards_dir)).shard(shard).cuts
-    with gzip.open(path, "rt", encoding="utf-8") as f:
+    with open_cuts(path) as f:
         return [json.loads(line) for line in f]
 
 
@@ -552,7 +553,8 @@ def test_build_catalog_counts_tokens_from_the_shards_cuts(tmp_path, caplog):
     files = DatasetFiles(str(tmp_path / "ds"))
     texts = [["Hello there.", "A much longer sentence, with commas."], ["Two words", "x"]]
     Path(files.shard_plan).parent.mkdir(parents=True)
-    Path(files.shard_plan).write_text(json.dumps({"num_shards": 2}))
+    Path(files.shard_plan).write_text(json.dumps({"num_shards": 2}))  # an unindexed set: gzipped cuts
+    files = DatasetFiles(files.root, indexed=False)
     for shard, shard_texts in enumerate(texts):
         write_fragment(synthetic_rows(shard, len(shard_texts)), files.shard(shard).catalog)
         Path(files.shard(shard).cuts).parent.mkdir(parents=True, exist_ok=True)
@@ -594,7 +596,7 @@ def test_held_out_splits_follow_train_in_one_catalog_and_readers_take_train_unle
     asked, every row with None; a catalog without the column is all train."""
     files = DatasetFiles(str(tmp_path / "ds"))
     write_fragment(synthetic_rows(0, 3), files.shard(0).catalog)
-    (tmp_path / "ds" / "shard_plan.json").write_text(json.dumps({"num_shards": 1}))
+    (tmp_path / "ds" / "shard_plan.json").write_text(json.dumps({"num_shards": 1, "indexed": True}))
     held = {}
     for split, n in (("dev_seen", 2), ("test_unseen", 4)):
         sub = DatasetFiles(str(tmp_path / "ds" / split))
@@ -605,7 +607,7 @@ def test_held_out_splits_follow_train_in_one_catalog_and_readers_take_train_unle
         for path in sub.shard(0).named().values():  # the shard's other files, as its job left them
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).touch()
-        Path(sub.shard_plan).write_text(json.dumps({"num_shards": 1}))
+        Path(sub.shard_plan).write_text(json.dumps({"num_shards": 1, "indexed": True}))
         held[split] = sub.shard_plan
     summary = build_catalog(
         "ds",

@@ -1,6 +1,5 @@
 """The codes stage on the demo shards: format read back by lhotse and NeMo, ranks, failures."""
 
-import glob
 import io
 import itertools
 import shutil
@@ -19,7 +18,7 @@ from sharflow.codes.batches import Item, padding_efficiency, plan_batches
 from sharflow.core.errors import SharflowError
 from sharflow.io.audio import compute_num_samples
 from sharflow.models.codecs import load_codec
-from testkit import assert_informative_codes, codes_in_tars, magpie_dataset, run_codes
+from testkit import assert_informative_codes, codes_in_tars, data_files, magpie_dataset, run_codes
 
 
 def test_mixed_batches_in_shard_order_for_measuring_what_they_would_cost():
@@ -57,11 +56,11 @@ def test_batches_hold_one_frame_count_within_budget_and_pad_only_to_whole_frames
 
 def test_codes_round_trip_with_shapes_dtype_and_frame_shift(coded, demo_shards):
     out, stats = coded
-    fields = {"cuts": sorted(glob.glob(str(demo_shards[0] / "shar" / "cuts" / "*")))[:2]}
+    fields = {"cuts": data_files(demo_shards[0] / "shar" / "cuts")[:2]}
     for f in ("target_audio", "context_audio"):
-        fields[f] = sorted(glob.glob(str(demo_shards[0] / "shar" / f / "*")))[:2]
+        fields[f] = data_files(demo_shards[0] / "shar" / f)[:2]
     for f in ("target_codes", "context_codes"):
-        fields[f] = sorted(glob.glob(str(out / "shar" / "codes_tiny" / f / "*")))
+        fields[f] = data_files(out / "shar" / "codes_tiny" / f)
     cuts = list(CutSet.from_shar(fields=fields))
     assert len(cuts) == 32 == sum(s["cuts"] for s in stats)
     for c in cuts:
@@ -127,15 +126,9 @@ def test_nemo_dataset_loads_target_and_context_codes(coded, demo_shards):
 
     out, _ = coded
     fields = {
-        f: sorted(glob.glob(str(demo_shards[0] / "shar" / f / "*")))[:2]
-        for f in ("cuts", "target_audio", "context_audio")
+        f: data_files(demo_shards[0] / "shar" / f)[:2] for f in ("cuts", "target_audio", "context_audio")
     }
-    fields.update(
-        {
-            f: sorted(glob.glob(str(out / "shar" / "codes_tiny" / f / "*")))
-            for f in ("target_codes", "context_codes")
-        }
-    )
+    fields.update({f: data_files(out / "shar" / "codes_tiny" / f) for f in ("target_codes", "context_codes")})
     dataset = magpie_dataset(load_16khz_audio=False)
     batch = dataset[CutSet(list(CutSet.from_shar(fields=fields))[:4])]
     assert batch["audio_codes"].shape[:2] == (4, 8) and batch["context_audio_codes"].shape[:2] == (4, 8)

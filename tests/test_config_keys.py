@@ -187,6 +187,7 @@ EFFECTS: dict[str, str] = {
     "shar.audio_format": "test_shar.py::test_other_formats_and_rates_read_back",
     "shar.sample_rate": "test_shar.py::test_other_formats_and_rates_read_back",
     "shar.copy_through": f"{HERE}::test_copy_through_off_encodes_every_span",
+    "shar.index": "test_shar.py::test_shar_index_false_writes_the_set_as_before_indexes",
     "shar.workers": "test_shar.py::test_same_bytes_for_any_worker_count",
     "codecs.<name>.backend": "test_codecs.py::test_the_backend_key_chooses_the_codec",
     "codecs.<name>.model": "test_codecs.py::test_another_model_gives_other_codes",

@@ -6,7 +6,6 @@ can get wrong is a reject with its reason, naming the supervision; a recipe runs
 workflow over a corpus folder in that recipe's layout.
 """
 
-import glob
 import gzip
 import io
 import json
@@ -33,6 +32,7 @@ from testkit import (
     DEMO,
     FIELDS,
     REPO,
+    data_files,
     demo_config,
     identity_part,
     magpie_dataset,
@@ -634,7 +634,7 @@ def test_a_webdataset_corpus_runs_the_workflow_to_the_same_shar_as_its_manifest(
     results, chosen = webdataset_run, CHOSEN
     shar = {}
     for name in ("loose", "wds"):
-        fields = {f: sorted(glob.glob(str(results / name / "shar" / f / "*"))) for f in FIELDS}
+        fields = {f: data_files(results / name / "shar" / f) for f in FIELDS}
         shar[name] = {c.id: c for c in CutSet.from_shar(fields=fields)}
     loose, wds = shar["loose"], shar["wds"]
     speakers = {c.supervisions[0].speaker.split("Speaker:")[1].strip(" |") for c in wds.values()}
@@ -649,10 +649,10 @@ def test_a_webdataset_corpus_runs_the_workflow_to_the_same_shar_as_its_manifest(
 
     dataset = magpie_dataset(load_16khz_audio=True)
     codes = {
-        f: sorted(glob.glob(str(results / "wds" / "shar" / "codes_tiny_nemo" / f / "*")))
+        f: data_files(results / "wds" / "shar" / "codes_tiny_nemo" / f)
         for f in ("target_codes", "context_codes")
     }
-    fields = {f: sorted(glob.glob(str(results / "wds" / "shar" / f / "*"))) for f in FIELDS} | codes
+    fields = {f: data_files(results / "wds" / "shar" / f) for f in FIELDS} | codes
     batch = dataset[CutSet(list(CutSet.from_shar(fields=fields))[:4])]
     assert batch["audio_codes"].shape[:2] == (4, 8) and batch["context_audio_codes"].shape[:2] == (4, 8)
 

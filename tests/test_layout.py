@@ -18,7 +18,7 @@ from snakemake.settings.types import (
 from sharflow.core import blocks, layout
 from sharflow.core.blocks import shard_key
 from sharflow.core.errors import SharflowError
-from sharflow.core.layout import DatasetFiles, rejected_beside
+from sharflow.core.layout import DatasetFiles, ShardFiles, rejected_beside
 from testkit import REPO, demo_config
 
 DS = layout.dataset_files("{dataset}")
@@ -182,7 +182,7 @@ def test_saved_embeddings_are_named_by_layout_too(tmp_path):
 def test_one_jobs_files_and_patterns_share_one_spelling():
     demo = DatasetFiles("results/demo")
     assert demo.shard(7) == DatasetFiles("results/demo").shard("000007")
-    assert demo.shard(7).named() == {
+    unindexed = {  # shar.index: false, as sharflow wrote shards before indexes
         "cuts": "results/demo/shar/cuts/cuts.000007.jsonl.gz",
         "target": "results/demo/shar/target_audio/recording.000007.tar",
         "context": "results/demo/shar/context_audio/recording.000007.tar",
@@ -190,9 +190,21 @@ def test_one_jobs_files_and_patterns_share_one_spelling():
         "rejected": "results/demo/shar_jobs/shard-000007.rejected.jsonl",
         "catalog": "results/demo/shar_jobs/shard-000007.catalog.parquet",
     }
+    assert DatasetFiles("results/demo", indexed=False).shard(7).named() == unindexed
+    assert demo.shard(7).named() == {  # indexed, the default: plain cuts, and an index beside each file
+        **unindexed,
+        "cuts": "results/demo/shar/cuts/cuts.000007.jsonl",
+        "cuts_index": "results/demo/shar/cuts/cuts.000007.jsonl.idx",
+        "target_index": "results/demo/shar/target_audio/recording.000007.tar.idx",
+        "context_index": "results/demo/shar/context_audio/recording.000007.tar.idx",
+    }
+    assert ShardFiles.of(demo.shard(7).named()) == demo.shard(7)
+    assert ShardFiles.of(unindexed).cuts_index is None
     assert demo.codes("c", 12).target == "results/demo/shar/codes_c/target_codes/codes.000012.tar"
+    assert demo.codes("c", 12).target_index == "results/demo/shar/codes_c/target_codes/codes.000012.tar.idx"
+    assert DatasetFiles("results/demo", indexed=False).codes("c", 12).target_index is None
     assert demo.context_part(3).stats == "results/demo/context/parts/part-0003.stats.json"
-    assert DS.shard("{shard}").cuts == "results/{dataset}/shar/cuts/cuts.{shard}.jsonl.gz"
+    assert DS.shard("{shard}").cuts == "results/{dataset}/shar/cuts/cuts.{shard}.jsonl"
     assert shard_key(123456) == "123456" and shard_key("{shard}") == "{shard}"
     assert rejected_beside(demo.shard(7).stats) == demo.shard(7).rejected
     with pytest.raises(ValueError, match="not a shard stats file"):
@@ -216,7 +228,9 @@ def test_blocks_are_shard_keys_sharing_all_digits_but_the_last():
         assert shard_key(shard) in blocks.block_members(shard_key(shard)[:5])  # its block of 10
     files = DatasetFiles("results/demo").codes_block("c", "00001", 10)
     assert files["target_0"] == "results/demo/shar/codes_c/target_codes/codes.000010.tar"
-    assert files["stats_9"] == "results/demo/codes_jobs/c/shard-000019.stats.json" and len(files) == 31
+    assert files["stats_9"] == "results/demo/codes_jobs/c/shard-000019.stats.json" and len(files) == 51
+    assert files["context_index_9"] == "results/demo/shar/codes_c/context_codes/codes.000019.tar.idx"
+    assert len(DatasetFiles("results/demo", indexed=False).codes_block("c", "00001", 10)) == 31
     assert files["job"] == "results/demo/codes_jobs/c/shards-000010-000019.json"
     tail = DatasetFiles("results/demo").shard_block("00002", 10, 3)
     assert tail["job"] == "results/demo/shar_jobs/shards-000020-000022.json" and "cuts_3" not in tail
@@ -232,7 +246,7 @@ def test_a_shard_file_deleted_after_its_job_is_named_with_the_command_that_makes
     monkeypatch.chdir(tmp_path)
     files = layout.dataset_files("demo")
     Path(files.shard_plan).parent.mkdir(parents=True)
-    Path(files.shard_plan).write_text('{"num_shards": 2}')
+    Path(files.shard_plan).write_text('{"num_shards": 2, "indexed": true}')
     for shard in (files.shard(0), files.shard(1)):
         for path in shard.named().values():
             Path(path).parent.mkdir(parents=True, exist_ok=True)

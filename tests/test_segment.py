@@ -13,7 +13,7 @@ import torch
 from sharflow.segment import cut, turns
 from sharflow.segment.recording import KEPT, Segmenter
 from sharflow.segment.score import Score, adjusted_rand_index, link_pairs, score, true_speaker
-from testkit import REPO
+from testkit import REPO, data_files
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from longform.corpus import write_corpus
@@ -365,7 +365,6 @@ def test_a_long_form_dataset_runs_the_workflow_to_verified_shar_that_magpietts_r
     """Every second of the recordings is kept in a segment or dropped with a reason; every segment is a
     record that prepare reads and that ends in a verified cut (or a reject), with the long file's span
     as its audio; NeMo's MagpieTTS dataset reads the Shar."""
-    import glob
 
     from lhotse import CutSet
 
@@ -397,10 +396,7 @@ def test_a_long_form_dataset_runs_the_workflow_to_verified_shar_that_magpietts_r
     verify = json.loads((results / "verify.json").read_text())
     assert verify["ok"] and verify["cuts"] == counts["context"]["records_out"] > 0
     # the cuts: spans of the long files, speakers by the listing's names or the recording's own
-    fields = {
-        f: sorted(glob.glob(str(results / "shar" / f / "*")))
-        for f in ("cuts", "target_audio", "context_audio")
-    }
+    fields = {f: data_files(results / "shar" / f) for f in ("cuts", "target_audio", "context_audio")}
     cuts = list(CutSet.from_shar(fields=fields))
     segments = [json.loads(x) for x in (results / "segment" / "manifest.jsonl").read_text().splitlines()]
     durations = sorted(s["duration"] for s in segments)
@@ -421,8 +417,7 @@ def test_a_long_form_dataset_runs_the_workflow_to_verified_shar_that_magpietts_r
         speaker = c.supervisions[0].speaker.split("Speaker:")[1].strip(" |")
         assert speaker in named or speaker.startswith("rec_001-"), speaker
     codes = {
-        f: sorted(glob.glob(str(results / "shar" / "codes_tiny_nemo" / f / "*")))
-        for f in ("target_codes", "context_codes")
+        f: data_files(results / "shar" / "codes_tiny_nemo" / f) for f in ("target_codes", "context_codes")
     }
     batch = magpie_dataset(load_16khz_audio=True)[CutSet(list(CutSet.from_shar(fields=fields | codes))[:4])]
     assert batch["audio_codes"].shape[:2] == (min(4, len(cuts)), 8)

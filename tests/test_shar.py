@@ -20,6 +20,7 @@ from lhotse import CutSet
 
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import DatasetFiles
+from sharflow.core.shar_index import index_problem
 from sharflow.io.audio import compute_num_samples, read_span
 from sharflow.shar.audio import EncodeSettings, copy_through, encode, encode_record, encode_span
 from sharflow.shar.headers import flac_without_metadata
@@ -28,6 +29,7 @@ from sharflow.shar.plan import plan_shards, recording_id, segment_id
 from sharflow.verify.shard import AUDIO_LABELS, ShardCheck, verify_shard
 from testkit import (
     DEMO,
+    data_files,
     magpie_dataset,
     planned_lines,
     read_back,
@@ -293,14 +295,31 @@ def test_each_field_holds_the_same_ids_in_the_same_order(demo_shards):
 
     files = DatasetFiles(str(demo_shards[0]))
     for s in range(4):
-        ids = [
-            json.loads(line)["id"]
-            for line in gzip.decompress(Path(files.shard(s).cuts).read_bytes()).splitlines()
-        ]
+        ids = [json.loads(line)["id"] for line in Path(files.shard(s).cuts).read_bytes().splitlines()]
         for tar_path in (files.shard(s).target, files.shard(s).context):
             with tarfile.open(tar_path) as t:
                 names = t.getnames()
             assert names[0::2] == [f"{i}.flac" for i in ids] and names[1::2] == [f"{i}.json" for i in ids]
+
+
+def test_shar_index_false_writes_the_set_as_before_indexes(demo_shards, with_context, tmp_path):
+    """shar.index: false: gzipped cuts files and no index; the same cuts and audio bytes as the
+    indexed set (the default), whose every file's index is the file's own."""
+    write_all(tmp_path, with_context[0], indexed=False)
+    indexed, plain = DatasetFiles(str(demo_shards[0])), DatasetFiles(str(tmp_path), indexed=False)
+    assert not json.loads(Path(plain.shard_plan).read_text())["indexed"]
+    assert json.loads(Path(indexed.shard_plan).read_text())["indexed"]
+    for s in range(4):
+        a, b = indexed.shard(s), plain.shard(s)
+        assert b.cuts.endswith(".jsonl.gz") and a.cuts.endswith(".jsonl")
+        assert gzip.decompress(Path(b.cuts).read_bytes()) == Path(a.cuts).read_bytes()
+        assert Path(a.target).read_bytes() == Path(b.target).read_bytes()
+        lines = Path(a.cuts).read_bytes().splitlines(keepends=True)
+        offsets = np.fromfile(a.cuts_index, "<u8")
+        assert offsets.tolist() == [sum(map(len, lines[:i])) for i in range(len(lines) + 1)]
+        for path in (a.cuts, a.target, a.context):
+            assert index_problem(path) is None
+    assert not list(tmp_path.rglob("*.idx")) and len(list(demo_shards[0].rglob("*.idx"))) == 4 * 3
 
 
 def test_same_bytes_for_any_worker_count(demo_shards, with_context, tmp_path):
@@ -466,9 +485,9 @@ def test_mp3_sources_are_copied_through_into_mp3_shar_and_nemo_reads_them(with_c
             assert len(decoded) == compute_num_samples(record_of[c.id]["duration"], rate)
             assert np.abs(decoded).max() > 0.01
     assert len(set(streams)) == len(streams)  # distinct sources: the match above can fail
-    paths = {f: str(next((tmp_path / "mp3" / "shar" / f).glob("*"))) for f in ("cuts", *AUDIO_LABELS)}
-    checked = verify_shard(ShardCheck("demo", 0, paths, ()))  # verify decodes every MP3 member
-    assert checked["problems"] == [] and checked["cuts"] == len(cuts)
+    paths = {f: data_files(tmp_path / "mp3" / "shar" / f)[0] for f in ("cuts", *AUDIO_LABELS)}
+    checked = verify_shard(ShardCheck("demo", 0, paths, (), indexed=True))  # decodes every MP3 member
+    assert checked["problems"] == [] and checked["cuts"] == len(cuts) and checked["indexes"] == 3
     dataset = magpie_dataset(load_16khz_audio=True)
     batch = dataset[CutSet(cuts[:4])]
     assert batch["audio"].shape[0] == 4 and batch["context_audio"].shape[0] == 4

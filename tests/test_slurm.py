@@ -205,7 +205,8 @@ def test_slurm_profile_runs_the_demo_like_a_local_run(slurm_run, two_datasets):
 
     # byte for byte what the local run wrote
     local = two_datasets[0] / "results"
-    assert_informative_codes(codes_in_tars(sorted((local / "demo" / "shar").glob("codes_*/target_codes/*"))))
+    coded = sorted((local / "demo" / "shar").glob("codes_*/target_codes/*.tar"))
+    assert_informative_codes(codes_in_tars(coded))
     # the Slurm run read its corpus from object storage: only the prepare stats' manifest differs
     assert_same_outputs(
         local,

@@ -321,12 +321,14 @@ def test_a_run_publishes_every_planned_shard_file_its_verify_record_and_the_data
 ):
     """published_files: per Shar set (datasets, then held-out splits) each field's file of every shard
     the plan promises (two generations: 0-1 and 10), its verify record; a dataset's catalog, buckets
-    and card (a split's are its dataset's); a test split's evaluation files; then the hand-off files."""
+    and card (a split's are its dataset's); a test split's evaluation files; then the hand-off files.
+    In an indexed set (the demo's) each file is followed by its index; an unindexed one (the split's
+    here, as sharflow made sets before indexes) has gzipped cuts."""
     monkeypatch.chdir(tmp_path)
     plan = {"generations": [{"first": 0, "shards": 2}, {"first": 10, "shards": 1}]}
-    for folder in ("results/demo", "results/demo/test_seen"):
+    for folder, indexed in (("results/demo", True), ("results/demo/test_seen", False)):
         Path(folder).mkdir(parents=True)
-        Path(folder, "shard_plan.json").write_text(json.dumps(plan))
+        Path(folder, "shard_plan.json").write_text(json.dumps({**plan, "indexed": indexed}))
     Path("results/demo/test_seen/evaluation/audio").mkdir(parents=True)
     for name in ("manifest.json", "audio/b.wav", "audio/a.wav"):
         Path("results/demo/test_seen/evaluation", name).write_bytes(b"x")
@@ -335,11 +337,15 @@ def test_a_run_publishes_every_planned_shard_file_its_verify_record_and_the_data
     codes = ("codes_c1/target_codes/codes.{}.tar", "codes_c1/context_codes/codes.{}.tar")
     shards = ("000000", "000001", "000010")
 
-    def shar(root):
-        return [f"{root}/shar/{pattern.format(s)}" for pattern in (*fields, *codes) for s in shards]
+    def shar(root, indexed=False):
+        files = [f"{root}/shar/{pattern.format(s)}" for pattern in (*fields, *codes) for s in shards]
+        if indexed:
+            plain = [path.replace(".jsonl.gz", ".jsonl") for path in files]
+            return [f for path in plain for f in (path, path + ".idx")]
+        return files
 
     assert files == [
-        *shar("results/demo"),
+        *shar("results/demo", indexed=True),
         "results/demo/verify.json",
         "results/demo/catalog.parquet",
         "results/demo/buckets.yaml",
@@ -701,7 +707,8 @@ def test_a_run_from_object_storage_publishes_the_local_runs_shar_byte_for_byte(s
     assert published == sorted(
         str(p.relative_to(work)) for p in (work / "results" / "demo" / "shar").rglob("*") if p.is_file()
     )
-    assert len(published) == 12 * 5  # 12 shards: cuts, target and context audio, two code fields
+    assert len(published) == 12 * 5 * 2  # 12 shards: cuts, target and context audio, two code fields, each
+    assert len([p for p in published if p.endswith(".idx")]) == 12 * 5  # with its index
     for rel in published:
         data = _get(f"{PUBLISHED}/{rel}")
         assert data == (local / Path(rel).relative_to("results/demo/shar")).read_bytes(), rel

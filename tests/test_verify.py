@@ -1,6 +1,5 @@
 """sharflow.verify.dataset on real shards and codes of the demo corpus, whole and damaged."""
 
-import gzip
 import io
 import json
 import shutil
@@ -16,6 +15,7 @@ import pytest
 from sharflow.codes.merge import merge_codes_stats
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import DatasetFiles
+from sharflow.core.shar_index import index_path
 from sharflow.dataset.catalog import build_catalog
 from sharflow.verify.dataset import verify_dataset
 from testkit import FIELDS, assert_informative_codes
@@ -31,14 +31,14 @@ def whole(demo_shards, coded, tmp_path):
     shar = tmp_path / "shar"
     source = DatasetFiles(str(shards_dir))
     for s in SHARDS:
-        for field, path in zip(
-            FIELDS, (source.shard(s).cuts, source.shard(s).target, source.shard(s).context), strict=True
-        ):
+        files = source.shard(s)
+        for field, path in zip(FIELDS, (files.cuts, files.target, files.context), strict=True):
             (shar / field).mkdir(parents=True, exist_ok=True)
             shutil.copy(path, shar / field)
+            shutil.copy(index_path(path), shar / field)
     shutil.copytree(codes_dir / "shar" / "codes_tiny", shar / "codes_tiny")
     stats = [json.loads(Path(shard_stats[s]).read_text()) for s in SHARDS]
-    (tmp_path / "plan.json").write_text(json.dumps({"num_shards": len(SHARDS)}))
+    (tmp_path / "plan.json").write_text(json.dumps({"num_shards": len(SHARDS), "indexed": True}))
     (tmp_path / "shar_stats.json").write_text(
         json.dumps(
             {
@@ -96,6 +96,7 @@ def test_whole_dataset_verifies_the_same_with_any_worker_count(whole):
     ]
     assert summary["codec_frames"]["target_codes[tiny]"] > 0
     assert summary["catalog_rows"] == 32
+    assert summary["indexed"] and summary["indexes"] == 2 * 5  # every file of both shards, each matching
     catalog = pd.read_parquet(whole / "catalog.parquet")
     assert catalog["frames_tiny"].sum() == summary["codec_frames"]["target_codes[tiny]"]
     assert catalog["context_frames_tiny"].sum() == summary["codec_frames"]["context_codes[tiny]"]
@@ -122,11 +123,29 @@ def test_corrupt_audio_member_names_the_cut(whole):
 
 
 def test_cuts_out_of_order_with_the_audio(whole):
-    path = whole / "shar" / "cuts" / "cuts.000000.jsonl.gz"
-    lines = gzip.decompress(path.read_bytes()).splitlines(keepends=True)
+    path = whole / "shar" / "cuts" / "cuts.000000.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
     lines[0], lines[1] = lines[1], lines[0]
-    path.write_bytes(gzip.compress(b"".join(lines)))
+    path.write_bytes(b"".join(lines))
     fails(whole, "field target_audio, shard 0", "out of order")
+
+
+def test_an_index_missing_or_not_its_files_is_named(whole):
+    cuts = whole / "shar" / "cuts" / "cuts.000001.jsonl"
+    codes = whole / "shar" / "codes_tiny" / "context_codes" / "codes.000000.tar"
+    held = Path(index_path(codes)).read_bytes()
+    assert held != Path(index_path(cuts)).read_bytes() and len(set(np.frombuffer(held, "<u8"))) == 17
+    Path(index_path(codes)).unlink()
+    fails(whole, "field context_codes[tiny]: 1 of 2 planned shards' indexes missing, first shard 0")
+    Path(index_path(codes)).write_bytes(
+        held[:-8] + (int.from_bytes(held[-8:], "little") + 512).to_bytes(8, "little")
+    )
+    Path(index_path(cuts)).write_bytes(Path(index_path(cuts)).read_bytes()[8:])  # one entry short
+    fails(
+        whole,
+        f"field context_codes[tiny], shard 0: index: {index_path(codes)} does not match codes.000000.tar",
+        f"field cuts, shard 1: index: {index_path(cuts)} does not match cuts.000001.jsonl (15 entries held,",
+    )
 
 
 def read_codes_tar(path):
@@ -211,11 +230,11 @@ def test_totals_must_match_the_stage_stats(whole):
 
 
 def test_audio_that_disagrees_with_the_cut_duration_is_named(whole):
-    path = whole / "shar" / "cuts" / "cuts.000001.jsonl.gz"
-    cuts = [json.loads(line) for line in gzip.decompress(path.read_bytes()).splitlines()]
+    path = whole / "shar" / "cuts" / "cuts.000001.jsonl"
+    cuts = [json.loads(line) for line in path.read_bytes().splitlines()]
     cuts[2]["duration"] = round(cuts[2]["duration"] + 0.01, 6)  # the audio stays as it was
     cuts[5]["supervisions"][0]["custom"]["context_audio_duration"] += 0.01
-    path.write_bytes(gzip.compress(b"".join(json.dumps(c).encode() + b"\n" for c in cuts)))
+    path.write_bytes(b"".join(json.dumps(c).encode() + b"\n" for c in cuts))
     message = fails(
         whole,
         f"field target_audio, shard 1, cut {cuts[2]['id']}:",

@@ -1,7 +1,6 @@
 """The real snakemake CLI on the demo corpus (plus a dirty dataset) in a temp working directory."""
 
 import contextlib
-import gzip
 import hashlib
 import json
 import os
@@ -175,8 +174,8 @@ def test_text_stage_in_the_workflow(two_datasets):
         assert stats["normalized_text_source"] == {source: stats["records_out"]} and stats["languages"] == {
             lang: stats["records_out"]
         }
-        cut_files = sorted((Path(files.shar_dir) / "cuts").glob("*.jsonl.gz"))
-        cuts = [json.loads(line) for f in cut_files for line in gzip.decompress(f.read_bytes()).splitlines()]
+        cut_files = sorted((Path(files.shar_dir) / "cuts").glob("*.jsonl"))
+        cuts = [json.loads(line) for f in cut_files for line in f.read_bytes().splitlines()]
         assert cuts and all(
             c["custom"]["lang"] == lang and c["custom"]["tokenizer_names"] == names for c in cuts
         )
@@ -410,7 +409,7 @@ def test_looking_changes_nothing_and_the_run_repairs_what_the_look_named(two_dat
     (demo / "target_audio" / "recording.000003.tar").unlink()  # shar_block 00000 (shards 0-9)
     tail = demo / "codes_tiny_nemo" / "context_codes" / "codes.000011.tar"  # codes_tail2 00001 (10-11)
     tail.write_bytes(tail.read_bytes()[:2048])
-    (dirty / "cuts" / "cuts.000000.jsonl.gz").unlink()  # shar_shard 000000 (dirty's one shard)
+    (dirty / "cuts" / "cuts.000000.jsonl").unlink()  # shar_shard 000000 (dirty's one shard)
     record = copy / "results" / "demo" / "shar_jobs" / "shards-000010-000011.json"  # shar_tail2 00001
     record.unlink()
     plan = copy / "results" / "plan"  # a plan made for another config: not used, and said so
@@ -454,7 +453,7 @@ def test_looking_changes_nothing_and_the_run_repairs_what_the_look_named(two_dat
 
     # the real run (on the manifest as it was): exactly the broken jobs and what follows
     proc = run_snakemake(copy, config, "-n")
-    assert "results/dirty/shar/cuts/cuts.000000.jsonl.gz is missing" in proc.stdout + proc.stderr
+    assert "results/dirty/shar/cuts/cuts.000000.jsonl is missing" in proc.stdout + proc.stderr
     assert job_counts(proc.stdout + proc.stderr) == {
         "shar_block": 1,
         "shar_tail2": 1,  # its record deleted
@@ -481,7 +480,8 @@ def test_looking_changes_nothing_and_the_run_repairs_what_the_look_named(two_dat
 
     # (a named file of a full block: test_rerun_is_a_no_op_..., of a codes block: test_damaged_shard_...)
     for lost, rule in (
-        (demo / "cuts" / "cuts.000010.jsonl.gz", "shar_tail2"),
+        (demo / "cuts" / "cuts.000010.jsonl", "shar_tail2"),
+        (demo / "cuts" / "cuts.000011.jsonl.idx", "shar_tail2"),  # an index is its shard's too
         (dirty / "target_audio" / "recording.000000.tar", "shar_shard"),
     ):
         good = lost.read_bytes()
@@ -593,13 +593,13 @@ def test_a_grown_and_corrected_corpus_remakes_only_the_new_shards_and_the_correc
     assert sum(p["reused"] for p in parts) == sum(p["records"] for p in parts) - 8 > 0
     changed = {p for p, v in shar.items() if (p.stat().st_ino, p.read_bytes()) != v}
     assert changed and {p.parent.name for p in changed} <= {"cuts"}, changed
-    assert {int(p.name.split(".")[1]) for p in changed} == corrected and len(shar) == 12 * 5
+    assert {int(p.name.split(".")[1]) for p in changed} == corrected and len(shar) == 12 * 5 * 2  # + indexes
     plan = json.loads((results / "shard_plan.json").read_text())
     assert [(g["first"], g["shards"]) for g in plan["generations"]] == [(0, 12), (20, 2)]
     assert {c["shard"] for c in plan["corrected"]} == corrected
     assert sorted(p.name for p in (results / "shar" / "cuts").iterdir())[-2:] == [
-        "cuts.000020.jsonl.gz",
-        "cuts.000021.jsonl.gz",
+        "cuts.000021.jsonl",
+        "cuts.000021.jsonl.idx",
     ]
 
     class Texts(torch.utils.data.Dataset):
@@ -919,7 +919,7 @@ def test_blocks_of_a_hundred_end_in_blocks_of_ten_then_one_job_for_the_rest(two_
         assert re.search(rf"rule {shar}:(?:\n    .*)*\n    wildcards: dataset=demo, block={block}\n", out)
     # a shard's file named on the command line goes to the job the plan has for it, whatever its kind
     for shard, rule in ((5, "block"), (105, "block10"), (121, "tail3")):
-        named = f"results/demo/shar/cuts/cuts.{shard:06d}.jsonl.gz"
+        named = f"results/demo/shar/cuts/cuts.{shard:06d}.jsonl"
         proc = run_snakemake(
             copy, config, "-n", "--rerun-triggers", "mtime", "--forcerun", named, "--", named
         )

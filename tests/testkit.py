@@ -371,10 +371,10 @@ def run_identity(tmp, datasets: dict, rules=None, voices=None):
     return identity, result
 
 
-def write_all(out, with_context, shard_size=16, workers=1, root=DEMO / "audio", **settings):
+def write_all(out, with_context, shard_size=16, workers=1, root=DEMO / "audio", indexed=True, **settings):
     """Shards of `with_context` under `out` as the workflow lays out a dataset (sharflow.core.layout),
     and their catalog (no codes columns)."""
-    files = DatasetFiles(str(out))
+    files = DatasetFiles(str(out), indexed)
     plan = plan_shards(
         str(with_context),
         plan=files.shard_plan,
@@ -382,6 +382,7 @@ def write_all(out, with_context, shard_size=16, workers=1, root=DEMO / "audio", 
         shard_size=shard_size,
         seed=7,
         shards_per_job=1,
+        indexed=indexed,
     )
     write_planned(files, EncodeSettings(audio_root=str(root), **settings), workers)
     jobs = [files.shard(s) for s in range(plan["num_shards"])]
@@ -398,8 +399,13 @@ def planned_lines(inputs_dir) -> list[tuple[int, bytes]]:
     return out
 
 
+def data_files(folder) -> list[str]:
+    """A Shar field folder's data files, in order (not their indexes, <file>.idx)."""
+    return sorted(p for p in glob.glob(str(Path(folder) / "*")) if not p.endswith(".idx"))
+
+
 def read_back(out):
-    return CutSet.from_shar(fields={f: sorted(glob.glob(str(out / "shar" / f / "*"))) for f in FIELDS})
+    return CutSet.from_shar(fields={f: data_files(out / "shar" / f) for f in FIELDS})
 
 
 def run_codes(shards_dir, out, codec_path, shards=(0, 1), workers=1, name="tiny", per_job=None):

@@ -16,4 +16,5 @@ with job_log(snakemake.log[0]):
         grow=snakemake.params.grow,
         leaks=snakemake.params.leaks,
         held_out_rejects=snakemake.input.get("held_out_rejects"),
+        indexed=snakemake.params.indexed,
     )

@@ -74,7 +74,8 @@ def write_audio_shard(shar: Path, shard: int, records: list[dict], seconds: floa
     and its context audio (their members and manifests). Returns the cuts."""
     import gzip
 
-    from sharflow.core.shar_fields import AUDIO_FIELDS, CUTS
+    from sharflow.core.shar_fields import AUDIO_FIELDS
+    from sharflow.core.shar_fields import CUTS_GZ as CUTS  # write_plan's plan is of an unindexed set
     from sharflow.shar.format import (
         TarMemberWriter,
         audio_member_names,

@@ -44,6 +44,7 @@ from sharflow.core.blocks import require_made, shard_key
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import CodesFiles
 from sharflow.core.logs import seconds_since_process_start
+from sharflow.core.shar_index import write_index
 from sharflow.work.balance import lpt_assign
 from sharflow.work.jobs import finish_job
 from sharflow.work.memory import release_freed_memory
@@ -125,7 +126,7 @@ def encode_shards(
             before_job, time.perf_counter() - start, LOAD_TIMES.get((codec.name, job.devices[0]))
         )
         _log_codec(codec, model)
-        keys = {s.shard: codes_key(codec, batch_seconds, s.audio_key) for s in shards}
+        keys = {s.shard: codes_key(codec, batch_seconds, s.audio_key, _indexed(s)) for s in shards}
         todo = [
             s
             for s in shards
@@ -223,15 +224,22 @@ def run_codes_job(
     return stats
 
 
-def codes_key(codec: CodecSpec, batch_seconds: float, audio_key: str | None) -> str | None:
+def codes_key(
+    codec: CodecSpec, batch_seconds: float, audio_key: str | None, indexed: bool = False
+) -> str | None:
     """What a shard's codes are made of: the codec (its spec, and its model file's size and time where
-    it is a file), the batching and the shard's audio (its audio key); None where the audio key is not
+    it is a file), the batching and the shard's audio (its audio key), and whether its files are
+    indexed (an unindexed shard's key is the one before indexes); None where the audio key is not
     known (a shard made by sharflow before it was kept: its codes are made again)."""
     if audio_key is None:
         return None
     model = os.stat(codec.model) if os.path.isfile(codec.model) else None
     stamp = (model.st_size, model.st_mtime_ns) if model else None
-    return content_key(asdict(codec), stamp, batch_seconds, audio_key)
+    return content_key(asdict(codec), stamp, batch_seconds, audio_key, *(["indexed"] if indexed else []))
+
+
+def _indexed(shard: ShardCodes) -> bool:
+    return shard.out.target_index is not None
 
 
 def _span(shards: list[ShardCodes]) -> str:
@@ -255,9 +263,7 @@ def _write_shard(work: _Work, scratch: str, model, out: _Out) -> dict:
             codes.update({_unkey(k): saved[k] for k in saved.files if k != "seconds"})
             seconds[owner] = float(saved["seconds"])
     shard, plan = work.shard, work.plan
-    _write_codes(
-        codes, plan.ids, sr, spf, out.dtype, shard.out.target, shard.out.context, Path(shard.out.stats).parent
-    )
+    _write_codes(codes, plan.ids, sr, spf, out.dtype, shard.out, Path(shard.out.stats).parent)
     rank_seconds = [round(seconds[r], 3) for r in sorted(seconds)]
     stats = {
         "codec": out.codec,
@@ -475,12 +481,14 @@ def _decode(tar: tarfile.TarFile, member: str, rate: int) -> np.ndarray:
     return wave
 
 
-def _write_codes(codes, ids, sr, spf, dtype, out_target, out_context, work_dir: Path) -> None:
-    """Both code tars under temporary names in `work_dir` (outside the Shar tree), then renamed."""
+def _write_codes(codes, ids, sr, spf, dtype, out: CodesFiles, work_dir: Path) -> None:
+    """Both code tars (and, in an indexed set, their indexes) under temporary names in `work_dir`
+    (outside the Shar tree), then renamed, each index just before its tar."""
     from lhotse.array import Array, TemporalArray
     from lhotse.shar.writers import ArrayTarWriter
 
-    finals = {"target": Path(out_target), "context": Path(out_context)}
+    finals = {"target": Path(out.target), "context": Path(out.context)}
+    indexes = {"target": out.target_index, "context": out.context_index}
     work_dir.mkdir(parents=True, exist_ok=True)
     tmp_dir = Path(tempfile.mkdtemp(prefix=".codes.", dir=work_dir))
     try:
@@ -499,8 +507,12 @@ def _write_codes(codes, ids, sr, spf, dtype, out_target, out_context, work_dir: 
                     writer.write(cid, array, manifest)
             if not (tmp_dir / f"{kind}.tar").exists():
                 tarfile.open(tmp_dir / f"{kind}.tar", "w").close()
+            if indexes[kind] is not None:
+                write_index(str(tmp_dir / f"{kind}.tar"))
         for kind, final in finals.items():
             final.parent.mkdir(parents=True, exist_ok=True)
+            if indexes[kind] is not None:
+                os.replace(tmp_dir / f"{kind}.tar.idx", indexes[kind])
             os.replace(tmp_dir / f"{kind}.tar", final)
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)

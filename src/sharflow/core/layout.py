@@ -12,9 +12,10 @@ results/<dataset>/
     shard_plan.json  shar_inputs/shards-NNNNNN-NNNNNN.jsonl   the shar_plan checkpoint: the plan, and
                                              each shar job's records
     shar/
-        cuts/cuts.NNNNNN.jsonl.gz
+        cuts/cuts.NNNNNN.jsonl (.jsonl.gz with shar.index: false)
         target_audio/recording.NNNNNN.tar      context_audio/recording.NNNNNN.tar
         codes_<codec>/target_codes/codes.NNNNNN.tar    codes_<codec>/context_codes/codes.NNNNNN.tar
+        each with its index beside it, <file>.idx (not with shar.index: false)
     shar_jobs/shard-NNNNNN.{stats.json, rejected.jsonl, catalog.parquet}
     shar_jobs/shards-NNNNNN-NNNNNN.json      one per shar job: its completion record
     shar_stats.json  shar_rejected/
@@ -40,9 +41,10 @@ keeps a 10,000-shard DAG quick to build (benchmarks/bench_dag.py). Which job mak
 how a lost or partial job is found: sharflow.work.jobs.
 """
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+from sharflow.core.atomic import read_json
 from sharflow.core.blocks import (
     block_outputs,
     job_file_name,
@@ -51,7 +53,8 @@ from sharflow.core.blocks import (
     require_made,
     shard_key,
 )
-from sharflow.core.shar_fields import AUDIO_FIELDS, CUTS, codes_fields, shard_files
+from sharflow.core.shar_fields import AUDIO_FIELDS, codes_fields, cuts_field, shard_files
+from sharflow.core.shar_index import index_path
 
 RESULTS = "results"
 STATS_SUFFIX = ".stats.json"
@@ -61,7 +64,12 @@ CATALOG_SUFFIX = ".catalog.parquet"
 
 def cut_files(shar_dir: str, plan_path: str) -> list[str]:
     """The cuts file of every shard the plan promises."""
-    return shard_files(shar_dir, CUTS, planned_shards(plan_path))
+    return shard_files(shar_dir, cuts_field(plan_indexed(plan_path)), planned_shards(plan_path))
+
+
+def plan_indexed(plan_path: str) -> bool:
+    """Whether the shard plan's set is indexed (shar.index); a plan made before indexes were is not."""
+    return bool(read_json(plan_path).get("indexed", False))
 
 
 def shar_dir_of_plan(plan_path: str) -> str:
@@ -81,13 +89,15 @@ class Outputs:
     """Named files of one job; `named()` gives them as a rule's `output:` (or `input:`) mapping."""
 
     def named(self) -> dict[str, str]:
-        return asdict(self)
+        """The files by name; an optional file the job does not make (None: an index) is left out."""
+        return {name: path for name, path in asdict(self).items() if path is not None}
 
     @classmethod
     def of(cls, named, prefix: str = ""):
         """The files from a mapping with (at least) these names, each after `prefix`: a Snakemake
-        job's `output`."""
-        return cls(**{name: named[prefix + name] for name in cls.__dataclass_fields__})
+        job's `output`; an optional file the mapping lacks is None."""
+        keys = set(named.keys())
+        return cls(**{f.name: named[prefix + f.name] for f in fields(cls) if prefix + f.name in keys})
 
     @classmethod
     def of_optional(cls, named, prefix: str = ""):
@@ -99,7 +109,8 @@ class Outputs:
     @classmethod
     def of_member(cls, named, m: int):
         """Member m's files from a block job's outputs (<name>_<m>, as block_outputs names them)."""
-        return cls(**{name: named[f"{name}_{m}"] for name in cls.__dataclass_fields__})
+        keys = set(named.keys())
+        return cls(**{f.name: named[f"{f.name}_{m}"] for f in fields(cls) if f"{f.name}_{m}" in keys})
 
 
 @dataclass(frozen=True)
@@ -167,7 +178,7 @@ class IdentityCheckFiles(Outputs):
 @dataclass(frozen=True)
 class ShardFiles(Outputs):
     """A shar_shard job's files: its cuts, target_audio and context_audio files, stats, rejects and
-    catalog fragment."""
+    catalog fragment; in an indexed set (shar.index), the three Shar files' indexes."""
 
     cuts: str
     target: str
@@ -175,22 +186,34 @@ class ShardFiles(Outputs):
     stats: str
     rejected: str
     catalog: str
+    cuts_index: str | None = None
+    target_index: str | None = None
+    context_index: str | None = None
 
 
 @dataclass(frozen=True)
 class CodesFiles(Outputs):
-    """A codes_shard job's files: target and context codes of one shard and one codec, and stats."""
+    """A codes_shard job's files: target and context codes of one shard and one codec, and stats; in
+    an indexed set, the two codes files' indexes."""
 
     target: str
     context: str
     stats: str
+    target_index: str | None = None
+    context_index: str | None = None
 
 
 @dataclass(frozen=True)
 class DatasetFiles:
-    """Every file of one dataset under `root`: results/<dataset>, or the pattern results/{dataset}."""
+    """Every file of one dataset under `root`: results/<dataset>, or the pattern results/{dataset};
+    `indexed`: its Shar set has indexes (shar.index; as_planned: what its shard plan says)."""
 
     root: str
+    indexed: bool = True
+
+    def as_planned(self) -> "DatasetFiles":
+        """These files as the dataset's shard plan lays them out (indexed or not)."""
+        return replace(self, indexed=plan_indexed(self.shard_plan))
 
     def _path(self, *parts: str) -> str:
         return "/".join((self.root, *parts))
@@ -349,16 +372,11 @@ class DatasetFiles:
         return self._path("shar")
 
     def shard(self, shard: int | str) -> ShardFiles:
-        target, context = (self._path("shar", f.folder, f.name(shard)) for f in AUDIO_FIELDS)
+        cuts = cuts_field(self.indexed)
+        shar = [self._path("shar", f.folder, f.name(shard)) for f in (cuts, *AUDIO_FIELDS)]
         job = self._path("shar_jobs", f"shard-{shard_key(shard)}")
-        return ShardFiles(
-            self._path("shar", CUTS.folder, CUTS.name(shard)),
-            target,
-            context,
-            job + STATS_SUFFIX,
-            job + REJECTED_SUFFIX,
-            job + CATALOG_SUFFIX,
-        )
+        indexes = [index_path(p) for p in shar] if self.indexed else []
+        return ShardFiles(*shar, job + STATS_SUFFIX, job + REJECTED_SUFFIX, job + CATALOG_SUFFIX, *indexes)
 
     def shar_job(self, block: str, shards_per_job: int, count: int | None = None) -> str:
         """A shar job's completion record (blocks.job_file_name)."""
@@ -380,8 +398,12 @@ class DatasetFiles:
 
     def codes(self, codec: str, shard: int | str) -> CodesFiles:
         target, context = (self._path("shar", f.folder, f.name(shard)) for f in codes_fields(codec))
+        indexes = [index_path(target), index_path(context)] if self.indexed else []
         return CodesFiles(
-            target, context, self._path("codes_jobs", codec, f"shard-{shard_key(shard)}{STATS_SUFFIX}")
+            target,
+            context,
+            self._path("codes_jobs", codec, f"shard-{shard_key(shard)}{STATS_SUFFIX}"),
+            *indexes,
         )
 
     def codes_job(self, codec: str, block: str, shards_per_job: int, count: int | None = None) -> str:
@@ -407,7 +429,8 @@ class DatasetFiles:
         CodesFiles. A merge job lists its stage's job records, not these files (sharflow.workflow.shards:
         job_records_of), so it checks them here: a file deleted after its job ran is named, with
         the way to make it again."""
-        shards = [self.codes(codec, s) if codec else self.shard(s) for s in planned_shards(self.shard_plan)]
+        files = self.as_planned()
+        shards = [files.codes(codec, s) if codec else files.shard(s) for s in planned_shards(self.shard_plan)]
         require_made(path for files in shards for path in files.named().values())
         return shards
 
@@ -454,8 +477,8 @@ def evaluation_name(name: str) -> str:
     return f"{dataset}_{split}"
 
 
-def dataset_files(dataset: str) -> DatasetFiles:
-    return DatasetFiles(f"{RESULTS}/{dataset}")
+def dataset_files(dataset: str, indexed: bool = True) -> DatasetFiles:
+    return DatasetFiles(f"{RESULTS}/{dataset}", indexed)
 
 
 def codec_model(codec: str) -> str:

@@ -11,7 +11,6 @@ same lengths can be read from the Shar cuts files (read_cut_lengths), which give
 many times slower (benchmarks/bench_buckets.py).
 """
 
-import gzip
 import json
 from collections.abc import Iterator
 
@@ -19,13 +18,14 @@ import numpy as np
 import yaml
 
 from sharflow.core.atomic import atomic_file
+from sharflow.core.shar_fields import open_cuts
 
 
 def iter_cut_lengths(cut_files: list[str]) -> Iterator[tuple[float, int]]:
     """(duration in seconds, characters of what the model reads) of every cut, streamed: the
     supervision's normalized_text wherever it has the key, else its text (MagpieTTS's rule)."""
     for path in cut_files:
-        with gzip.open(path, "rt", encoding="utf-8") as f:
+        with open_cuts(path) as f:
             for line in f:
                 cut = json.loads(line)
                 sup = cut["supervisions"][0] if cut.get("supervisions") else {}

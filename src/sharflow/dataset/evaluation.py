@@ -18,6 +18,7 @@ import numpy as np
 
 from sharflow.core.atomic import atomic_dir, write_json
 from sharflow.core.shar_fields import AUDIO_FIELDS, CUTS
+from sharflow.core.shar_index import INDEX_SUFFIX
 
 log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"
@@ -25,10 +26,16 @@ META = "dataset_meta_info.json"
 
 
 def _shar_fields(shar_dir: str) -> dict[str, list[str]]:
-    """{field: shard files} of a Shar set's cuts and audio, for lhotse's CutSet.from_shar."""
+    """{field: shard files} of a Shar set's cuts and audio (not their indexes), for lhotse's
+    CutSet.from_shar."""
     fields = {CUTS.field: CUTS.folder}
     fields.update({f.field: f.folder for f in AUDIO_FIELDS})
-    return {field: sorted(glob.glob(os.path.join(shar_dir, folder, "*"))) for field, folder in fields.items()}
+    return {
+        field: sorted(
+            p for p in glob.glob(os.path.join(shar_dir, folder, "*")) if not p.endswith(INDEX_SUFFIX)
+        )
+        for field, folder in fields.items()
+    }
 
 
 def _write_wav(path: Path, samples: np.ndarray, rate: int) -> float:

@@ -10,11 +10,11 @@ tokenizers at random per step, so a cut counts as the longest of them: a bucket 
 whichever is picked.
 """
 
-import gzip
 import json
 import logging
 
 from sharflow.core.errors import SharflowError
+from sharflow.core.shar_fields import open_cuts
 from sharflow.models.tokenizers import Tokenizers, encode
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,7 @@ class TokenCounter:
     def count_cuts(self, cuts_file: str) -> list[int]:
         """The token count of every cut of a Shar cuts file, in order."""
         counts = []
-        with gzip.open(cuts_file, "rt", encoding="utf-8") as f:
+        with open_cuts(cuts_file) as f:
             for n, line in enumerate(f, start=1):
                 text, names = read_text(json.loads(line))
                 counts.append(self.count(text, names, where=f"{cuts_file} line {n}"))

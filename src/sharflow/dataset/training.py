@@ -55,7 +55,7 @@ def _entry(name: str, ds: dict, weight: float, plan: dict, codec: str | None, pa
     gens = blocks.generations(plan)
     fields = {
         f.field: shard_ranges(f"{shar}/{f.folder}", f.prefix, f.suffix, gens)
-        for f in shar_fields.fields([codec] if codec else [])
+        for f in shar_fields.fields([codec] if codec else [], bool(plan.get("indexed")))
     }
     return {
         "type": "lhotse_shar",

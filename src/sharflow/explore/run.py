@@ -7,7 +7,6 @@ one of the config's whose catalog exists, a cut one of its table's rows; a file 
 never made from a request (sharflow.explore.server).
 """
 
-import gzip
 import json
 import logging
 import os
@@ -24,6 +23,8 @@ import pyarrow.parquet as pq
 
 from sharflow.core.layout import RESULTS, DatasetFiles
 from sharflow.core.metrics import METRICS
+from sharflow.core.shar_fields import open_cuts
+from sharflow.core.shar_index import indexed_line
 from sharflow.core.splits import TRAIN
 from sharflow.dataset.catalog import STRING
 from sharflow.explore.query import add_order
@@ -74,7 +75,9 @@ class Dataset:
     def shar_files(self, row: dict) -> DatasetFiles:
         """The files of the Shar set that holds a catalog row (a held-out split's own, or train's)."""
         split = row.get("split")
-        return self.files if split in (None, TRAIN) else DatasetFiles(os.path.join(self.files.root, split))
+        if split in (None, TRAIN):
+            return self.files
+        return DatasetFiles(os.path.join(self.files.root, split), self.files.indexed)
 
     def shar_member(self, row: dict, kind: str) -> str:
         """The address (tar#member) of a kept cut's `kind` audio ("target" or "context") in its shard,
@@ -92,8 +95,12 @@ class Dataset:
         """A kept cut's Shar cut (its text, spoken form, tokenizers, context), read from its cuts file."""
         if row.get("shard") is None:
             return None
-        path = self.roots.confine(self.shar_files(row).shard(int(row["shard"])).cuts)
-        with gzip.open(path, "rt", encoding="utf-8") as f:
+        files = self.shar_files(row).shard(int(row["shard"]))
+        path = self.roots.confine(files.cuts)
+        if files.cuts_index is not None:  # an indexed set: the line at its offset
+            line = indexed_line(path, row["position"])
+            return None if line is None else json.loads(line)
+        with open_cuts(path) as f:
             for position, line in enumerate(f):
                 if position == row["position"]:
                     return json.loads(line)
@@ -195,6 +202,8 @@ class Run:
         audio_format = (config.get("shar") or {}).get("audio_format", "flac")
         for name in sorted(specs):
             files = DatasetFiles(str(self.root / RESULTS / name))
+            if os.path.exists(files.shard_plan):
+                files = files.as_planned()
             if not os.path.exists(files.catalog):
                 log.warning("dataset %s has no catalog (%s): not shown", name, files.catalog)
                 continue

@@ -2,9 +2,9 @@
 
 Every stage writes to the working folder as before (atomic renames, completion records, a small
 DAG); publishing is one job after verification. Each file goes to `<url>/<its path under the
-working folder>` (results/demo/shar/cuts/cuts.000000.jsonl.gz, results/input_cfg.yaml, ...), the
-paths `training.path_prefix` (by default the publish URL) writes into input_cfg, validation_ds and
-the evaluation sets. The job:
+working folder>` (results/demo/shar/cuts/cuts.000000.jsonl, its index cuts.000000.jsonl.idx,
+results/input_cfg.yaml, ...), the paths `training.path_prefix` (by default the publish URL) writes
+into input_cfg, validation_ds and the evaluation sets. The job:
 
 1. lists what is under the URL (one request per 1,000 objects) and aborts the multipart uploads a
    killed run left open to the keys it publishes (never another writer's: the URL's prefix is a
@@ -63,14 +63,15 @@ def published_files(
     """Every file a run publishes, as paths under the working folder, in a fixed order.
 
     Per Shar set (its results folder: `datasets`, then the `held_out` split sets): each field's
-    shard files that its plan promises and its verification record; a dataset's catalog, bucket
+    shard files that its plan promises, each with its index in an indexed set, and its verification
+    record; a dataset's catalog, bucket
     bins and card; a test set's evaluation export; then `extras` (the hand-off files)."""
     out = []
     for folder in [*datasets, *held_out]:
-        files = layout.DatasetFiles(folder)
+        files = layout.DatasetFiles(folder).as_planned()
         shards = blocks.planned_shards(files.shard_plan)
-        for field in shar_fields.fields(codecs):
-            out += shar_fields.shard_files(files.shar_dir, field, shards)
+        for field in shar_fields.fields(codecs, files.indexed):
+            out += shar_fields.shard_files(files.shar_dir, field, shards, files.indexed)
         out.append(files.verify)
         if folder in datasets:
             out += [files.catalog, files.buckets, files.dataset_card]

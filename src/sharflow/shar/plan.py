@@ -124,6 +124,7 @@ def plan_shards(
     grow: str = "append",
     leaks: str = "report",
     held_out_rejects: str | None = None,
+    indexed: bool = True,
 ) -> dict:
     """Plan the Shar set's shards and write, per shar job (sharflow.work.jobs), the records it writes
     (its inputs file in `inputs_dir`, rewritten only when they change), and the `plan` JSON.
@@ -137,7 +138,8 @@ def plan_shards(
     held-out reason in `held_out_rejects`, the dataset's splits rejects folder) is a **leak** in a
     shard already made: with `leaks: report` it stays in its shard (the shard is not remade) and
     is listed in the plan's `leaks` with its shard and reason, and said in the log; with `leaks:
-    rebuild` it leaves like any record gone.
+    rebuild` it leaves like any record gone. `indexed` (shar.index) goes into the plan: the layout of
+    the set's files (sharflow.core.layout.plan_indexed), not where records go.
     A planned record whose text or other metadata changed takes its new line in its shard (listed in
     the plan's `corrected`: only that shard's job runs again, and writes only what changed).
     Raises SharflowError if two records would get the same cut id, or if a planned record's source
@@ -155,7 +157,7 @@ def plan_shards(
     generation = _new_generation(records, kept, settings, split)
     jobs = kept.jobs + _write_new(generation, records, with_context, inputs_dir, shards_per_job)
     _remove_stale_inputs(inputs_dir, jobs)
-    planned = _plan_json(records, kept, generation, settings, split)
+    planned = {**_plan_json(records, kept, generation, settings, split), "indexed": indexed}
     _list_kept_changes(planned, kept, plan)
     write_json(kept_plan, planned)
     write_json(plan, planned)

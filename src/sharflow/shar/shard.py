@@ -39,6 +39,7 @@ from sharflow.core.blocks import block_members, block_size, shard_key
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import DatasetFiles, ShardFiles
 from sharflow.core.ledger import Ledger, reject_row
+from sharflow.core.shar_index import write_index
 from sharflow.dataset.catalog import catalog_row, write_fragment
 from sharflow.io import containers
 from sharflow.io.audio import resolve_audio_path
@@ -86,6 +87,7 @@ def write_shard(
     try:
         written = _write_fields(records, tmp, shard, settings, workers)
         written.ledger.check(len(records), fix="this is a bug in sharflow's shard job")
+        _finish_cuts(tmp, indexed=out.cuts_index is not None, tars=("target.tar", "context.tar"))
         write_fragment(written.rows, str(tmp / "catalog.parquet"))
         summary = _shard_summary(shard, written, tmp, time.perf_counter() - start)
         if audio_key is not None:
@@ -118,14 +120,16 @@ def write_shards(
     stats = []
     for m, (shard, lines) in enumerate(job_input_shards(inputs)):  # one shard's records at a time
         out = ShardFiles.of_member(outputs, m)
-        files = list(out.named().values())
+        named = out.named()
+        files = list(named.values())
         records = [json.loads(raw) for raw in lines]
-        key, audio = shard_keys(lines, records, settings)
+        key, audio = shard_keys(lines, records, settings, indexed=out.cuts_index is not None)
         if resume is not None and resume.restore(shard, files, key):
             stats.append(read_json(out.stats))
             continue
         summary = None
-        if resume is not None and resume.restore_part(shard, files, AUDIO_FILES, "audio", audio):
+        audio_files = [i for i, name in enumerate(named) if name in AUDIO_FILES]
+        if resume is not None and resume.restore_part(shard, files, audio_files, "audio", audio):
             summary = rewrite_metadata(int(shard), records, out, _kept_files(resume, shard, files))
             if summary is None:  # the kept shard does not hold these cuts: written whole below
                 resume.partly.remove(shard)
@@ -148,21 +152,26 @@ AUDIO_FIELDS = (
     "context_audio_offset",
     "context_audio_duration",
 )
-AUDIO_FILES = (1, 2)  # target and context in ShardFiles.named()'s order
+AUDIO_FILES = ("target", "context", "target_index", "context_index")  # ShardFiles' audio files
 
 
-def shard_keys(lines: list[bytes], records: list[dict], settings: EncodeSettings) -> tuple[str, str]:
+def shard_keys(
+    lines: list[bytes], records: list[dict], settings: EncodeSettings, indexed: bool = False
+) -> tuple[str, str]:
     """(what a shard's files are made of: its records' lines and the settings; what its audio files are
     made of: its records' audio spans in order and the settings). The audio key goes to the shard's
     stats: a codes shard is keyed by it (sharflow.codes.shard). Not the audio root: a corpus read from
-    another folder or from object storage is the same audio, and gives the same bytes."""
+    another folder or from object storage is the same audio, and gives the same bytes. An indexed
+    shard's keys say so (its files are others; an unindexed one's keys are those before indexes)."""
     plain = {k: v for k, v in asdict(settings).items() if k != "audio_root"}  # the same audio elsewhere
+    if indexed:
+        plain["indexed"] = True
     whole = content_key(hashlib.blake2b(b"".join(lines)).hexdigest(), plain)
     audio = content_key([[r[k] for k in AUDIO_FIELDS] for r in records], plain)
     return whole, audio
 
 
-def _kept_files(resume: ResumableJob, shard: str, files: list[str]) -> ShardFiles:
+def _kept_files(resume: ResumableJob, shard: str, files: list[str]) -> ShardFiles:  # (in named() order)
     return ShardFiles(*(str(resume.kept_path(shard, i, path)) for i, path in enumerate(files)))
 
 
@@ -236,11 +245,11 @@ def rewrite_metadata(shard: int, records: list[dict], out: ShardFiles, kept: Sha
                 context = EncodedAudio(b"", span["context_sample_rate"], span["context_num_samples"], 0, 0)
                 written = WrittenCut(cid, "", cut["supervisions"][0]["language"], target, context)
                 rows.append(_catalog_row(record, written, shard, len(rows)))
-        _finish_gzip(tmp / "cuts.jsonl", tmp / "cuts.jsonl.gz")
+        cuts = _finish_cuts(tmp, indexed=out.cuts_index is not None)
         write_fragment(rows, str(tmp / "catalog.parquet"))
-        summary["bytes"]["cuts"] = (tmp / "cuts.jsonl.gz").stat().st_size
+        summary["bytes"]["cuts"] = (tmp / cuts).stat().st_size
         summary["seconds"] = round(time.perf_counter() - start, 3)
-        _publish(tmp, out, summary, rejected, fields=("cuts", "catalog"))
+        _publish(tmp, out, summary, rejected, fields=("cuts_index", "cuts", "catalog"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     log.info("shard %d: %d cuts written again with their records' new metadata, audio kept", shard, len(rows))
@@ -319,7 +328,6 @@ def _write_fields(
                 line = written.add(record, result, shard)
                 if line is not None:
                     cuts_w.write(line)
-    _finish_gzip(tmp / "cuts.jsonl", tmp / "cuts.jsonl.gz")
     return written
 
 
@@ -433,7 +441,7 @@ def _shard_summary(shard: int, written: _Written, tmp: Path, seconds: float) -> 
         "copied_spans": stats["copied_spans"],
         "encoded_spans": stats["encoded_spans"],
         "bytes": {
-            "cuts": (tmp / "cuts.jsonl.gz").stat().st_size,
+            "cuts": (tmp / _made_cuts(tmp)).stat().st_size,
             "target_audio": (tmp / "target.tar").stat().st_size,
             "context_audio": (tmp / "context.tar").stat().st_size,
         },
@@ -441,20 +449,42 @@ def _shard_summary(shard: int, written: _Written, tmp: Path, seconds: float) -> 
     }
 
 
-_MADE = {
-    "cuts": "cuts.jsonl.gz",
+_MADE = {  # what each of ShardFiles' Shar files is made as in the temp folder
+    "cuts_index": "cuts.jsonl.idx",
+    "cuts": "cuts.jsonl",  # cuts.jsonl.gz in an unindexed set (_made_cuts)
+    "target_index": "target.tar.idx",
     "target": "target.tar",
+    "context_index": "context.tar.idx",
     "context": "context.tar",
     "catalog": "catalog.parquet",
 }
 
 
+def _made_cuts(tmp: Path) -> str:
+    return "cuts.jsonl.gz" if (tmp / "cuts.jsonl.gz").exists() else "cuts.jsonl"
+
+
+def _finish_cuts(tmp: Path, indexed: bool, tars: tuple[str, ...] = ()) -> str:
+    """The cuts file (and `tars`) of a shard in its temp folder made final: indexed, each file's
+    index beside it (sharflow.core.shar_index); else the cuts gzipped. Returns the cuts file's name."""
+    if not indexed:
+        _finish_gzip(tmp / "cuts.jsonl", tmp / "cuts.jsonl.gz")
+        return "cuts.jsonl.gz"
+    for name in ("cuts.jsonl", *tars):
+        write_index(str(tmp / name))
+    return "cuts.jsonl"
+
+
 def _publish(
     tmp: Path, out: ShardFiles, summary: dict, rejected: list[dict], fields: tuple[str, ...] = tuple(_MADE)
 ) -> None:
-    """Rename the `fields`' files into place, then write the rejects and, last, the stats."""
+    """Rename the `fields`' files into place (each index just before its file: a Shar file is never
+    seen without its index), then write the rejects and, last, the stats."""
     for name in fields:
-        src, dst = tmp / _MADE[name], getattr(out, name)
+        dst = getattr(out, name)
+        if dst is None:  # an index, in an unindexed set
+            continue
+        src = tmp / (_made_cuts(tmp) if name == "cuts" else _MADE[name])
         Path(dst).parent.mkdir(parents=True, exist_ok=True)
         os.replace(src, dst)
     with atomic_file(out.rejected, "w", encoding="utf-8") as f:

@@ -1,7 +1,9 @@
 """Verify: open every shard of every Shar field of a dataset and prove the dataset is whole.
 
 Checked, per shard (in worker processes, `verify.workers`):
-- every field has the shard's file, and it opens (gzip JSONL for cuts, tar for the others);
+- every field has the shard's file, and it opens (JSONL for cuts, gzipped in an unindexed set; tar
+  for the others); in an indexed set (shar.index) every file has its index, and the index holds
+  the bytes the file's own index has (sharflow.core.shar_index: what lhotse 2 seeks by);
 - every tar holds (data, json manifest) pairs named after the cut ids, in the cuts' order;
 - every audio member decodes to exactly the sample count and rate its manifest declares, and the
   target (context) audio is as long as the cut's duration (context_audio_duration);
@@ -23,7 +25,9 @@ from pathlib import Path
 from sharflow.core.atomic import read_json, write_json
 from sharflow.core.blocks import planned_shards
 from sharflow.core.errors import SharflowError
+from sharflow.core.layout import plan_indexed
 from sharflow.core.shar_fields import Field, fields
+from sharflow.core.shar_index import index_path
 from sharflow.verify.catalog_check import CatalogCheck
 from sharflow.verify.shard import CodecInfo, ShardCheck, codec_info, verify_shard
 from sharflow.work.parallel import ordered_map, resolve_workers
@@ -33,10 +37,10 @@ log = logging.getLogger(__name__)
 MAX_PROBLEMS_SHOWN = 10
 
 
-def _stray_files(shar_dir: Path, all_fields: list[Field], shards: list[int]) -> list[str]:
+def _stray_files(shar_dir: Path, all_fields: list[Field], shards: list[int], indexed: bool) -> list[str]:
     strays = []
     for fd in all_fields:
-        expected = {fd.name(s) for s in shards}
+        expected = {name for s in shards for name in _names(fd, s, indexed)}
         folder = shar_dir / fd.folder
         if folder.is_dir():
             strays += [
@@ -79,6 +83,7 @@ class _Walk:
     constant_shards: Counter = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
     catalog_rows: int = 0
+    indexes: int = 0  # indexes that match their files
 
     def add(self, dataset: str, result: dict) -> None:
         self.problems += result["problems"]
@@ -97,16 +102,26 @@ class _Walk:
             )
 
 
-def _missing_files(dataset: str, root: Path, all_fields: list[Field], shards: list[int]) -> list[str]:
+def _names(fd: Field, shard: int, indexed: bool) -> tuple[str, ...]:
+    """The file names of a field's shard: its file, and in an indexed set its index."""
+    return (fd.name(shard), index_path(fd.name(shard))) if indexed else (fd.name(shard),)
+
+
+def _missing_files(
+    dataset: str, root: Path, all_fields: list[Field], shards: list[int], indexed: bool
+) -> list[str]:
     problems = []
     for fd in all_fields:
-        missing = [s for s in shards if not (root / fd.folder / fd.name(s)).is_file()]
-        if missing:
-            problems.append(
-                f"dataset {dataset}, field {fd.label}: {len(missing)} of {len(shards)} planned shards "
-                f"missing, first shard {missing[0]} ({root / fd.folder / fd.name(missing[0])})"
-            )
-    return problems + [f"dataset {dataset}, {s}" for s in _stray_files(root, all_fields, shards)]
+        for k, what in enumerate(("shards", "shards' indexes")[: 1 + indexed]):
+            missing = [s for s in shards if not (root / fd.folder / _names(fd, s, indexed)[k]).is_file()]
+            if missing:
+                first = root / fd.folder / _names(fd, missing[0], indexed)[k]
+                problems.append(
+                    f"dataset {dataset}, field {fd.label}: {len(missing)} of {len(shards)} planned {what} "
+                    f"missing, first shard {missing[0]} ({first})"
+                )
+    strays = _stray_files(root, all_fields, shards, indexed)
+    return problems + [f"dataset {dataset}, {s}" for s in strays]
 
 
 def _walk_shards(
@@ -117,19 +132,23 @@ def _walk_shards(
     shards: list[int],
     workers: int,
     split: str | None,
+    indexed: bool = False,
 ) -> _Walk:
     """Check every shard in `workers` processes, in shard order, and the catalog along them."""
     from tqdm import tqdm
 
-    all_fields = fields([c.name for c in codecs])
+    all_fields = fields([c.name for c in codecs], indexed)
     checks = (
-        ShardCheck(dataset, s, {fd.label: str(root / fd.folder / fd.name(s)) for fd in all_fields}, codecs)
+        ShardCheck(
+            dataset, s, {fd.label: str(root / fd.folder / fd.name(s)) for fd in all_fields}, codecs, indexed
+        )
         for s in shards
     )
     walk, rows = _Walk(), CatalogCheck(dataset, catalog, codecs, split)
     with tqdm(total=len(shards), desc=f"verify {dataset}", unit="shard", mininterval=5) as progress:
         for _, result in ordered_map(verify_shard, checks, resolve_workers(workers)):
             walk.add(dataset, result)
+            walk.indexes += result["indexes"]
             rows.shard(result)
             progress.update()
     walk.problems += rows.finish(walk.totals["cuts"])
@@ -175,11 +194,12 @@ def verify_dataset(
         return summary
     codec_stats = {name: read_json(path) for name, path in sorted(codes_stats.items())}
     codecs = tuple(codec_info(name, s) for name, s in codec_stats.items())
-    all_fields = fields([c.name for c in codecs])
-    problems = _missing_files(dataset, Path(shar_dir), all_fields, shards)
+    indexed = plan_indexed(plan)
+    all_fields = fields([c.name for c in codecs], indexed)
+    problems = _missing_files(dataset, Path(shar_dir), all_fields, shards, indexed)
     if problems:  # a missing file would only repeat itself in every shard
         _fail(dataset, shar_dir, problems)
-    walk = _walk_shards(dataset, Path(shar_dir), codecs, catalog, shards, workers, split)
+    walk = _walk_shards(dataset, Path(shar_dir), codecs, catalog, shards, workers, split, indexed)
     problems = walk.problems or _compare_totals(
         dataset, walk.totals, read_json(shar_stats), codec_stats, num_shards
     )
@@ -190,6 +210,8 @@ def verify_dataset(
         "ok": True,
         "shards": num_shards,
         "fields": [fd.label for fd in all_fields],
+        "indexed": indexed,
+        "indexes": walk.indexes,  # every file's, each matching its file
         "cuts": walk.totals["cuts"],
         "hours": round(walk.totals["target_seconds"] / 3600, 6),
         "context_hours": round(walk.totals["context_seconds"] / 3600, 6),

@@ -5,7 +5,6 @@ Runs in worker processes; never raises on bad data: every problem is returned, n
 field, shard, cut and file.
 """
 
-import gzip
 import io
 import json
 import math
@@ -15,7 +14,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from sharflow.codes.batches import code_frames
-from sharflow.core.shar_fields import AUDIO_FIELDS, codes_fields
+from sharflow.core.shar_fields import AUDIO_FIELDS, codes_fields, open_cuts
+from sharflow.core.shar_index import index_problem
 from sharflow.io.audio import compute_num_samples
 
 AUDIO_LABELS = tuple(f.label for f in AUDIO_FIELDS)  # target_codes are of target_audio, context of context
@@ -45,6 +45,7 @@ class ShardCheck:
     shard: int
     paths: dict[str, str]  # field label -> file
     codecs: tuple[CodecInfo, ...]
+    indexed: bool = False  # every file has its index beside it (shar.index)
 
 
 class _Problems:
@@ -61,8 +62,20 @@ class _Problems:
 
 
 def _read_cuts(path: str) -> list[dict]:
-    with gzip.open(path, "rt", encoding="utf-8") as f:
+    with open_cuts(path) as f:
         return [json.loads(line) for line in f]
+
+
+def _check_indexes(problems: _Problems, check: ShardCheck) -> int:
+    """Each file's index against the file (sharflow.core.shar_index); the number that match."""
+    whole = 0
+    for label, path in check.paths.items():
+        problem = index_problem(path)
+        if problem is None:
+            whole += 1
+        else:
+            problems.add(label, f"index: {problem}; lhotse would read other bytes than the cut's")
+    return whole
 
 
 def _tar_pairs(tar: tarfile.TarFile) -> list[tuple[tarfile.TarInfo, tarfile.TarInfo]]:
@@ -187,8 +200,11 @@ def verify_shard(check: ShardCheck) -> dict:
         "frames": {},
         "cut_frames": {},
         "constant_codebooks": {},
+        "indexes": 0,
         "problems": problems.items,
     }
+    if check.indexed:
+        result["indexes"] = _check_indexes(problems, check)
     try:
         cuts = _read_cuts(check.paths["cuts"])
     except Exception as e:
