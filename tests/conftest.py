@@ -6,6 +6,8 @@ import multiprocessing
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import tempfile
 import threading
 
@@ -158,6 +160,24 @@ def s3(tmp_path_factory):
         yield server
     finally:
         server.stop()
+
+
+LHOTSE_2 = "lhotse==2.0.0a7"  # the newest pre-release of lhotse 2 (indexed Shar, resumable loading)
+
+
+@pytest.fixture(scope="session")
+def lhotse2(tmp_path_factory):
+    """A folder holding lhotse 2 alone (its dependencies are the project's lhotse's), for PYTHONPATH:
+    installed from PyPI apart from the project's lhotse 1.33 (tests/test_lhotse2.py)."""
+    target = tmp_path_factory.mktemp("lhotse2")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), LHOTSE_2],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, f"pip could not install {LHOTSE_2} (from PyPI):\n{proc.stderr[-2000:]}"
+    return target
 
 
 @pytest.fixture(scope="session")

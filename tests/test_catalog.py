@@ -446,6 +446,7 @@ def test_a_row_holds_every_field_of_its_cut():
         "context_audio_offset": 1.25,
         "context_audio_duration": 3.0,
         "context_speaker_similarity": 0.75,
+        "context_speaker_embedder": "ge2e",
     }
     row = catalog_row(
         record, cut_id="c", shard=1, position=2, language="de", target=(22050, 44100), context=(16000, 48000)
@@ -470,6 +471,7 @@ def test_a_row_holds_every_field_of_its_cut():
         "context_sample_rate": 16000,
         "context_num_samples": 48000,
         "context_similarity": 0.75,
+        "context_embedder": "ge2e",
         **dict.fromkeys(CATALOG_METRICS),
         "validation_status": None,
         "asr_text": None,
@@ -637,3 +639,35 @@ def test_held_out_splits_follow_train_in_one_catalog_and_readers_take_train_unle
     assert len(read_columns(plain, ["duration"])["duration"]) == 3
     assert len(read_columns(plain, ["duration"], split="dev_seen")["duration"]) == 0
     assert "split" not in column_names(plain)
+
+
+def test_the_card_says_what_measured_the_similarities_and_what_neMos_0_6_would_drop(tmp_path):
+    """similarity_section over a catalog: the embedders its cuts name, and the cuts and hours a filter
+    at NeMo's documented 0.6 would drop, counted from the similarities (varied: the count can fail)."""
+    from sharflow.dataset.tables import similarity_section
+
+    def section(labels, path):
+        rows = synthetic_rows(
+            0,
+            12,
+            context_speaker_similarity=lambda i: 0.33 + 0.05 * i,
+            context_speaker_embedder=lambda i: labels[i % len(labels)],
+        )
+        write_fragment(rows, str(path))
+        return "\n".join(similarity_section(str(path)))
+
+    ge2e = section(["ge2e"], tmp_path / "ge2e.parquet")
+    sims = 0.33 + 0.05 * np.arange(12)  # none on a threshold
+    below = sims < 0.6
+    hours = (1.0 + 0.37 * np.arange(12))[below].sum() / 3600
+    assert below.sum() == 6 and "Measured by `ge2e` on 12 cuts" in ge2e
+    assert f"would drop **6 of 12 cuts ({hours:.3f} h, 50.0 %)** here" in ge2e
+    assert "not on TitaNet's scale" in ge2e and "| | 4 | 6 | 8 | 10 | 12 |" in ge2e
+    titanet = section(["nemo:titanet_large"], tmp_path / "titanet.parquet")
+    assert "Measured by `nemo:titanet_large`" in titanet and "on TitaNet's own scale." in titanet
+    mixed = section(["ge2e", "nemo:titanet_large"], tmp_path / "mixed.parquet")
+    assert "Measured by `ge2e`, `nemo:titanet_large`" in mixed and "not on TitaNet's scale" in mixed
+    assert pd.read_parquet(tmp_path / "mixed.parquet").context_embedder.tolist()[:2] == [
+        "ge2e",
+        "nemo:titanet_large",
+    ]

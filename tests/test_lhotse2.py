@@ -9,28 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from sharflow.core import blocks
 from sharflow.core.layout import DatasetFiles
 from sharflow.core.shar_fields import fields, shard_files
 
-LHOTSE_2 = "lhotse==2.0.0a7"  # the newest pre-release of lhotse 2 (indexed Shar, resumable loading)
 READER = Path(__file__).with_name("read_shar_sets.py")
-
-
-@pytest.fixture(scope="session")
-def lhotse2(tmp_path_factory) -> Path:
-    """A folder holding lhotse 2 alone (its dependencies are the project's lhotse's), for PYTHONPATH."""
-    target = tmp_path_factory.mktemp("lhotse2")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target), LHOTSE_2],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, f"pip could not install {LHOTSE_2} (from PyPI):\n{proc.stderr[-2000:]}"
-    return target
 
 
 def shar_sets(results: Path, names: list[str], codec: str) -> dict[str, dict[str, list[str]]]:
@@ -97,3 +80,44 @@ def test_lhotse_2_reads_a_runs_held_out_sets_too(split_run, lhotse2, tmp_path):
     sets = shar_sets(work / "results", ["demo", *held], next(iter(config["codecs"])))
     assert len(sets) >= 3  # train and at least two held-out sets with cuts
     check_sets(sets, lhotse2, tmp_path)
+
+
+def test_every_index_is_the_one_lhotse_2_writes_also_where_the_end_marker_straddles_a_record(
+    lhotse2, tmp_path
+):
+    """sharflow.core.shar_index against lhotse 2's create_tar_index / create_jsonl_index over tars of
+    random members (long names take PAX headers, empty tars, ends in every position of a record) and
+    a cuts file: the same bytes, including the tars whose sentinel is not their size."""
+    import random
+
+    from sharflow.core.shar_index import index_path, write_index
+    from sharflow.shar.format import TarMemberWriter
+
+    rng = random.Random(0)
+    paths = []
+    for t in range(80):
+        path = tmp_path / f"t{t:02d}.tar"
+        with TarMemberWriter(str(path)) as tar:
+            for i in range(rng.randint(0, 9)):
+                name = "x" * rng.choice([3, 99, 150]) + str(i)
+                tar.write(f"{name}.flac", rng.randbytes(rng.randint(0, 25_000)))
+                tar.write(f"{name}.json", b"{}\n")
+        paths.append(path)
+    cuts = tmp_path / "cuts.000000.jsonl"
+    cuts.write_text("".join(json.dumps({"id": "é" * i}) + "\n" for i in range(7)), encoding="utf-8")
+    paths.append(cuts)
+    for path in paths:
+        write_index(str(path))
+    script = (
+        "import sys\nfrom lhotse.indexing import create_jsonl_index, create_tar_index\n"
+        "for p in sys.argv[1:]:\n"
+        "    (create_tar_index if p.endswith('.tar') else create_jsonl_index)(p, output_path=p + '.lhotse')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(lhotse2)}
+    subprocess.run([sys.executable, "-c", script, *map(str, paths)], check=True, env=env, timeout=300)
+    short = 0
+    for path in paths:
+        ours = Path(index_path(str(path))).read_bytes()
+        assert ours == Path(f"{path}.lhotse").read_bytes(), path.name
+        short += int.from_bytes(ours[-8:], "little") != path.stat().st_size
+    assert short > 0  # the straddling ends were among them: the sentinel's rule was tested, not assumed

@@ -11,7 +11,7 @@ from sharflow.context.plan import plan_context
 from sharflow.core.errors import SharflowError
 from sharflow.core.layout import DatasetFiles
 from sharflow.io.audio import load_span, resample
-from sharflow.models.speaker_embedders import load_embedder
+from sharflow.models.speaker_embedders import embedder_label, load_embedder
 from sharflow.models.speaker_embedders.nemo import build_random_model
 from testkit import DEMO, REPO, assert_informative_embeddings, prepare_demo
 
@@ -68,6 +68,18 @@ def test_context_part_runs_with_the_nemo_backend(tiny_model, tmp_path):
         workers=1,
     )
     assert stats["records_in"] == 56 == stats["records_out"]
+    with open(DatasetFiles(str(tmp_path)).context_part(0).records) as f:
+        records = [json.loads(line)["record"] for line in f]  # keyed lines (sharflow.context.keyed_lines)
+    # each similarity says its scale: the TitaNet-shaped model's, named by its file
+    assert {r["context_speaker_embedder"] for r in records} == {"nemo:tiny_speaker"}
+    assert len({r["context_speaker_similarity"] for r in records}) > 10
+
+
+def test_a_similarity_is_labelled_by_what_measured_it():
+    assert embedder_label("ge2e", {"weights": "/w/pretrained.pt"}) == "ge2e"
+    assert embedder_label("nemo", {}) == "nemo:titanet_large"  # NeMo's default speaker model
+    assert embedder_label("nemo", {"model": "titanet_small"}) == "nemo:titanet_small"
+    assert embedder_label("nemo", {"model": "/models/ecapa_tdnn.nemo"}) == "nemo:ecapa_tdnn"
 
 
 def test_unloadable_model_is_explained():

@@ -33,6 +33,7 @@ from sharflow.work.parts import part_of, part_records
 from testkit import (
     DEMO,
     REPO,
+    data_files,
     measure_demo_part,
     prepare_demo,
     read_back,
@@ -742,7 +743,7 @@ def test_nemo_dataloader_drops_exactly_the_marked_cuts(with_context, tmp_path):
     shar = tmp_path / "ds" / "shar"
     config = OmegaConf.create(
         {
-            "shar_path": {"cuts": sorted(str(p) for p in (shar / "cuts").iterdir())},
+            "shar_path": {"cuts": data_files(shar / "cuts")},
             "batch_size": 4,
             "num_workers": 0,
             "seed": 0,

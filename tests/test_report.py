@@ -20,7 +20,7 @@ from sharflow.report.stats import COLUMNS, duration_histogram, load_dataset, sum
 from sharflow.shar.merge import merge_shar_stats
 from sharflow.text.fields import TextSettings
 from sharflow.text.job import normalize_dataset
-from testkit import prepare_demo
+from testkit import data_files, prepare_demo
 
 
 @pytest.fixture
@@ -139,7 +139,7 @@ def test_summary_accounts_for_every_record_at_every_stage(stats_files):
 
 
 def test_duration_histogram_is_streamed_and_exact(stats_files):
-    cut_files = sorted(str(p) for p in (Path(stats_files["shar_dir"]) / "cuts").iterdir())
+    cut_files = data_files(Path(stats_files["shar_dir"]) / "cuts")
     durations = [
         json.loads(line)["duration"]
         for f in cut_files

@@ -11,7 +11,7 @@ import yaml
 from sharflow.core.layout import DatasetFiles
 from sharflow.dataset.catalog import merge_catalog
 from sharflow.dataset.training import shard_range, shard_ranges, write_input_cfg
-from testkit import magpie_dataset
+from testkit import data_files, magpie_dataset
 
 
 def test_shard_ranges():
@@ -36,9 +36,10 @@ def test_nemo_dataloader_reads_input_cfg_into_magpietts_batches(demo_shards, cod
         ("codes_tiny/context_codes", coded[0] / "shar" / "codes_tiny" / "context_codes"),
     ]:
         (shar / field).mkdir(parents=True)
-        for path in sorted(src.iterdir())[:2]:
+        for path in data_files(src)[:2]:  # each with its index: an indexed set, as the plan says
             shutil.copy(path, shar / field)
-    (tmp_path / "plan.json").write_text(json.dumps({"num_shards": 2}))
+            shutil.copy(path + ".idx", shar / field)
+    (tmp_path / "plan.json").write_text(json.dumps({"num_shards": 2, "indexed": True}))
     source = DatasetFiles(str(demo_shards[0]))
     catalog = str(tmp_path / "catalog.parquet")
     merge_catalog([source.shard(s).catalog for s in range(2)], catalog, codecs=[])

@@ -13,6 +13,7 @@ import matplotlib.image
 import pandas as pd
 import pytest
 import yaml
+from test_lhotse2 import check_sets, shar_sets
 
 from sharflow.core import blocks, layout
 from sharflow.core.config import validate_config
@@ -27,6 +28,7 @@ from testkit import (
     assert_informative_codes,
     assert_same_outputs,
     codes_in_tars,
+    data_files,
     demo_config,
     read_jsonl,
     run_snakemake,
@@ -69,7 +71,9 @@ def test_dirty_dataset_accounting_through_the_workflow(two_datasets):
     assert "duplicate" in log and "first: line" in log  # the human-readable summary
 
 
-def test_rerun_is_a_no_op_a_new_codec_runs_alone_and_a_named_shard_reruns_alone(two_datasets, tmp_path):
+def test_rerun_is_a_no_op_a_new_codec_runs_alone_and_a_named_shard_reruns_alone(
+    two_datasets, lhotse2, tmp_path
+):
     # (that outputs do not depend on the worker count is test_crash's: its 1-core run equals this one)
     work, _, _ = two_datasets
     config = yaml.safe_load((work / "config.yaml").read_text())
@@ -119,14 +123,24 @@ def test_rerun_is_a_no_op_a_new_codec_runs_alone_and_a_named_shard_reruns_alone(
         "target_codes[second]"
         in json.loads((again / "results" / "demo" / "verify.json").read_text())["fields"]
     )
-    second = sorted((again / "results" / "demo" / "shar" / "codes_second" / "target_codes").iterdir())
+    second = sorted((again / "results" / "demo" / "shar" / "codes_second" / "target_codes").glob("*.tar"))
     assert len(second) == 12
     # the same codec config and seed build the same codec: the new codes equal the first codec's
     first = again / "results" / "demo" / "shar" / "codes_tiny_nemo" / "target_codes"
     assert_informative_codes(codes_in_tars(second))
     assert [a.tobytes() for a in codes_in_tars(second)] == [
-        a.tobytes() for a in codes_in_tars(sorted(first.iterdir()))
+        a.tobytes() for a in codes_in_tars(sorted(first.glob("*.tar")))
     ]
+    # lhotse 2 reads both codecs' codes by their indexes as lhotse 1.33 reads them (tests/test_lhotse2.py)
+    check_sets(
+        {
+            f"demo[{codec}]": sets["demo"]
+            for codec in ("tiny_nemo", "second")
+            for sets in [shar_sets(again / "results", ["demo"], codec)]
+        },
+        lhotse2,
+        tmp_path,
+    )
 
     # a user reruns one shard by naming its file: only its block's job runs, with the same bytes
     lost = again / "results" / "demo" / "shar" / "target_audio" / "recording.000001.tar"
@@ -211,9 +225,7 @@ def test_shar_stage_in_the_workflow(two_datasets):
         "cuts",
         "target_audio",
     ]
-    fields = {
-        f: sorted(str(p) for p in (shar / f).iterdir()) for f in ("cuts", "target_audio", "context_audio")
-    }
+    fields = {f: data_files(shar / f) for f in ("cuts", "target_audio", "context_audio")}
     assert [len(v) for v in fields.values()] == [12, 12, 12]
     assert len(list(CutSet.from_shar(fields=fields))) == 56
 
@@ -225,13 +237,8 @@ def test_codes_stage_in_the_workflow(two_datasets):
     stats = json.loads((work / "results" / "demo" / "codes_stats" / "tiny_nemo.json").read_text())
     assert stats["cuts"] == 56 and stats["shards"] == 12 and stats["dtype"] == "int16"
     shar = work / "results" / "demo" / "shar"
-    fields = {f: sorted(str(p) for p in (shar / f).iterdir()) for f in ("cuts", "target_audio")}
-    fields.update(
-        {
-            f: sorted(str(p) for p in (shar / "codes_tiny_nemo" / f).iterdir())
-            for f in ("target_codes", "context_codes")
-        }
-    )
+    fields = {f: data_files(shar / f) for f in ("cuts", "target_audio")}
+    fields.update({f: data_files(shar / "codes_tiny_nemo" / f) for f in ("target_codes", "context_codes")})
     cuts = list(CutSet.from_shar(fields=fields))
     assert len(cuts) == 56 and all(c.target_codes.load().shape[0] == 8 for c in cuts)
     # the demo codec's codes carry information: every codebook takes >= 64 values, and cuts of

@@ -30,7 +30,7 @@ from sharflow.core.layout import ContextPartFiles
 from sharflow.core.ledger import totals
 from sharflow.core.splits import TRAIN, context_pool
 from sharflow.io.audio import load_span, resample, resolve_audio_path
-from sharflow.models.speaker_embedders import embed_each
+from sharflow.models.speaker_embedders import embed_each, embedder_label
 from sharflow.work.parallel import ahead
 from sharflow.work.ranks import Rank, rank_job
 
@@ -229,13 +229,10 @@ def process_groups(
     (raw float32 rows) with their ids in `.emb.ids.jsonl`, in the same order.
     """
     device = rank.device
-    from sharflow.context.selection import SelectionRules
 
     start = time.perf_counter()
     embedder = _embedder(settings, device, measured) if groups else None
-    rules = SelectionRules(
-        settings.min_similarity, settings.min_context_duration, settings.max_context_duration, settings.top_k
-    )
+    rules = _rules(settings)
     tally = _Tally()
     total = sum(len(group[1]) for group in groups)
     with (
@@ -286,6 +283,19 @@ class _Measured:
 
     def rows(self, indices: list[int]) -> np.ndarray:
         return np.asarray(self.table[indices], dtype=np.float32)
+
+
+def _rules(settings: PartSettings):
+    from sharflow.context.selection import SelectionRules
+
+    scale = embedder_label(settings.embedder, settings.embedder_options)
+    return SelectionRules(
+        settings.min_similarity,
+        settings.min_context_duration,
+        settings.max_context_duration,
+        settings.top_k,
+        scale,
+    )
 
 
 def _embedder(settings: PartSettings, device: str, measured: str | None):
@@ -436,7 +446,7 @@ def _select_pool(sub, embeddings, candidates, rules, device, block_rows, tally, 
     for i, (ln, rec) in enumerate(sub):
         j = int(sel.choice[i])
         if j >= 0:
-            chosen.append((ln, _with_context(rec, sub[j][1], sel.similarity[i])))
+            chosen.append((ln, _with_context(rec, sub[j][1], sel.similarity[i], rules.scale)))
             continue
         best = sel.best_seen[i]
         detail = (
@@ -498,7 +508,7 @@ class _EmbeddingDump:
                 f.close()
 
 
-def _with_context(record: dict, context: dict, similarity: float) -> dict:
+def _with_context(record: dict, context: dict, similarity: float, scale: str) -> dict:
     out = dict(record)
     out["context_audio_filepath"] = context["audio_filepath"]
     out["context_audio_offset"] = context["offset"]
@@ -507,4 +517,5 @@ def _with_context(record: dict, context: dict, similarity: float) -> dict:
     if "normalized_text" in context:
         out["context_audio_normalized_text"] = context["normalized_text"]
     out["context_speaker_similarity"] = round(float(similarity), 6)
+    out["context_speaker_embedder"] = scale  # the similarity's scale: NeMo's 0.6 is TitaNet's
     return out

@@ -21,6 +21,7 @@ class SelectionRules:
     min_duration: float = 3.0
     max_duration: float | None = None
     top_k: int = 32
+    scale: str = "ge2e"  # what measures the similarities (embedder_label), recorded with each choice
 
 
 @dataclass

@@ -5,8 +5,9 @@ line; a tar's pair of members, data then manifest), then a sentinel.
 The bytes are those lhotse's own `create_jsonl_index` / `create_tar_index` write for the same file
 (a test compares them, tests/test_lhotse2.py): the jsonl sentinel is the file size; the tar sentinel
 is where lhotse's streaming scan stops reading, the end of the 10,240-byte record that holds the
-archive's end marker (the file size for every tar sharflow and lhotse write, which end on a
-record). A tar is indexed from its headers alone (data is skipped, not read).
+first block of the archive's end marker (the file size, or one record less where the marker
+straddles a record boundary; past the last cut's members either way). A tar is indexed from its
+headers alone (data is skipped, not read).
 """
 
 import os

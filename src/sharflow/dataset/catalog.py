@@ -62,12 +62,20 @@ FRAGMENT_SCHEMA = pa.schema(
         ("fingerprint_hashes", pa.int32()),
         ("audio_digest", pa.string()),
         ("duplicate_of", pa.string()),
+        ("context_embedder", STRING),
     ]
 )
 TEXT_COLUMNS = ("tokenizer_names", "normalized_text_source")  # the text stage's (sharflow.text)
 IDENTITY_COLUMNS = ("fingerprint_hashes", "audio_digest", "duplicate_of")  # the identity stage's
 # dropped when null in every row
-OPTIONAL_COLUMNS = (*CATALOG_METRICS, "validation_status", "asr_text", *TEXT_COLUMNS, *IDENTITY_COLUMNS)
+OPTIONAL_COLUMNS = (  # context_embedder: records made before their similarity said its scale
+    *CATALOG_METRICS,
+    "validation_status",
+    "asr_text",
+    *TEXT_COLUMNS,
+    *IDENTITY_COLUMNS,
+    "context_embedder",
+)
 ROW_GROUP_ROWS = 65536
 # What each column holds (the docs' catalog table is generated from this; <codec>: each codec's name).
 COLUMN_DOCS: dict[str, str] = {
@@ -92,6 +100,8 @@ COLUMN_DOCS: dict[str, str] = {
     "context_sample_rate": "the context audio's sample rate in the Shar (Hz)",
     "context_num_samples": "the context audio's samples in the Shar",
     "context_similarity": "cosine similarity of the target's and the context's speaker embeddings",
+    "context_embedder": "what measured context_similarity (its scale): ge2e, or nemo:<model> "
+    "(nemo:titanet_large is the scale of NeMo's documented min_context_speaker_similarity 0.6)",
     **{m.name: f"{m.what} (when measured, or carried by the manifest)" for m in METRICS},
     "validation_status": "`pass` or `fail` (quality.action: mark; NeMo's dataloader filters on it)",
     "asr_text": "the ASR check's transcript",
@@ -113,6 +123,10 @@ def _number(value) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
+
+
+def _text(value) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def catalog_row(
@@ -162,6 +176,7 @@ def catalog_row(
     row["fingerprint_hashes"] = hashes if isinstance(hashes, int) and not isinstance(hashes, bool) else None
     for name in ("audio_digest", "duplicate_of"):
         row[name] = record[name] if isinstance(record.get(name), str) else None
+    row["context_embedder"] = _text(record.get("context_speaker_embedder"))
     return row
 
 

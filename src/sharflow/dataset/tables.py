@@ -195,6 +195,7 @@ def dataset_card(
         *_text_section(catalog, text),
         *_splits_section(catalog),
         *identity_section(dataset, splits, identity, leaks or []),
+        *similarity_section(catalog),
         "## Percentiles" + (" (train)" if "split" in column_names(catalog) else ""),
         "",
         markdown_table(frame),
@@ -257,6 +258,49 @@ def _text_section(catalog: str, text: dict | None) -> list[str]:
         "",
     ]
     return lines
+
+
+NEMO_MIN_SIMILARITY = 0.6  # min_context_speaker_similarity in NVIDIA's MagpieTTS fine-tuning guide
+TITANET = "nemo:titanet"  # the scale it is documented on (TitaNet's embeddings)
+
+
+def similarity_section(catalog: str) -> list[str]:
+    """The train cuts' context speaker similarity: what measured it, and what a filter at NeMo's
+    documented 0.6 would drop here (on another embedder's scale the same number means another thing)."""
+    cols = read_columns(catalog, ["duration", "context_similarity"])
+    sims = cols["context_similarity"].astype(np.float64)
+    measured = np.isfinite(sims)
+    if not measured.any():
+        return []
+    scales = set()
+    if "context_embedder" in column_names(catalog):
+        for batch in iter_batches(catalog, ["context_embedder"]):
+            scales |= {s for s in batch.column(0).unique().to_pylist() if s is not None}
+    below = measured & (sims < NEMO_MIN_SIMILARITY)
+    hours = cols["duration"][below].sum() / 3600
+    by = ", ".join(f"`{s}`" for s in sorted(scales)) or "an embedder the cuts do not name (made before)"
+    on_titanet = bool(scales) and all(s.startswith(TITANET) for s in scales)
+    counts = [f"{int((measured & (sims < t)).sum()):,}" for t in (0.5, 0.6, 0.7, 0.8, 0.9)]
+    return [
+        "## Context speaker similarity",
+        "",
+        f"Measured by {by} on {measured.sum():,} cuts (percentiles below). NeMo's sampler drops a cut "
+        "whose `context_speaker_similarity` is below `min_context_speaker_similarity`; NVIDIA's MagpieTTS "
+        f"fine-tuning guide sets {NEMO_MIN_SIMILARITY}, measured by TitaNet. At {NEMO_MIN_SIMILARITY} it "
+        f"would drop **{below.sum():,} of {measured.sum():,} cuts ({hours:.3f} h, "
+        f"{100 * below.sum() / measured.sum():.1f} %)** here"
+        + (
+            ", on TitaNet's own scale."
+            if on_titanet
+            else ", though these similarities are not on TitaNet's scale: to use NVIDIA's threshold as "
+            "documented, measure with TitaNet (`context.embedder: nemo`, docs: context)."
+        ),
+        "",
+        "| cuts with similarity below | 0.5 | 0.6 | 0.7 | 0.8 | 0.9 |",
+        "|---|---|---|---|---|---|",
+        "| | " + " | ".join(counts) + " |",
+        "",
+    ]
 
 
 def segment_section(segment: dict | None) -> list[str]:

@@ -138,8 +138,7 @@ def plan_shards(
     held-out reason in `held_out_rejects`, the dataset's splits rejects folder) is a **leak** in a
     shard already made: with `leaks: report` it stays in its shard (the shard is not remade) and
     is listed in the plan's `leaks` with its shard and reason, and said in the log; with `leaks:
-    rebuild` it leaves like any record gone. `indexed` (shar.index) goes into the plan: the layout of
-    the set's files (sharflow.core.layout.plan_indexed), not where records go.
+    rebuild` it leaves like any record gone. `indexed` (shar.index: the files' layout) goes into the plan.
     A planned record whose text or other metadata changed takes its new line in its shard (listed in
     the plan's `corrected`: only that shard's job runs again, and writes only what changed).
     Raises SharflowError if two records would get the same cut id, or if a planned record's source

@@ -210,8 +210,7 @@ def verify_dataset(
         "ok": True,
         "shards": num_shards,
         "fields": [fd.label for fd in all_fields],
-        "indexed": indexed,
-        "indexes": walk.indexes,  # every file's, each matching its file
+        **{"indexed": indexed, "indexes": walk.indexes},  # indexes that match their files
         "cuts": walk.totals["cuts"],
         "hours": round(walk.totals["target_seconds"] / 3600, 6),
         "context_hours": round(walk.totals["context_seconds"] / 3600, 6),

@@ -10,6 +10,7 @@ that NeMo is never imported unless the `nemo` backend is used.
 """
 
 import importlib
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -42,6 +43,19 @@ def embed_each(embedder: SpeakerEmbedder, waves: list[np.ndarray]) -> np.ndarray
     if embedder.batch_invariant:
         return embedder.embed(waves)
     return np.concatenate([embedder.embed([wave]) for wave in waves])
+
+
+NEMO_DEFAULT_MODEL = "titanet_large"  # NeMo's speaker model when embedder_options names none
+
+
+def embedder_label(name: str, options: dict | None = None) -> str:
+    """What measured a similarity, as each cut records it (`context_speaker_embedder`) and the card
+    says: the backend, and for nemo its model's name (a file's name without `.nemo`): `ge2e`,
+    `nemo:titanet_large`. Similarities of different labels are on different scales (docs: context)."""
+    if name != "nemo":
+        return name
+    model = str((options or {}).get("model") or NEMO_DEFAULT_MODEL)
+    return f"nemo:{Path(model).name.removesuffix('.nemo')}"
 
 
 def load_embedder(name: str, device: str = "cpu", **options) -> SpeakerEmbedder:

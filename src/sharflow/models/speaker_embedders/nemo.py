@@ -13,6 +13,7 @@ import torch
 
 from sharflow.core.errors import SharflowError
 from sharflow.models.random_init import calibration_batch, save_random_model, standardize_layers_
+from sharflow.models.speaker_embedders import NEMO_DEFAULT_MODEL
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ def _load(model: str, device: torch.device):
 class NemoSpeakerEmbedder:
     batch_invariant = False  # a padded batch masks its padding, but rounds otherwise than one alone
 
-    def __init__(self, device: str = "cpu", model: str = "titanet_large"):
+    def __init__(self, device: str = "cpu", model: str = NEMO_DEFAULT_MODEL):
         self.device = torch.device(device)
         self.model = _load(model, self.device).eval()
         self.sample_rate = int(self.model.cfg.sample_rate)
