@@ -20,7 +20,8 @@ def digest(cut, fields) -> str:
     sup = cut.supervisions[0]
     h.update(json.dumps([cut.id, cut.duration, sup.text, sup.speaker]).encode())
     for field in fields:
-        data = cut.load_custom(field)
+        value = cut.custom[field]  # the Shar field's manifest, its data attached (whole, not cut.start on)
+        data = value.load_audio() if hasattr(value, "load_audio") else value.load()
         h.update(field.encode() + str(data.dtype).encode() + str(data.shape).encode() + data.tobytes())
     return h.hexdigest()
 

@@ -1,6 +1,5 @@
 """sharflow.report.report from the real stats of the demo corpus's stages."""
 
-import gzip
 import json
 import subprocess
 from pathlib import Path
@@ -143,7 +142,7 @@ def test_duration_histogram_is_streamed_and_exact(stats_files):
     durations = [
         json.loads(line)["duration"]
         for f in cut_files
-        for line in gzip.decompress(Path(f).read_bytes()).splitlines()
+        for line in Path(f).read_bytes().splitlines()  # an indexed set's plain cuts files
     ]
     edges, counts, seconds = duration_histogram(stats_files["catalog"], max(durations))
     assert counts.sum() == len(durations) == 56
