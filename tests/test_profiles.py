@@ -92,7 +92,7 @@ def test_local_profile_caps_gpus():
 def slurm_dry_run(workdir, config) -> dict[str, list[dict[str, str]]]:
     """{rule: [the resources of each of its jobs]} that `snakemake -n --profile profiles/slurm` plans."""
     proc = subprocess.run(
-        snakemake_cmd(workdir, config, "-n", profile="slurm"), capture_output=True, text=True, timeout=300
+        snakemake_cmd(workdir, config, "-n", profile="slurm"), capture_output=True, text=True, timeout=900
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs: dict[str, list[dict[str, str]]] = {}
