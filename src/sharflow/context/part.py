@@ -229,7 +229,6 @@ def process_groups(
     (raw float32 rows) with their ids in `.emb.ids.jsonl`, in the same order.
     """
     device = rank.device
-
     start = time.perf_counter()
     embedder = _embedder(settings, device, measured) if groups else None
     rules = _rules(settings)

@@ -429,8 +429,8 @@ class DatasetFiles:
         CodesFiles. A merge job lists its stage's job records, not these files (sharflow.workflow.shards:
         job_records_of), so it checks them here: a file deleted after its job ran is named, with
         the way to make it again."""
-        files = self.as_planned()
-        shards = [files.codes(codec, s) if codec else files.shard(s) for s in planned_shards(self.shard_plan)]
+        laid = self.as_planned()
+        shards = [laid.codes(codec, s) if codec else laid.shard(s) for s in planned_shards(self.shard_plan)]
         require_made(path for files in shards for path in files.named().values())
         return shards
 

@@ -64,8 +64,8 @@ def published_files(
 
     Per Shar set (its results folder: `datasets`, then the `held_out` split sets): each field's
     shard files that its plan promises, each with its index in an indexed set, and its verification
-    record; a dataset's catalog, bucket
-    bins and card; a test set's evaluation export; then `extras` (the hand-off files)."""
+    record; a dataset's catalog, bucket bins and card; a test set's evaluation export; then `extras`
+    (the hand-off files)."""
     out = []
     for folder in [*datasets, *held_out]:
         files = layout.DatasetFiles(folder).as_planned()
