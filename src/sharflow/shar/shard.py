@@ -87,9 +87,9 @@ def write_shard(
     try:
         written = _write_fields(records, tmp, shard, settings, workers)
         written.ledger.check(len(records), fix="this is a bug in sharflow's shard job")
-        _finish_cuts(tmp, indexed=out.cuts_index is not None, tars=("target.tar", "context.tar"))
+        cuts = _finish_cuts(tmp, indexed=out.cuts_index is not None, tars=("target.tar", "context.tar"))
         write_fragment(written.rows, str(tmp / "catalog.parquet"))
-        summary = _shard_summary(shard, written, tmp, time.perf_counter() - start)
+        summary = _shard_summary(shard, written, tmp, cuts, time.perf_counter() - start)
         if audio_key is not None:
             summary["audio_key"] = audio_key
         _publish(tmp, out, summary, written.rejected)
@@ -426,7 +426,7 @@ def _count_cut(stats: Counter, record: dict, target: EncodedAudio, context: Enco
     stats["encoded_spans"] += (not target.copied) + (not context.copied)
 
 
-def _shard_summary(shard: int, written: _Written, tmp: Path, seconds: float) -> dict:
+def _shard_summary(shard: int, written: _Written, tmp: Path, cuts: str, seconds: float) -> dict:
     stats = written.figures
     return {
         "shard": shard,
@@ -441,7 +441,7 @@ def _shard_summary(shard: int, written: _Written, tmp: Path, seconds: float) -> 
         "copied_spans": stats["copied_spans"],
         "encoded_spans": stats["encoded_spans"],
         "bytes": {
-            "cuts": (tmp / _made_cuts(tmp)).stat().st_size,
+            "cuts": (tmp / cuts).stat().st_size,
             "target_audio": (tmp / "target.tar").stat().st_size,
             "context_audio": (tmp / "context.tar").stat().st_size,
         },
@@ -451,17 +451,13 @@ def _shard_summary(shard: int, written: _Written, tmp: Path, seconds: float) -> 
 
 _MADE = {  # what each of ShardFiles' Shar files is made as in the temp folder
     "cuts_index": "cuts.jsonl.idx",
-    "cuts": "cuts.jsonl",  # cuts.jsonl.gz in an unindexed set (_made_cuts)
+    "cuts": "cuts.jsonl",  # cuts.jsonl.gz in an unindexed set (_publish)
     "target_index": "target.tar.idx",
     "target": "target.tar",
     "context_index": "context.tar.idx",
     "context": "context.tar",
     "catalog": "catalog.parquet",
 }
-
-
-def _made_cuts(tmp: Path) -> str:
-    return "cuts.jsonl.gz" if (tmp / "cuts.jsonl.gz").exists() else "cuts.jsonl"
 
 
 def _finish_cuts(tmp: Path, indexed: bool, tars: tuple[str, ...] = ()) -> str:
@@ -484,7 +480,8 @@ def _publish(
         dst = getattr(out, name)
         if dst is None:  # an index, in an unindexed set
             continue
-        src = tmp / (_made_cuts(tmp) if name == "cuts" else _MADE[name])
+        made = "cuts.jsonl.gz" if name == "cuts" and out.cuts_index is None else _MADE[name]
+        src = tmp / made
         Path(dst).parent.mkdir(parents=True, exist_ok=True)
         os.replace(src, dst)
     with atomic_file(out.rejected, "w", encoding="utf-8") as f:

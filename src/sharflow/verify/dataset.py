@@ -87,6 +87,7 @@ class _Walk:
 
     def add(self, dataset: str, result: dict) -> None:
         self.problems += result["problems"]
+        self.indexes += result["indexes"]
         for key in ("cuts", "target_seconds", "context_seconds"):
             self.totals[key] += result[key]
         self.frames.update(result["frames"])
@@ -148,7 +149,6 @@ def _walk_shards(
     with tqdm(total=len(shards), desc=f"verify {dataset}", unit="shard", mininterval=5) as progress:
         for _, result in ordered_map(verify_shard, checks, resolve_workers(workers)):
             walk.add(dataset, result)
-            walk.indexes += result["indexes"]
             rows.shard(result)
             progress.update()
     walk.problems += rows.finish(walk.totals["cuts"])
