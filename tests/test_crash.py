@@ -140,9 +140,11 @@ def mid_codes(work: Path) -> bool:
 
 
 def kept(work: Path, folder: str) -> set[tuple[int, str]]:
-    """(inode, sha256) of every file of the shards a killed job finished (its .kept folder holds a
-    hard link to each)."""
-    return {(p.stat().st_ino, sha256(p)) for p in (work / folder).glob("*/*") if p.is_file()}
+    """(inode, sha256) of every file of the shards a killed job finished and kept (its .kept folder
+    holds a hard link to each, and the shard's mark, written last: a shard killed while its files were
+    being linked has no mark, is not put back, and is not counted)."""
+    marked = [d for d in (work / folder).iterdir() if d.is_dir() and (d.parent / f"{d.name}.json").exists()]
+    return {(p.stat().st_ino, sha256(p)) for d in marked for p in d.iterdir() if p.is_file()}
 
 
 def sha256(path: Path) -> str:
