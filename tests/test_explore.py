@@ -21,7 +21,7 @@ from sharflow.explore.query import ORDER, QueryError, add_order, page, where
 from sharflow.explore.roots import OutsideRoots
 from sharflow.explore.run import Run, cut_ids
 from sharflow.explore.server import _ranged, serve
-from sharflow.explore.thresholds import threshold
+from sharflow.explore.thresholds import threshold, thresholdable
 from sharflow.io.audio import PathEscapeError
 from sharflow.shar.plan import cut_id
 from testkit import read_jsonl
@@ -133,6 +133,39 @@ def test_a_threshold_keeps_the_hours_the_filter_would_keep_and_names_the_nearest
     assert threshold(table, "speaking_rate").side == "min"  # the registry's usual side first
     with pytest.raises(ValueError, match="side is min or max"):
         threshold(table, "dnsmos_bak", 3.0, "both")
+
+
+@pytest.mark.parametrize("embedder", ["ge2e", "nemo:titanet_large", None])
+def test_the_context_similarity_shows_what_nemos_sampler_would_drop_at_its_documented_0_6(embedder):
+    table = synthetic()
+    rng = np.random.default_rng(1)
+    sims = np.round(rng.uniform(0.3, 0.95, table.num_rows), 2).astype(np.float32)
+    sims[rng.random(table.num_rows) < 0.1] = np.nan  # a cut without a context: NeMo's filter passes it
+    table = table.append_column("context_similarity", pa.array(sims, mask=np.isnan(sims)))
+    table = table.append_column("context_embedder", pa.array([embedder] * table.num_rows, pa.string()))
+    df = frame(table)
+    shar = df[df.status == "kept"]  # the quality filter's dropped records are not in the Shar NeMo reads
+    assert 0 < (shar.context_similarity < 0.6).sum() < len(shar) and len(shar) < len(df)
+    assert thresholdable(table)[-1] == "context_similarity"
+    for value in (None, 0.45, 0.8):
+        found = threshold(table, "context_similarity", value)
+        bound = np.float32(0.6 if value is None else value)
+        below = shar.context_similarity < bound  # NaN compares False: kept, as NeMo keeps it
+        assert found.value == (0.6 if value is None else value) and found.side == "min"
+        assert found.cuts_dropped == below.sum() and found.cuts_kept == len(shar) - below.sum()
+        assert found.hours_dropped == pytest.approx(shar.duration[below].sum() / 3600)
+        assert found.hours_kept == pytest.approx(shar.duration[~below].sum() / 3600)
+        assert found.hours_null == pytest.approx(shar.duration[shar.context_similarity.isna()].sum() / 3600)
+        assert all(df.loc[found.below, "status"] == "kept") and len(found.below) == 5
+        assert found.config_line.endswith(f"min_context_speaker_similarity: {bound:g}")
+        titanet = embedder == "nemo:titanet_large"
+        assert ("not TitaNet" in found.scale) != titanet and (embedder or "do not name") in found.scale
+    with pytest.raises(ValueError, match="one side, min"):
+        threshold(table, "context_similarity", 0.6, "max")
+    found = threshold(table, "dnsmos_bak", 3.0)  # every metric counts its cuts as well as its hours
+    measured = df.dnsmos_bak >= np.float32(3.0)
+    assert (found.cuts_kept, found.cuts_dropped) == (measured.sum(), (~measured).sum())
+    assert found.scale is None and found.sides == ("min", "max")
 
 
 def test_the_dropped_records_are_named_as_the_shar_names_its_cuts():
@@ -375,6 +408,24 @@ def test_a_curator_filters_listens_moves_a_threshold_and_opens_a_reject_and_a_li
             assert kept == pytest.approx(expected) and 0 < kept < catalog.duration.sum() / 3600
             page.wait_for_selector("#below li audio")
             page.screenshot(path=str(shots / "explore-thresholds.png"))
+
+            # NeMo's threshold on the context similarity: at its documented 0.6 first, then the median
+            sims = catalog.context_similarity.astype(np.float32)
+            assert sims.nunique() > 10  # similarities vary: a wrong count could not pass
+            page.select_option("#metric", "context_similarity")
+            wait_for(page, "document.querySelector('#threshold-hours').dataset.metric.startsWith('context')")
+            assert page.get_attribute("#threshold-hours", "data-value") == "0.6"
+            assert page.is_disabled("#side") and "measured by ge2e, not TitaNet" in page.text_content(
+                "#threshold-scale"
+            )
+            for value in (0.6, float(np.quantile(sims.dropna(), 0.5))):
+                page.fill("#threshold-value", str(value))
+                page.dispatch_event("#threshold-value", "change")
+                wait_for(page, f"document.querySelector('#threshold-hours').dataset.value === '{value}'")
+                dropped = int(page.get_attribute("#threshold-hours", "data-cuts-dropped"))
+                assert dropped == (sims < np.float32(value)).sum()
+            assert 0 < dropped < len(catalog)
+            page.screenshot(path=str(shots / "explore-similarity.png"))
 
             # open a reject and hear it (read from its source), then an identity link's two clips
             page.select_option("#dataset", "degraded")

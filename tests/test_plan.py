@@ -99,10 +99,15 @@ def test_the_calibration_takes_over_where_jobs_go_and_nothing_else():
 def test_the_calibration_config_reads_each_sample_with_absolute_paths(tmp_path):
     config = yaml.safe_load((DEMO.parent / "config" / "config.yaml").read_text())
     config.update(publish={"url": "s3://bucket/x"}, training={"path_prefix": "s3://bucket/x"})
-    cal = calibration_config(config, {"demo": "s/demo.jsonl", "degraded": "s/degraded.jsonl"}, DEMO.parent)
+    samples = {"demo": "s/demo.jsonl", "degraded": "s/degraded.jsonl", "talks": "s/talks.jsonl"}
+    cal = calibration_config(config, samples, DEMO.parent)
     assert cal["datasets"]["demo"]["manifest"] == str((Path("s/demo.jsonl")).resolve())
     assert cal["datasets"]["demo"]["audio_root"] == str(DEMO / "audio")
     assert cal["datasets"]["degraded"]["format"] == "nemo" and cal["datasets"]["degraded"]["recipe"] is None
+    # the long recordings' sample is of their segments (prepare read the segment manifest), spans of the files
+    assert cal["datasets"]["talks"]["format"] == "nemo" and cal["datasets"]["talks"]["audio_root"] == str(
+        DEMO / "longform"
+    )
     assert cal["codecs"]["tiny_nemo"]["random_from_config"] == str(
         DEMO.parent / "config/models/tiny_codec.yaml"
     )

@@ -11,7 +11,7 @@ import soundfile as sf
 import torch
 
 from sharflow.segment import cut, turns
-from sharflow.segment.recording import KEPT, Segmenter
+from sharflow.segment.recording import KEPT, MADE_BY, Segmenter, decide
 from sharflow.segment.score import Score, adjusted_rand_index, link_pairs, score, true_speaker
 from testkit import REPO, data_files
 
@@ -531,6 +531,7 @@ def test_each_threshold_of_the_segment_block_changes_the_segments(corpus):
     base = run(defaults)
     assert len(base[0]) >= 3  # what is compared: several segments of more than one speaker
     assert len({k for _, _, k in base[0]}) > 1
+    analysis = segmenter.analyse(audio)  # the models' part, as the explorer keeps it to try thresholds
     for key, value in SEGMENT_KEYS.items():
         block = defaults | {key: value}
         where = settings_of(block, None)
@@ -538,7 +539,14 @@ def test_each_threshold_of_the_segment_block_changes_the_segments(corpus):
             value in dataclasses.asdict(where.turns).values()
             or value in dataclasses.asdict(where.cut).values()
         )
-        assert run(block) != base, key
+        found = run(block)
+        assert found != base, key
+        if key in MADE_BY:  # the models' part depends on it: an analysis made without it is refused
+            with pytest.raises(ValueError, match="analysis was made with"):
+                decide(analysis, where.turns, where.cut)
+            continue
+        tried = decide(analysis, where.turns, where.cut)  # no model: the same as the whole run
+        assert (tried.segments, tried.stretches) == found, key
 
 
 def test_speakers_are_linked_across_recordings_by_voice_as_the_truth_has_them(segmented):

@@ -97,29 +97,34 @@ def read_jsonl(path: Path) -> list[dict]:
         return [json.loads(line) for line in f]
 
 
-def demo_config(degraded: bool = False, splits: bool = False, **overrides) -> dict:
+def demo_config(degraded: bool = False, splits: bool = False, talks: bool = False, **overrides) -> dict:
     """The shipped config with absolute demo paths, for runs in a temp working directory.
 
     Without the `degraded` dataset unless asked for: workflow tests run the demo corpus (its files
     and the shipped filters are checked in test_quality, without a workflow run). Without the demo's
     splits unless asked for: the other workflow tests are about the whole demo in one Shar
-    (test_splits runs them).
+    (test_splits runs them). Without the `talks` long recordings unless asked for (test_segment runs
+    a long_form dataset of its own).
     """
     config = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     if not degraded:
         config["datasets"].pop("degraded", None)
+    if not talks:
+        config["datasets"].pop("talks", None)
     if not splits:
         for ds in config["datasets"].values():
             ds.pop("splits", None)
     for ds in config["datasets"].values():
-        ds["manifest"] = str(REPO / ds["manifest"])
+        if ds.get("manifest"):
+            ds["manifest"] = str(REPO / ds["manifest"])
         ds["audio_root"] = str(REPO / ds["audio_root"])
     for codec in config.get("codecs", {}).values():
         if codec.get("random_from_config"):
             codec["random_from_config"] = str(REPO / codec["random_from_config"])
-    asr = config.get("quality", {}).get("asr", {})
-    if asr.get("random_from_config"):
-        asr["random_from_config"] = str(REPO / asr["random_from_config"])
+    for section in ("quality", "segment"):
+        asr = config.get(section, {}).get("asr", {})
+        if asr.get("random_from_config"):
+            asr["random_from_config"] = str(REPO / asr["random_from_config"])
     for section, values in overrides.items():
         config.setdefault(section, {}).update(values)
     return config

@@ -40,11 +40,14 @@ def trim(wave: np.ndarray, floor_db: float = -35.0) -> np.ndarray:
     return wave[loud[0] * hop : (loud[-1] + 1) * hop] if len(loud) else wave[:0]
 
 
-def demo_voices(demo: Path = DEMO) -> dict[str, list[tuple[np.ndarray, str]]]:
-    """Every demo voice's utterances at 16 kHz, trimmed to speech, with their text."""
+def demo_voices(demo: Path = DEMO, keep=None) -> dict[str, list[tuple[np.ndarray, str]]]:
+    """Every demo voice's utterances at 16 kHz, trimmed to speech, with their text (only the manifest
+    records for which `keep(record)` is true, when given)."""
     voices: dict[str, list[tuple[np.ndarray, str]]] = {}
     for line in (demo / "manifest.json").read_text().splitlines():
         rec = json.loads(line)
+        if keep is not None and not keep(rec):
+            continue
         info = sf.info(demo / "audio" / rec["audio_filepath"])
         start = int(round(rec.get("offset", 0.0) * info.samplerate))
         frames = int(round(rec["duration"] * info.samplerate))

@@ -27,6 +27,7 @@ def _with_defaults(validator_class):
 
 
 _Validator = _with_defaults(jsonschema.Draft202012Validator)
+SCHEMA = Path(__file__).resolve().parents[3] / "config" / "schema.yaml"  # the repository's schema
 
 
 def load_yaml(path: str | Path) -> Any:

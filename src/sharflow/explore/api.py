@@ -11,11 +11,14 @@ no answer holds more than MAX_ANSWER_BYTES.
 import difflib
 import logging
 import math
+import os
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from sharflow.explore import media, query, rejects, thresholds
+from sharflow.core.speakers import parse_speaker
+from sharflow.explore import media, query, recordings, rejects, thresholds
 from sharflow.explore.run import KEPT, STATUS, Dataset
 from sharflow.io.audio import resolve_audio_path
 
@@ -23,6 +26,7 @@ log = logging.getLogger(__name__)
 
 MAX_PAGE = 500  # rows a page
 MAX_PAGE_NUMBER = 10**9
+RECORDINGS_PAGE = 50  # recordings a page
 MAX_ANSWER_BYTES = 16 << 20  # ~5.8 min of 48 kHz 16-bit audio; a page of 500 rows is ~1 MB
 
 
@@ -83,7 +87,8 @@ def datasets(explorer, q: dict) -> list[dict]:
                 "columns": [
                     {"name": f.name, "type": str(f.type)} for f in table.schema if f.name != query.ORDER
                 ],
-                "metrics": thresholds.metrics_of(table),
+                "metrics": thresholds.thresholdable(table),
+                "long_form": os.path.exists(ds.files.segment_stats),
             }
         )
     return out
@@ -161,7 +166,7 @@ def threshold(explorer, q: dict) -> dict:
     dataset = _dataset(explorer, q)
     table = dataset.table
     metric = q.get("metric", "")
-    if metric not in thresholds.metrics_of(table):
+    if metric not in thresholds.thresholdable(table):
         raise NotFound(f"no metric {metric!r} with values in dataset {dataset.name}")
     side = q.get("side") or None
     if side not in (None, "min", "max"):
@@ -174,7 +179,10 @@ def threshold(explorer, q: dict) -> dict:
             raise BadRequest(f"value must be a number, got {q['value']!r}") from None
         if not math.isfinite(value):
             raise BadRequest("value must be finite")
-    found = thresholds.threshold(table, metric, value, side)
+    try:
+        found = thresholds.threshold(table, metric, value, side)
+    except ValueError as e:  # a side the metric does not have
+        raise BadRequest(str(e)) from None
     shown = [query.ORDER, "cut_id", "duration", metric, STATUS, "split", "speaker"]
     shown = [c for c in shown if c in table.schema.names]
 
@@ -295,6 +303,78 @@ def picture(explorer, q: dict) -> tuple[bytes, str]:
     return media.picture(samples, rate, f"{q.get('id')} ({q.get('kind', 'target')})"), "image/png"
 
 
+# ---- a long_form dataset's recordings (sharflow.explore.recordings) ------------------------------------
+
+
+def _segment_stats(explorer, dataset: Dataset) -> dict:
+    path = dataset.files.segment_stats
+    if not os.path.exists(path):
+        raise NotFound(f"dataset {dataset.name} is not long_form: it has no recordings")
+    return explorer.json(path)
+
+
+def _recording(explorer, q: dict) -> tuple[Dataset, dict, int, dict]:
+    """(dataset, its segment stats, recording number n, the recording's stats row)."""
+    dataset = _dataset(explorer, q)
+    stats = _segment_stats(explorer, dataset)
+    rows = stats.get("per_recording") or []
+    n = _int(q, "n", 0, 0, MAX_PAGE_NUMBER)
+    if n >= len(rows):
+        raise NotFound(f"dataset {dataset.name} has {len(rows)} recordings, no recording {n}")
+    return dataset, stats, n, rows[n]
+
+
+def recording_list(explorer, q: dict) -> dict:
+    stats = _segment_stats(explorer, _dataset(explorer, q))
+    return recordings.recordings_page(stats, _int(q, "page", 0, 0, MAX_PAGE_NUMBER), RECORDINGS_PAGE)
+
+
+def _result(explorer, dataset: Dataset, n: int) -> dict:
+    files = dataset.files
+    plan = explorer.json(files.segment_plan)
+    parts = [explorer.json(str(p)) for p in sorted(Path(files.segment_part(0)).parent.glob("*.json"))]
+    try:
+        return explorer.json(recordings.result_file(plan, parts, n, explorer.run.root, explorer.confine))
+    except recordings.Unknown as e:
+        raise NotFound(f"dataset {dataset.name}: {e}") from None
+
+
+def timeline(explorer, q: dict) -> dict:
+    dataset, stats, n, _ = _recording(explorer, q)
+    result = _result(explorer, dataset, n)
+    manifest = explorer.confine(dataset.files.segment_manifest)
+    first = recordings.first_line(stats, n)
+    lines = [explorer.lines.row(manifest, first + k) for k in range(len(result["segments"]))]
+    names = [parse_speaker(line["speaker"]).speaker_id for line in lines]
+    settings = recordings.thresholds_of(explorer.segment_settings.turns, explorer.segment_settings.cut)
+    return {"n": n, **recordings.timeline(result, names), "settings": settings}
+
+
+def try_segment(explorer, q: dict) -> dict:
+    dataset, _, n, row = _recording(explorer, q)
+    asked = {k: q[k] for k in recordings.TRY_KEYS if q.get(k)}
+    source = dataset.source(row["recording"])
+    if not explorer.roots.present(source):
+        raise NotFound(f"{dataset.name} recording {n}: its audio file is not there")
+    base = explorer.segment_settings
+    try:
+        return explorer.trials.cut_again((dataset.name, n), source, base, asked, row["duration"])
+    except ValueError as e:
+        raise BadRequest(f"{dataset.name} recording {n}: {e}") from None
+    except recordings.Unknown as e:
+        raise NotFound(f"{dataset.name} recording {n}: {e}") from None
+
+
+def recording_audio(explorer, q: dict) -> tuple[bytes, str]:
+    dataset, _, n, row = _recording(explorer, q)
+    try:
+        start, end = float(q.get("start", 0)), float(q.get("end", row["duration"]))
+    except ValueError:
+        raise BadRequest("start and end are seconds of the recording") from None
+    span = {"offset": start, "duration": end - start}
+    return _span(explorer, dataset.source(row["recording"]), span, f"{dataset.name} recording {n}")
+
+
 ROUTES = {
     "/api/datasets": datasets,
     "/api/cuts": cuts,
@@ -304,8 +384,12 @@ ROUTES = {
     "/api/rejects": reject_reasons,
     "/api/reject_rows": reject_rows,
     "/api/links": links,
+    "/api/recordings": recording_list,
+    "/api/timeline": timeline,
+    "/api/try_segment": try_segment,
     "/audio/cut": audio,
     "/audio/reject": reject_audio,
     "/audio/link": link_audio,
+    "/audio/recording": recording_audio,
     "/picture/cut": picture,
 }

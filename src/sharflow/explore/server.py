@@ -13,27 +13,33 @@ path of the machine (the log keeps the detail). GET and HEAD alone; no CORS head
 
 Routes (all GET): / and /static/<file> (the page); /api/datasets; /api/cuts?dataset&filter&sort&desc&
 page&size; /api/cut?dataset&id; /api/threshold?dataset&metric&value&side; /api/rejects?dataset;
-/api/reject_rows?dataset&stage&reason&page; /api/links?page; /audio/cut?dataset&id&kind (target or
-context); /audio/reject?dataset&stage&reason&n; /audio/link?n&side (record or matched);
-/picture/cut?dataset&id&kind.
+/api/reject_rows?dataset&stage&reason&page; /api/links?page; /api/recordings?dataset&page;
+/api/timeline?dataset&n; /api/try_segment?dataset&n&max_pause&min_segment&max_segment&cluster_similarity;
+/audio/cut?dataset&id&kind (target or context); /audio/reject?dataset&stage&reason&n; /audio/link?n&side
+(record or matched); /audio/recording?dataset&n&start&end; /picture/cut?dataset&id&kind.
 """
 
 import contextlib
+import functools
 import json
 import logging
+import os
 import socket
 import threading
+from collections import OrderedDict
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from sharflow.core.atomic import read_json
 from sharflow.explore import api
 from sharflow.explore.access import Access
 from sharflow.explore.api import BadRequest, NotFound
 from sharflow.explore.lines import LineFiles
 from sharflow.explore.query import QueryError
+from sharflow.explore.recordings import Trials, settings_of_run
 from sharflow.explore.roots import OutsideRoots
 from sharflow.explore.run import Run
 from sharflow.io.audio import PathEscapeError
@@ -43,6 +49,7 @@ log = logging.getLogger(__name__)
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript", ".css": "text/css"}
 TIMEOUT = 20.0  # seconds a connection may stay silent (reading its request) or stall (taking its answer)
 MAX_CONNECTIONS = 64  # served at once; a browser opens at most 6 to one host
+KEEP_JSON = 64  # JSON files kept parsed (a long_form dataset's stats, plan and recordings' results)
 HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
@@ -69,6 +76,31 @@ class Explorer:
         self._warm = False
         self._tokenizing = threading.Lock()  # its own: loading NeMo's tokenizers must not hold up a page
         self._tokenizers = None
+        self._json: OrderedDict[str, tuple[tuple[int, int], object]] = OrderedDict()
+        self._json_lock = threading.Lock()
+        self.trials = Trials("cpu")  # a viewer takes no GPU of a shared node
+
+    def json(self, path: str):
+        """The JSON file at `path` (confined to the roots), parsed once while its size and time stay;
+        the last KEEP_JSON files asked for are kept."""
+        path = self.confine(path)
+        st = os.stat(path)
+        stamp = (st.st_size, st.st_mtime_ns)
+        with self._json_lock:
+            known = self._json.get(path)
+        if known is None or known[0] != stamp:
+            known = (stamp, read_json(path))
+        with self._json_lock:
+            self._json[path] = known
+            self._json.move_to_end(path)
+            while len(self._json) > KEEP_JSON:
+                self._json.popitem(last=False)
+        return known[1]
+
+    @functools.cached_property
+    def segment_settings(self):
+        """The segment settings the run used (its config over the schema's defaults)."""
+        return settings_of_run(self.run.config)
 
     def dropped_symbols(self, text: str, names: list[str]) -> dict:
         """{symbols, why} of `text` that the tokenizers `names` skip (training.tokenizer's, else the

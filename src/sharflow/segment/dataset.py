@@ -142,13 +142,13 @@ def plan_segments(recordings: list[Recording], audio_root: str, parts: int, out:
     return plan
 
 
-def _recording(row: dict) -> Recording:
+def planned_recording(row: dict) -> Recording:
     return Recording(row["path"], row["language"], tuple(row["speakers"]), tuple(row["stamp"]))
 
 
 def planned(plan_path: str) -> list[Recording]:
     """The plan's recordings, in the dataset's order."""
-    return [_recording(row) for row in read_json(plan_path)["recordings"]]
+    return [planned_recording(row) for row in read_json(plan_path)["recordings"]]
 
 
 def run_planned_part(
@@ -167,7 +167,7 @@ def run_planned_part(
     stats (what it did; written last, so the job's output appears only when every recording is)."""
     plan = read_json(plan_path)
     rows = [plan["recordings"][i] for i in plan["parts"][part]]
-    recordings = [_recording(row) for row in rows]
+    recordings = [planned_recording(row) for row in rows]
     out_dir = Path(work_root) / settings_key(settings)
     counts = {"done": 0, "resumed": 0}
     if recordings:

@@ -85,25 +85,55 @@ class Segmenter:
             out.append(self.embedder.embed([audio[s:e] for _, s, e in chunk]))
         return np.concatenate(out)
 
-    def segment(self, audio: np.ndarray) -> Segmented:
-        """The segments and accounting of one recording (mono float32 at 16 kHz)."""
+    def analyse(self, audio: np.ndarray) -> "Analysis":
+        """The models' part of segmenting one recording (mono float32 at 16 kHz): the VAD's
+        probabilities, the speech spans and the windows' speaker embeddings."""
         probs = self.probabilities(audio)
         spans = turns.speech_spans(probs, len(audio), self.turns)
         wins = turns.windows(spans, self.turns)
-        embeddings = self.embed(audio, wins)
-        centroids = turns.speakers(spans, wins, embeddings, self.turns)
-        pieces = []
-        owner = np.array([w[0] for w in wins], np.int64)
-        bounds = np.searchsorted(owner, np.arange(len(spans) + 1))
-        for i, span in enumerate(spans):
-            a, b = bounds[i], bounds[i + 1]
-            cells = turns.labels(span, [w[1:] for w in wins[a:b]], embeddings[a:b], centroids, self.turns)
-            pieces.extend(turns.pieces(span, cells, probs, self.turns))
-        kept, dropped = cut.segments(pieces, probs, self.cut)
-        order = {}  # speakers numbered in order of their first kept segment
-        for _, _, k in kept:
-            order.setdefault(k, len(order))
-        kept = [(a, b, order[k]) for a, b, k in kept]
-        stretches = cut.account(len(audio), [(s, e, KEPT) for s, e, _ in kept] + dropped)
-        voices = centroids[list(order)] if order else np.zeros((0, centroids.shape[1]), np.float32)
-        return Segmented(len(audio), len(centroids), kept, stretches, voices=voices)
+        return Analysis(len(audio), self.turns, probs, spans, wins, self.embed(audio, wins))
+
+    def segment(self, audio: np.ndarray) -> Segmented:
+        """The segments and accounting of one recording (mono float32 at 16 kHz)."""
+        return decide(self.analyse(audio), self.turns, self.cut)
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What the models found in a recording, from which its speakers and segments are decided
+    (`decide`): the turn settings' min_pause, window and hop made it, its thresholds did not."""
+
+    num_samples: int
+    turns: turns.TurnSettings
+    probs: np.ndarray
+    spans: list[tuple[int, int]]
+    wins: list[tuple[int, int, int]]
+    embeddings: np.ndarray
+
+
+MADE_BY = ("min_pause", "window", "hop")  # the turn settings an Analysis was made with
+
+
+def decide(analysis: Analysis, turn_settings: turns.TurnSettings, cut_settings: cut.CutSettings) -> Segmented:
+    """A recording's speakers, segments and accounting from its Analysis: the clustering, attribution
+    and cutting, with no model (milliseconds: the explorer tries thresholds with it)."""
+    made = {k: getattr(analysis.turns, k) for k in MADE_BY}
+    if made != {k: getattr(turn_settings, k) for k in MADE_BY}:
+        raise ValueError(f"the analysis was made with {made}: decide with those")
+    probs, spans, wins, embeddings = analysis.probs, analysis.spans, analysis.wins, analysis.embeddings
+    centroids = turns.speakers(spans, wins, embeddings, turn_settings)
+    pieces = []
+    owner = np.array([w[0] for w in wins], np.int64)
+    bounds = np.searchsorted(owner, np.arange(len(spans) + 1))
+    for i, span in enumerate(spans):
+        a, b = bounds[i], bounds[i + 1]
+        cells = turns.labels(span, [w[1:] for w in wins[a:b]], embeddings[a:b], centroids, turn_settings)
+        pieces.extend(turns.pieces(span, cells, probs, turn_settings))
+    kept, dropped = cut.segments(pieces, probs, cut_settings)
+    order = {}  # speakers numbered in order of their first kept segment
+    for _, _, k in kept:
+        order.setdefault(k, len(order))
+    kept = [(a, b, order[k]) for a, b, k in kept]
+    stretches = cut.account(analysis.num_samples, [(s, e, KEPT) for s, e, _ in kept] + dropped)
+    voices = centroids[list(order)] if order else np.zeros((0, centroids.shape[1]), np.float32)
+    return Segmented(analysis.num_samples, len(centroids), kept, stretches, voices=voices)

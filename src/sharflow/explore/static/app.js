@@ -57,8 +57,10 @@ async function chooseDataset(name) {
   $("dataset-info").textContent = `${d.rows} rows: ${d.kept} cuts kept, ${d.dropped} dropped by the quality filter`;
   const metric = $("metric");
   metric.replaceChildren(...d.metrics.map((m) => el("option", m, { value: m })));
-  await Promise.all([loadCuts(), loadReasons()]);
-  if (d.metrics.length) await loadThreshold(null);
+  $("recordings-tab").hidden = !d.long_form;
+  if (!d.long_form && !$("tab-recordings").hidden) document.querySelector("nav button[data-tab=cuts]").click();
+  await Promise.all([loadCuts(), loadReasons(), d.long_form ? loadRecordings(0) : null]);
+  if (d.metrics.length) await loadThreshold(null, null);
 }
 
 for (const button of document.querySelectorAll("nav button")) {
@@ -148,19 +150,23 @@ async function showCut(id) {
 let thresholdRange = null;
 let thresholdAsked = 0; // answers can come back out of order: only the latest question's is shown
 
-async function loadThreshold(value) {
+async function loadThreshold(value, side = $("side").value) {
   const asked = ++thresholdAsked;
-  const found = await api("/api/threshold", { dataset: state.dataset, metric: $("metric").value, side: $("side").value, value: value });
+  const found = await api("/api/threshold", { dataset: state.dataset, metric: $("metric").value, side: side, value: value });
   if (asked !== thresholdAsked) return;
   $("side").value = found.side;
+  $("side").disabled = found.sides.length < 2; // the context similarity: NeMo's sampler keeps at or above
   thresholdRange = [found.edges[0], found.edges[found.edges.length - 1]];
   $("threshold-value").value = found.value;
   $("threshold-range").value = Math.round(1000 * (found.value - thresholdRange[0]) / (thresholdRange[1] - thresholdRange[0]));
   const hours = $("threshold-hours");
   hours.textContent = `${found.metric} ${found.side === "min" ? "≥" : "≤"} ${fmt(found.value)}: ` +
-    `${found.hours_kept.toFixed(4)} h kept, ${found.hours_dropped.toFixed(4)} h dropped` +
+    `${found.cuts_kept} cuts (${found.hours_kept.toFixed(4)} h) kept, ` +
+    `${found.cuts_dropped} cuts (${found.hours_dropped.toFixed(4)} h) dropped` +
     (found.hours_null ? ` (${found.hours_null.toFixed(4)} h without a value)` : "");
   hours.dataset.kept = found.hours_kept;
+  hours.dataset.cutsDropped = found.cuts_dropped;
+  $("threshold-scale").textContent = found.scale || "";
   hours.dataset.value = found.value;
   hours.dataset.metric = found.metric;
   hours.dataset.dropped = found.hours_dropped;
@@ -181,7 +187,8 @@ function drawHistogram(found) {
   g.clearRect(0, 0, canvas.width, canvas.height);
   if (!found.hours.length) return;
   const most = Math.max(...found.hours) || 1;
-  const [lo, hi] = [found.edges[0], found.edges[found.edges.length - 1]];
+  // the threshold in view even where no value lies (NeMo's 0.6 below every GE2E similarity)
+  const [lo, hi] = [Math.min(found.edges[0], found.value), Math.max(found.edges[found.edges.length - 1], found.value)];
   const x = (v) => 40 + (canvas.width - 50) * (v - lo) / (hi - lo);
   found.hours.forEach((h, i) => {
     const mid = (found.edges[i] + found.edges[i + 1]) / 2;
@@ -198,7 +205,7 @@ function drawHistogram(found) {
   g.fillText(`hours (most: ${most.toFixed(4)})`, 2, 12);
 }
 
-$("metric").onchange = () => loadThreshold(null);
+$("metric").onchange = () => loadThreshold(null, null); // the metric's own default and usual side
 $("side").onchange = () => loadThreshold($("threshold-value").value);
 $("threshold-value").onchange = () => loadThreshold($("threshold-value").value);
 $("threshold-range").oninput = () => {
@@ -259,5 +266,111 @@ async function loadLinks(page = 0) {
   if (!found.rows.length && page === 0) $("links").replaceChildren(el("li", "No train record is linked to a held-out one."));
   else pager($("links"), page, found.rows.length === PAGE_ROWS, loadLinks);
 }
+
+// ---- a long_form dataset's recordings: timelines, and thresholds tried before a run -----------------
+const SPEAKER_COLORS = ["#2563eb", "#16a34a", "#9333ea", "#0891b2", "#ca8a04", "#db2777"];
+const DROPPED_COLORS = { silence: "#e5e7eb", overlap: "#ef4444", no_speaker: "#f97316", too_short: "#a3a3a3", low_confidence: "#facc15", unreadable: "#111827" };
+const recording = { n: null, duration: 0, shown: [] };
+
+function color(stretch) {
+  return stretch.what === "kept" ? SPEAKER_COLORS[stretch.label % SPEAKER_COLORS.length] : DROPPED_COLORS[stretch.what] || "#666";
+}
+
+function drawTimeline(canvas, stretches, duration) {
+  const g = canvas.getContext("2d");
+  g.clearRect(0, 0, canvas.width, canvas.height);
+  const x = (t) => canvas.width * t / Math.max(duration, 1e-9);
+  for (const s of stretches) {
+    g.fillStyle = color(s);
+    g.fillRect(x(s.start), s.what === "kept" ? 4 : 20, Math.max(1, x(s.end) - x(s.start)), s.what === "kept" ? 40 : 24);
+  }
+  g.fillStyle = "#222";
+  g.fillText(`0 s`, 2, canvas.height - 4);
+  g.fillText(`${fmt(duration)} s`, canvas.width - 60, canvas.height - 4);
+}
+
+function legend(stretches) {
+  // a swatch for each speaker and each reason the timeline holds: kept above, dropped below
+  const seen = new Map();
+  for (const s of stretches) seen.set(s.what === "kept" ? `speaker ${s.speaker}` : s.what, s);
+  $("timeline-legend").replaceChildren(...[...seen].map(([name, s]) => {
+    const item = el("span", null, { class: "legend" });
+    const swatch = el("span", null, { class: "swatch" });
+    swatch.style.background = color(s);
+    item.append(swatch, name + " ");
+    return item;
+  }));
+}
+
+function playStretch(s) {
+  const audio = $("stretch-audio");
+  audio.src = url("/audio/recording", { dataset: state.dataset, n: recording.n, start: s.start, end: s.end });
+  audio.dataset.start = s.start;
+  audio.dataset.end = s.end;
+  $("stretch-info").textContent = `${fmt(s.start)}–${fmt(s.end)} s · ${s.what}` + (s.speaker ? ` · ${s.speaker}` : "") + (s.text ? ` · ${s.text}` : "");
+}
+
+function clickable(canvas, stretches, duration) {
+  canvas.onclick = (e) => {
+    const t = duration * e.offsetX / canvas.clientWidth;
+    const s = stretches.find((x) => x.start <= t && t < x.end);
+    if (s) playStretch(s);
+  };
+}
+
+async function loadRecordings(page = 0) {
+  const found = await api("/api/recordings", { dataset: state.dataset, page: page });
+  $("recordings").tBodies[0].replaceChildren(...found.rows.map((r) => {
+    const tr = el("tr", null, { "data-n": r.n });
+    tr.append(el("td", String(r.n)), el("td", r.recording), el("td", fmt(r.duration)), el("td", String(r.speakers)),
+      el("td", String(r.segments)), el("td", fmt(r.seconds.kept || 0)));
+    tr.onclick = () => loadTimeline(r.n);
+    return tr;
+  }));
+}
+
+async function loadTimeline(n) {
+  const found = await api("/api/timeline", { dataset: state.dataset, n: n });
+  Object.assign(recording, { n: n, duration: found.duration, shown: found.stretches });
+  const dropped = Object.entries(found.seconds).filter(([k]) => k !== "kept").map(([k, v]) => `${k} ${fmt(v)} s`).join(", ");
+  $("recording-title").textContent = `${found.recording}: ${fmt(found.duration)} s, ${found.speakers} speakers, ` +
+    `${fmt(found.seconds.kept || 0)} s kept` + (dropped ? `; dropped: ${dropped}` : "") + (found.error ? ` (${found.error})` : "");
+  $("recording-title").dataset.n = n;
+  legend(found.stretches);
+  drawTimeline($("timeline"), found.stretches, found.duration);
+  clickable($("timeline"), found.stretches, found.duration);
+  for (const [k, v] of Object.entries(found.settings)) $("try-" + k).value = v;
+  $("stretches").replaceChildren(...found.stretches.filter((s) => s.what !== "silence").map((s, k) => {
+    const li = el("li", `${fmt(s.start)}–${fmt(s.end)} s · ${s.what}` + (s.speaker ? ` · ${s.speaker}` : "") + (s.text ? ` · ${s.text}` : ""), { "data-what": s.what, "data-start": s.start, "data-end": s.end });
+    li.onclick = () => playStretch(s);
+    return li;
+  }));
+  $("try-info").textContent = "";
+  $("tried").getContext("2d").clearRect(0, 0, $("tried").width, $("tried").height);
+}
+
+$("try-form").onsubmit = async (e) => {
+  e.preventDefault();
+  const asked = { dataset: state.dataset, n: recording.n };
+  for (const k of ["max_pause", "min_segment", "max_segment", "cluster_similarity"]) asked[k] = $("try-" + k).value;
+  $("try-info").textContent = "cutting again (the first try of a recording runs its models: seconds)…";
+  let found;
+  try {
+    found = await api("/api/try_segment", asked);
+  } catch (err) {
+    $("try-info").textContent = err.message;
+    return;
+  }
+  const dropped = Object.entries(found.seconds).filter(([k]) => k !== "kept").map(([k, v]) => `${k} ${fmt(v)} s`).join(", ");
+  const info = $("try-info");
+  info.textContent = `tried: ${found.segments} segments, ${found.speakers} speakers, ${fmt(found.seconds.kept || 0)} s kept` +
+    (dropped ? `; dropped: ${dropped}` : "") + (found.whole ? "" : ` (the first ${fmt(found.tried_seconds)} s only)`) +
+    " — no transcripts are made again, so nothing is dropped for low confidence";
+  info.dataset.segments = found.segments;
+  info.dataset.speakers = found.speakers;
+  info.dataset.kept = found.seconds.kept || 0;
+  drawTimeline($("tried"), found.stretches, recording.duration);
+  clickable($("tried"), found.stretches, recording.duration);
+};
 
 loadDatasets().catch((e) => { document.body.prepend(el("p", e.message, { class: "error" })); });
