@@ -332,22 +332,13 @@ def wait_for(page, expression: str, arg=None, seconds: float = 300.0):
     return value
 
 
-def test_a_curator_filters_listens_moves_a_threshold_and_opens_a_reject_and_a_link(
-    split_run, chromium, tmp_path
-):
-    """The page opened by the link the server prints (its token becomes the page's cookie). A slow
-    answer on a busy machine is waited for (every wait up to 5 minutes), never failed on."""
+@contextmanager
+def browsing(chromium: str, url: str):
+    """(a page of the real Chromium open at `url`, the page's errors); closed after. Every wait is up
+    to 5 minutes: a busy machine's slow answer is waited for, never failed on."""
     from playwright.sync_api import sync_playwright
 
-    work, config = split_run
-    shots = Path(os.environ.get(SCREENSHOTS) or tmp_path)
-    noisy = dropped_below(work, "degraded", "dnsmos_bak", 3.0)
-    assert noisy  # the degraded dataset's noisy copy is dropped by the shipped dnsmos_bak filter
-    catalog = pd.read_parquet(work / "results" / "demo" / "catalog.parquet")
-    assert catalog.dnsmos_bak.nunique() > 10  # scores vary: a wrong sum could not pass
-    shots.mkdir(parents=True, exist_ok=True)
-    before = snapshot(work)
-    with running(work, config) as server, sync_playwright() as p:
+    with sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=chromium, args=["--autoplay-policy=no-user-gesture-required"]
         )
@@ -356,94 +347,111 @@ def test_a_curator_filters_listens_moves_a_threshold_and_opens_a_reject_and_a_li
             page.set_default_timeout(300_000)
             errors = []
             page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(server.url)
-            page.wait_for_selector("#cuts tbody tr")
+            page.goto(url)
+            yield page, errors
+        finally:
+            browser.close()
 
-            # filter on the server: the degraded dataset's dropped noisy cut, and nothing else
-            page.select_option("#dataset", "degraded")
-            wait_for(page, "document.querySelector('#dataset-info').textContent.includes('dropped')")
-            page.fill("#filter", "dnsmos_bak < 3.0")
-            page.click("#apply")
-            wait_for(page, f"document.querySelector('#page-info').dataset.total === '{len(noisy)}'")
-            shown = page.eval_on_selector_all("#cuts tbody tr", "rows => rows.map(r => r.dataset.cut)")
-            assert set(shown) == noisy
-            statuses = page.eval_on_selector_all(
-                "#cuts tbody td[data-column=status]", "cells => cells.map(c => c.textContent)"
-            )
-            assert statuses and all(s == "quality_dnsmos_bak" for s in statuses)
 
-            # play a kept cut of demo: the player's duration is the cut's, to a sample
-            page.select_option("#dataset", "demo")
-            page.fill("#filter", "split = train")
-            page.click("#apply")
-            wait_for(page, "document.querySelector('#page-info').dataset.total > 0")
-            first = page.eval_on_selector("#cuts tbody tr", "r => r.dataset.cut")
-            page.click("#cuts tbody tr")
-            page.wait_for_selector("#target-audio")
-            row = catalog.set_index("cut_id").loc[first]
-            duration = loaded(page, "#target-audio")
-            assert abs(duration - row.duration) <= 1 / row.sample_rate
-            page.evaluate(
-                "s => { const a = document.querySelector(s); a.muted = true; a.play(); }", "#target-audio"
-            )
-            wait_for(page, "document.querySelector('#target-audio').currentTime > 0.05")
-            wait_for(page, "document.querySelector('#cut-picture').naturalWidth > 0")
-            skipped = "document.querySelector('#dropped-chars').textContent"  # its tokenizers, built now
-            wait_for(page, f"{skipped} !== '…'")
-            symbols = page.evaluate(skipped)  # as many as the text stage counted for the cut
-            assert (symbols == "nothing") == (row.tokenizer_dropped_chars == 0), (symbols, row)
-            context = loaded(page, "#context-audio")
-            assert abs(context - row.context_duration) <= 1 / row.sample_rate
-            page.screenshot(path=str(shots / "explore-cuts.png"))
+def test_a_curator_filters_listens_moves_a_threshold_and_opens_a_reject_and_a_link(
+    split_run, chromium, tmp_path
+):
+    """The page opened by the link the server prints (its token becomes the page's cookie). A slow
+    answer on a busy machine is waited for (every wait up to 5 minutes), never failed on."""
+    work, config = split_run
+    shots = Path(os.environ.get(SCREENSHOTS) or tmp_path)
+    noisy = dropped_below(work, "degraded", "dnsmos_bak", 3.0)
+    assert noisy  # the degraded dataset's noisy copy is dropped by the shipped dnsmos_bak filter
+    catalog = pd.read_parquet(work / "results" / "demo" / "catalog.parquet")
+    assert catalog.dnsmos_bak.nunique() > 10  # scores vary: a wrong sum could not pass
+    shots.mkdir(parents=True, exist_ok=True)
+    before = snapshot(work)
+    with running(work, config) as server, browsing(chromium, server.url) as (page, errors):
+        page.wait_for_selector("#cuts tbody tr")
 
-            # move a threshold: the hours kept are the catalog's sum over the cuts at or above it
-            page.click("nav button[data-tab=thresholds]")
-            page.select_option("#metric", "dnsmos_bak")
-            value = float(np.quantile(catalog.dnsmos_bak, 0.3))
+        # filter on the server: the degraded dataset's dropped noisy cut, and nothing else
+        page.select_option("#dataset", "degraded")
+        wait_for(page, "document.querySelector('#dataset-info').textContent.includes('dropped')")
+        page.fill("#filter", "dnsmos_bak < 3.0")
+        page.click("#apply")
+        wait_for(page, f"document.querySelector('#page-info').dataset.total === '{len(noisy)}'")
+        shown = page.eval_on_selector_all("#cuts tbody tr", "rows => rows.map(r => r.dataset.cut)")
+        assert set(shown) == noisy
+        statuses = page.eval_on_selector_all(
+            "#cuts tbody td[data-column=status]", "cells => cells.map(c => c.textContent)"
+        )
+        assert statuses and all(s == "quality_dnsmos_bak" for s in statuses)
+
+        # play a kept cut of demo: the player's duration is the cut's, to a sample
+        page.select_option("#dataset", "demo")
+        page.fill("#filter", "split = train")
+        page.click("#apply")
+        wait_for(page, "document.querySelector('#page-info').dataset.total > 0")
+        first = page.eval_on_selector("#cuts tbody tr", "r => r.dataset.cut")
+        page.click("#cuts tbody tr")
+        page.wait_for_selector("#target-audio")
+        row = catalog.set_index("cut_id").loc[first]
+        duration = loaded(page, "#target-audio")
+        assert abs(duration - row.duration) <= 1 / row.sample_rate
+        page.evaluate(
+            "s => { const a = document.querySelector(s); a.muted = true; a.play(); }", "#target-audio"
+        )
+        wait_for(page, "document.querySelector('#target-audio').currentTime > 0.05")
+        wait_for(page, "document.querySelector('#cut-picture').naturalWidth > 0")
+        skipped = "document.querySelector('#dropped-chars').textContent"  # its tokenizers, built now
+        wait_for(page, f"{skipped} !== '…'")
+        symbols = page.evaluate(skipped)  # as many as the text stage counted for the cut
+        assert (symbols == "nothing") == (row.tokenizer_dropped_chars == 0), (symbols, row)
+        context = loaded(page, "#context-audio")
+        assert abs(context - row.context_duration) <= 1 / row.sample_rate
+        page.screenshot(path=str(shots / "explore-cuts.png"))
+
+        # move a threshold: the hours kept are the catalog's sum over the cuts at or above it
+        page.click("nav button[data-tab=thresholds]")
+        page.select_option("#metric", "dnsmos_bak")
+        value = float(np.quantile(catalog.dnsmos_bak, 0.3))
+        page.fill("#threshold-value", str(value))
+        page.dispatch_event("#threshold-value", "change")
+        wait_for(page, f"document.querySelector('#threshold-hours').dataset.value === '{value}'")
+        kept = float(page.get_attribute("#threshold-hours", "data-kept"))
+        expected = catalog.duration[catalog.dnsmos_bak >= np.float32(value)].sum() / 3600
+        assert kept == pytest.approx(expected) and 0 < kept < catalog.duration.sum() / 3600
+        page.wait_for_selector("#below li audio")
+        page.screenshot(path=str(shots / "explore-thresholds.png"))
+
+        # NeMo's threshold on the context similarity: at its documented 0.6 first, then the median
+        sims = catalog.context_similarity.astype(np.float32)
+        assert sims.nunique() > 10  # similarities vary: a wrong count could not pass
+        page.select_option("#metric", "context_similarity")
+        wait_for(page, "document.querySelector('#threshold-hours').dataset.metric.startsWith('context')")
+        assert page.get_attribute("#threshold-hours", "data-value") == "0.6"
+        assert page.is_disabled("#side") and "measured by ge2e, not TitaNet" in page.text_content(
+            "#threshold-scale"
+        )
+        for value in (0.6, float(np.quantile(sims.dropna(), 0.5))):
             page.fill("#threshold-value", str(value))
             page.dispatch_event("#threshold-value", "change")
             wait_for(page, f"document.querySelector('#threshold-hours').dataset.value === '{value}'")
-            kept = float(page.get_attribute("#threshold-hours", "data-kept"))
-            expected = catalog.duration[catalog.dnsmos_bak >= np.float32(value)].sum() / 3600
-            assert kept == pytest.approx(expected) and 0 < kept < catalog.duration.sum() / 3600
-            page.wait_for_selector("#below li audio")
-            page.screenshot(path=str(shots / "explore-thresholds.png"))
+            dropped = int(page.get_attribute("#threshold-hours", "data-cuts-dropped"))
+            assert dropped == (sims < np.float32(value)).sum()
+        assert 0 < dropped < len(catalog)
+        page.screenshot(path=str(shots / "explore-similarity.png"))
 
-            # NeMo's threshold on the context similarity: at its documented 0.6 first, then the median
-            sims = catalog.context_similarity.astype(np.float32)
-            assert sims.nunique() > 10  # similarities vary: a wrong count could not pass
-            page.select_option("#metric", "context_similarity")
-            wait_for(page, "document.querySelector('#threshold-hours').dataset.metric.startsWith('context')")
-            assert page.get_attribute("#threshold-hours", "data-value") == "0.6"
-            assert page.is_disabled("#side") and "measured by ge2e, not TitaNet" in page.text_content(
-                "#threshold-scale"
-            )
-            for value in (0.6, float(np.quantile(sims.dropna(), 0.5))):
-                page.fill("#threshold-value", str(value))
-                page.dispatch_event("#threshold-value", "change")
-                wait_for(page, f"document.querySelector('#threshold-hours').dataset.value === '{value}'")
-                dropped = int(page.get_attribute("#threshold-hours", "data-cuts-dropped"))
-                assert dropped == (sims < np.float32(value)).sum()
-            assert 0 < dropped < len(catalog)
-            page.screenshot(path=str(shots / "explore-similarity.png"))
-
-            # open a reject and hear it (read from its source), then an identity link's two clips
-            page.select_option("#dataset", "degraded")
-            page.click("nav button[data-tab=rejects]")
-            page.click("#reasons tr[data-reason=quality_dnsmos_bak]")
-            reject = loaded(page, "#reject-rows li audio")
-            assert reject > 1.0
-            page.screenshot(path=str(shots / "explore-rejects.png"))
-            page.click("nav button[data-tab=identity]")
-            durations = wait_for(
-                page,
-                "(() => { const a = [...document.querySelectorAll('#links li:first-child audio')];"
-                " return a.length === 2 && a.every(x => x.readyState >= 1) && a.map(x => x.duration); })()",
-            )
-            link = read_jsonl(work / "results" / "identity" / "links.jsonl")[0]
-            assert durations == pytest.approx([link["duration"], link["matched"]["duration"]], abs=1e-3)
-            page.screenshot(path=str(shots / "explore-identity.png"))
-            assert errors == []
-        finally:
-            browser.close()
+        # open a reject and hear it (read from its source), then an identity link's two clips
+        page.select_option("#dataset", "degraded")
+        page.click("nav button[data-tab=rejects]")
+        page.click("#reasons tr[data-reason=quality_dnsmos_bak]")
+        reject = loaded(page, "#reject-rows li audio")
+        assert reject > 1.0
+        page.screenshot(path=str(shots / "explore-rejects.png"))
+        page.click("nav button[data-tab=identity]")
+        durations = wait_for(
+            page,
+            "(() => { const a = [...document.querySelectorAll('#links li:first-child audio')];"
+            " return a.length === 2 && a.every(x => x.readyState >= 1) && a.map(x => x.duration); })()",
+        )
+        link = read_jsonl(work / "results" / "identity" / "links.jsonl")[0]
+        assert durations == pytest.approx([link["duration"], link["matched"]["duration"]], abs=1e-3)
+        page.screenshot(path=str(shots / "explore-identity.png"))
+        assert errors == []
     assert snapshot(work) == before  # looking changed nothing in the run's folder

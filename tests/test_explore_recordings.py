@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 import pytest
 import soundfile as sf
 import yaml
-from test_explore import SCREENSHOTS, get, loaded, running, snapshot, wait_for
+from test_explore import SCREENSHOTS, browsing, get, loaded, running, snapshot, wait_for
 
 from testkit import read_jsonl
 
@@ -122,22 +122,42 @@ def test_thresholds_tried_on_a_recording_cut_it_as_a_run_with_them_would(long_fo
             assert code == status and says in body["error"], (query, body)
 
 
+def test_thresholds_are_tried_before_a_run_once_the_recordings_are_planned(long_form, tmp_path):
+    """A folder where only the segment stage's plan is made (snakemake results/talks/segment/plan.json:
+    the recordings' headers read, nothing segmented): the explorer lists the recordings and tries
+    thresholds on them, as on the finished run."""
+    import shutil
+
+    work, config, stats, _ = long_form
+    planned = tmp_path / "w"
+    plan = planned / "results" / "talks" / "segment" / "plan.json"
+    plan.parent.mkdir(parents=True)
+    shutil.copy(work / "results" / "talks" / "segment" / "plan.json", plan)
+    with running(planned, config) as server, running(work, config) as finished:
+        [talks] = answer(server, "/api/datasets")
+        assert talks["long_form"] and talks["rows"] == 0
+        listed = answer(server, "/api/recordings", dataset="talks")
+        assert not listed["segmented"] and listed["settings"]["min_segment"] == 3.0
+        assert [(r["recording"], r["duration"]) for r in listed["rows"]] == [
+            (r["recording"], r["duration"]) for r in stats["per_recording"]
+        ]
+        code, body = ask(server, "/api/timeline", dataset="talks", n=0)
+        assert code == 404 and "not segmented yet" in body["error"]
+        for asked in ({}, {"min_segment": 12, "cluster_similarity": 0.5}):
+            tried = answer(server, "/api/try_segment", dataset="talks", n=0, **asked)
+            assert tried == answer(finished, "/api/try_segment", dataset="talks", n=0, **asked)
+            assert tried["segments"] > 0
+
+
 def test_a_curator_opens_a_recordings_timeline_hears_a_stretch_and_tries_a_threshold(
     long_form, chromium, tmp_path
 ):
-    from playwright.sync_api import sync_playwright
-
     work, config, _, manifest = long_form
     shots = Path(os.environ.get(SCREENSHOTS) or tmp_path)
-    with running(work, config) as server, sync_playwright() as p:
+    shots.mkdir(parents=True, exist_ok=True)
+    with running(work, config) as server:
         expected = answer(server, "/api/try_segment", dataset="talks", n=0, min_segment=12)
-        browser = p.chromium.launch(executable_path=chromium)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.set_default_timeout(300_000)
-            errors = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(server.url)
+        with browsing(chromium, server.url) as (page, errors):
             page.wait_for_selector("#recordings tbody tr", state="attached")  # on its hidden tab
             page.click("nav button[data-tab=recordings]")
             page.click("#recordings tbody tr[data-n='0']")
@@ -154,5 +174,3 @@ def test_a_curator_opens_a_recordings_timeline_hears_a_stretch_and_tries_a_thres
             assert int(page.get_attribute("#try-info", "data-segments")) == expected["segments"]
             page.screenshot(path=str(shots / "explore-recordings.png"))
             assert errors == []
-        finally:
-            browser.close()

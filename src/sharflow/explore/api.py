@@ -88,7 +88,7 @@ def datasets(explorer, q: dict) -> list[dict]:
                     {"name": f.name, "type": str(f.type)} for f in table.schema if f.name != query.ORDER
                 ],
                 "metrics": thresholds.thresholdable(table),
-                "long_form": os.path.exists(ds.files.segment_stats),
+                "long_form": os.path.exists(ds.files.segment_plan),
             }
         )
     return out
@@ -307,10 +307,14 @@ def picture(explorer, q: dict) -> tuple[bytes, str]:
 
 
 def _segment_stats(explorer, dataset: Dataset) -> dict:
-    path = dataset.files.segment_stats
-    if not os.path.exists(path):
+    """The segment stage's stats, or before its merge the plan's recordings in their form (each one's
+    path and length; what became of its seconds unknown yet)."""
+    files = dataset.files
+    if os.path.exists(files.segment_stats):
+        return explorer.json(files.segment_stats)
+    if not os.path.exists(files.segment_plan):
         raise NotFound(f"dataset {dataset.name} is not long_form: it has no recordings")
-    return explorer.json(path)
+    return recordings.planned_stats(explorer.json(files.segment_plan))
 
 
 def _recording(explorer, q: dict) -> tuple[Dataset, dict, int, dict]:
@@ -326,7 +330,13 @@ def _recording(explorer, q: dict) -> tuple[Dataset, dict, int, dict]:
 
 def recording_list(explorer, q: dict) -> dict:
     stats = _segment_stats(explorer, _dataset(explorer, q))
-    return recordings.recordings_page(stats, _int(q, "page", 0, 0, MAX_PAGE_NUMBER), RECORDINGS_PAGE)
+    found = recordings.recordings_page(stats, _int(q, "page", 0, 0, MAX_PAGE_NUMBER), RECORDINGS_PAGE)
+    return {**found, "segmented": not stats.get("planned_only"), "settings": _thresholds(explorer)}
+
+
+def _thresholds(explorer) -> dict:
+    """The run's values of the thresholds a try may change."""
+    return recordings.thresholds_of(explorer.segment_settings.turns, explorer.segment_settings.cut)
 
 
 def _result(explorer, dataset: Dataset, n: int) -> dict:
@@ -341,13 +351,17 @@ def _result(explorer, dataset: Dataset, n: int) -> dict:
 
 def timeline(explorer, q: dict) -> dict:
     dataset, stats, n, _ = _recording(explorer, q)
+    if stats.get("planned_only"):
+        raise NotFound(
+            f"dataset {dataset.name} recording {n} is not segmented yet: try thresholds on it, or run the "
+            "segment stage (snakemake results/<dataset>/segment/stats.json) for its timeline"
+        )
     result = _result(explorer, dataset, n)
     manifest = explorer.confine(dataset.files.segment_manifest)
     first = recordings.first_line(stats, n)
     lines = [explorer.lines.row(manifest, first + k) for k in range(len(result["segments"]))]
     names = [parse_speaker(line["speaker"]).speaker_id for line in lines]
-    settings = recordings.thresholds_of(explorer.segment_settings.turns, explorer.segment_settings.cut)
-    return {"n": n, **recordings.timeline(result, names), "settings": settings}
+    return {"n": n, **recordings.timeline(result, names), "settings": _thresholds(explorer)}
 
 
 def try_segment(explorer, q: dict) -> dict:

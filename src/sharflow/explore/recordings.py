@@ -51,6 +51,16 @@ def recordings_page(stats: dict, number: int, size: int) -> dict:
     }
 
 
+def planned_stats(plan: dict) -> dict:
+    """The segment plan's recordings as the stats list them, before any is segmented: their path
+    and length only (`planned_only`)."""
+    rows = [
+        {"recording": r["path"], "duration": r["duration"], "speakers": None, "segments": None, "seconds": {}}
+        for r in plan["recordings"]
+    ]
+    return {"per_recording": rows, "planned_only": True}
+
+
 def first_line(stats: dict, n: int) -> int:
     """The segment manifest's line of recording `n`'s first segment."""
     return sum(row["segments"] for row in stats["per_recording"][:n])

@@ -26,7 +26,7 @@ from sharflow.core.metrics import METRICS
 from sharflow.core.shar_fields import open_cuts
 from sharflow.core.shar_index import indexed_line
 from sharflow.core.splits import TRAIN
-from sharflow.dataset.catalog import STRING
+from sharflow.dataset.catalog import STRING, catalog_schema
 from sharflow.explore.query import add_order
 from sharflow.explore.roots import Roots
 from sharflow.io import containers
@@ -57,6 +57,13 @@ class Dataset:
         """The catalog's rows (status `kept`; with quality.action `mark`, a marked cut's verdict is its
         validation_status column) then the quality-dropped records, with the ORDER column; built once,
         on first use."""
+        if not os.path.exists(self.files.catalog):  # a long_form dataset not run past its segments yet
+            return add_order(
+                catalog_schema([], [], False)
+                .empty_table()
+                .append_column(STATUS, pa.array([], pa.dictionary(pa.int32(), pa.string())))
+                .append_column(DETAIL, pa.nulls(0, STRING))
+            )
         catalog = pq.read_table(self.roots.confine(self.files.catalog))
         n = catalog.num_rows
         kept = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array([KEPT]))
@@ -204,9 +211,9 @@ class Run:
             files = DatasetFiles(str(self.root / RESULTS / name))
             if os.path.exists(files.shard_plan):
                 files = files.as_planned()
-            if not os.path.exists(files.catalog):
+            if not os.path.exists(files.catalog) and not os.path.exists(files.segment_plan):
                 log.warning("dataset %s has no catalog (%s): not shown", name, files.catalog)
-                continue
+                continue  # a long_form dataset is shown once its recordings are planned (Recordings)
             self.datasets[name] = Dataset(name, files, self.audio_roots[name], self.roots, audio_format)
 
     def dataset(self, name: str) -> Dataset | None:

@@ -60,6 +60,7 @@ async function chooseDataset(name) {
   $("recordings-tab").hidden = !d.long_form;
   if (!d.long_form && !$("tab-recordings").hidden) document.querySelector("nav button[data-tab=cuts]").click();
   await Promise.all([loadCuts(), loadReasons(), d.long_form ? loadRecordings(0) : null]);
+  if (d.long_form && !d.rows) document.querySelector("nav button[data-tab=recordings]").click(); // not run past its segments
   if (d.metrics.length) await loadThreshold(null, null);
 }
 
@@ -320,18 +321,32 @@ function clickable(canvas, stretches, duration) {
 
 async function loadRecordings(page = 0) {
   const found = await api("/api/recordings", { dataset: state.dataset, page: page });
+  recording.settings = found.settings;
   $("recordings").tBodies[0].replaceChildren(...found.rows.map((r) => {
     const tr = el("tr", null, { "data-n": r.n });
-    tr.append(el("td", String(r.n)), el("td", r.recording), el("td", fmt(r.duration)), el("td", String(r.speakers)),
-      el("td", String(r.segments)), el("td", fmt(r.seconds.kept || 0)));
-    tr.onclick = () => loadTimeline(r.n);
+    tr.append(el("td", String(r.n)), el("td", r.recording), el("td", fmt(r.duration)), el("td", fmt(r.speakers)),
+      el("td", fmt(r.segments)), el("td", fmt(r.seconds.kept)));
+    tr.onclick = () => loadTimeline(r.n, r);
     return tr;
   }));
 }
 
-async function loadTimeline(n) {
-  const found = await api("/api/timeline", { dataset: state.dataset, n: n });
-  Object.assign(recording, { n: n, duration: found.duration, shown: found.stretches });
+async function loadTimeline(n, row) {
+  // the run's thresholds to start from; a recording not segmented yet has no timeline, but can be tried
+  Object.assign(recording, { n: n, duration: row.duration, shown: [] });
+  for (const [k, v] of Object.entries(recording.settings)) $("try-" + k).value = v;
+  $("try-info").textContent = "";
+  for (const id of ["timeline", "tried"]) $(id).getContext("2d").clearRect(0, 0, $(id).width, $(id).height);
+  $("stretches").replaceChildren();
+  let found;
+  try {
+    found = await api("/api/timeline", { dataset: state.dataset, n: n });
+  } catch (err) {
+    $("recording-title").textContent = `${row.recording}: ${err.message}`;
+    $("recording-title").dataset.n = n;
+    return;
+  }
+  Object.assign(recording, { duration: found.duration, shown: found.stretches });
   const dropped = Object.entries(found.seconds).filter(([k]) => k !== "kept").map(([k, v]) => `${k} ${fmt(v)} s`).join(", ");
   $("recording-title").textContent = `${found.recording}: ${fmt(found.duration)} s, ${found.speakers} speakers, ` +
     `${fmt(found.seconds.kept || 0)} s kept` + (dropped ? `; dropped: ${dropped}` : "") + (found.error ? ` (${found.error})` : "");
@@ -339,14 +354,11 @@ async function loadTimeline(n) {
   legend(found.stretches);
   drawTimeline($("timeline"), found.stretches, found.duration);
   clickable($("timeline"), found.stretches, found.duration);
-  for (const [k, v] of Object.entries(found.settings)) $("try-" + k).value = v;
   $("stretches").replaceChildren(...found.stretches.filter((s) => s.what !== "silence").map((s, k) => {
     const li = el("li", `${fmt(s.start)}–${fmt(s.end)} s · ${s.what}` + (s.speaker ? ` · ${s.speaker}` : "") + (s.text ? ` · ${s.text}` : ""), { "data-what": s.what, "data-start": s.start, "data-end": s.end });
     li.onclick = () => playStretch(s);
     return li;
   }));
-  $("try-info").textContent = "";
-  $("tried").getContext("2d").clearRect(0, 0, $("tried").width, $("tried").height);
 }
 
 $("try-form").onsubmit = async (e) => {
