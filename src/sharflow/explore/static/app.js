@@ -338,6 +338,7 @@ async function loadTimeline(n, row) {
   $("try-info").textContent = "";
   for (const id of ["timeline", "tried"]) $(id).getContext("2d").clearRect(0, 0, $(id).width, $(id).height);
   $("stretches").replaceChildren();
+  $("timeline-legend").replaceChildren();
   let found;
   try {
     found = await api("/api/timeline", { dataset: state.dataset, n: n });
