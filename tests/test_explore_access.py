@@ -141,6 +141,14 @@ def test_a_page_and_a_row_found_by_offset_are_those_of_a_read_from_the_top(
         assert files.page(str(path), number) == expected
     for n in (0, lines // 2, lines - 1, lines, lines + 100):
         assert files.row(str(path), n) == (rows[n] if 0 <= n < lines else None)
+    for first, count in (
+        (0, 3),
+        (PAGE_SIZE - 2, 5),
+        (lines // 2, 2 * PAGE_SIZE + 1),
+        (lines - 1, 4),
+        (lines, 2),
+    ):
+        assert files.rows(str(path), first, count) == rows[first : first + count]  # across page edges
     assert index_lines(str(path), (0, 0)).starts.nbytes <= 8 * max(pages, 1)  # one offset a page
 
 

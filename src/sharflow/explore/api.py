@@ -359,7 +359,7 @@ def timeline(explorer, q: dict) -> dict:
     result = _result(explorer, dataset, n)
     manifest = explorer.confine(dataset.files.segment_manifest)
     first = recordings.first_line(stats, n)
-    lines = [explorer.lines.row(manifest, first + k) for k in range(len(result["segments"]))]
+    lines = explorer.lines.rows(manifest, first, len(result["segments"]))
     names = [parse_speaker(line["speaker"]).speaker_id for line in lines]
     return {"n": n, **recordings.timeline(result, names), "settings": _thresholds(explorer)}
 
