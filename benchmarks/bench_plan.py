@@ -21,8 +21,13 @@ accuracy the full comparison measures.
 With `--against DIR` (a finished run of the same `--copies`) it makes only the plan, from its own
 `--sample`, and sets it against the run in DIR: one run measures the plans of several sample sizes.
 
+With `--long-form N` the corpus is instead N long recordings of the long-form test corpus
+(benchmarks/longform/corpus.py: 2-4 of the demo's voices each, `--minutes` long) as one long_form
+dataset: the plan reads their headers, the calibration segments `--sample-hours` of them (and a
+quarter of those), and the plan estimates the segments' records from what those gave.
+
     .venv/bin/python benchmarks/bench_plan.py [--copies 20] [--sample 300] [--shard-size 64] [--plan-only]
-        [--work DIR] [--against DIR] [--report-only]
+        [--work DIR] [--against DIR] [--report-only] [--long-form 12 --minutes 3 6 --sample-hours 0.25]
 """
 
 import argparse
@@ -68,13 +73,24 @@ def build(work: Path, copies: int) -> tuple[str, str]:
     return str(manifest), str(root)
 
 
-def config(manifest: str, root: str, sample: int, shard_size: int) -> dict:
+def build_long_form(work: Path, recordings: int, minutes: tuple[float, float]) -> tuple[None, str]:
+    """(no manifest, the recordings' folder) of a long-form corpus."""
+    from longform.corpus import write_corpus
+
+    write_corpus(work / "recordings", recordings, minutes, seed=0)
+    return None, str(work / "recordings")
+
+
+def config(manifest: str | None, root: str, args) -> dict:
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
-    cfg["datasets"] = {"bench": {"manifest": manifest, "audio_root": root, "language": "en"}}
-    for codec in cfg["codecs"].values():
-        codec["random_from_config"] = str(REPO / codec["random_from_config"])
-    cfg["shar"]["shard_size"] = shard_size
-    cfg["plan"] = {"sample_records": sample}
+    dataset = {"manifest": manifest, "audio_root": root, "language": "en"}
+    if manifest is None:
+        dataset["format"] = "long_form"
+    cfg["datasets"] = {"bench": dataset}
+    for block in (*cfg["codecs"].values(), cfg["segment"]["asr"]):
+        block["random_from_config"] = str(REPO / block["random_from_config"])
+    cfg["shar"]["shard_size"] = args.shard_size
+    cfg["plan"] = {"sample_records": args.sample, "sample_hours": args.sample_hours}
     return cfg
 
 
@@ -109,13 +125,18 @@ def main() -> None:
         help="a finished --work folder of the same --copies: make only the plan here (its own --sample) and "
         "set it against that folder's run",
     )
+    ap.add_argument("--long-form", type=int, default=0, help="N long recordings instead of the demo copies")
+    ap.add_argument("--minutes", type=float, nargs=2, default=(3.0, 6.0), help="their lengths (--long-form)")
+    ap.add_argument("--sample-hours", type=float, default=0.5, help="plan.sample_hours (--long-form)")
     args = ap.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="bench_plan_"))
     configfile = work / "config.yaml"
     if not args.report_only:
-        manifest, root = build(work / "corpus", args.copies)
-        cfg = config(manifest, root, args.sample, args.shard_size)
-        configfile.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        if args.long_form:
+            manifest, root = build_long_form(work / "corpus", args.long_form, tuple(args.minutes))
+        else:
+            manifest, root = build(work / "corpus", args.copies)
+        configfile.write_text(yaml.safe_dump(config(manifest, root, args), sort_keys=False))
     if args.plan_only:
         plan_wall = snakemake(work, configfile, "plan")
         plan = json.loads((work / "results" / "plan" / "plan.json").read_text())
@@ -139,7 +160,10 @@ def main() -> None:
     resources = yaml.safe_load((work / "results" / "plan" / "resources.yaml").read_text())
     result = compare(plan, resources, ran / "logs")
     d = plan["datasets"]["bench"]
-    print(f"corpus: {d['records']} records, {d['seconds'] / 3600:.2f} h; sample {d['sample_records']}\n")
+    print(f"corpus: {d['records']} records, {d['seconds'] / 3600:.2f} h; sample {d['sample_records']}")
+    if d.get("long_form"):
+        print(long_form_line(d, ran))
+    print()
     print(compare_markdown(result))
     run_total = result["total"]["measured_cpu_s"]
     disk_plan = sum(v["bytes"] for k, v in plan["disk"].items() if not k.startswith("models"))
@@ -158,6 +182,24 @@ def main() -> None:
     )
     print(calibration_points(work, ran, plan))
     print(f"work folder: {work}")
+
+
+def long_form_line(d: dict, ran: Path) -> str:
+    """The long recordings' planned records and audio (estimated from the calibration's segments)
+    against what the run's segment stage and prepare gave."""
+    records, seconds = 0, 0.0
+    with open(ran / "results" / "bench" / "prepare" / "prepared.jsonl", encoding="utf-8") as f:
+        for line in f:
+            records += 1
+            seconds += json.loads(line)["duration"]
+    return (
+        f"long recordings: {d['recordings']} ({d['recording_seconds'] / 3600:.2f} h), the calibration's "
+        f"{d['sample_recordings']} ({d['sample_recording_seconds'] / 3600:.2f} h) and "
+        f"{d['small_recordings']}; "
+        f"records planned {d['records']:,}, the run's {records:,} ({d['records'] / records:.2f}); "
+        f"audio planned {d['seconds'] / 3600:.3f} h, the run's {seconds / 3600:.3f} h "
+        f"({d['seconds'] / seconds:.2f})"
+    )
 
 
 def calibration_points(work: Path, ran: Path, plan: dict) -> str:

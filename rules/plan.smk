@@ -1,7 +1,7 @@
 # The cost plan (docs: cost): snakemake --profile <profile> plan
 rule calibration_sample:
     input:
-        prepared=DS.prepared,
+        unpack(get_calibration_source),
     output:
         sample=layout.calibration_sample("{dataset}"),
         small=layout.calibration_small("{dataset}"),
@@ -10,6 +10,7 @@ rule calibration_sample:
         layout.log("calibration_sample", "{dataset}"),
     params:
         size=config["plan"]["sample_records"],
+        hours=config["plan"]["sample_hours"],
         seed=config["plan"]["seed"],
     resources:
         mem_mb=RESOURCES.mem_mb("calibration_sample"),
@@ -60,7 +61,7 @@ rule cost_plan:
         datasets=DATASETS,
         slots=workflow.nodes or workflow.cores,
         logs=layout.LOGS,
-        inputs={ds: corpus_files(ds) for ds in DATASETS},
+        inputs={ds: get_plan_inputs(ds) for ds in DATASETS},
     script:
         "../workflow_scripts/cost_plan.py"
 

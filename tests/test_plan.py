@@ -99,15 +99,16 @@ def test_the_calibration_takes_over_where_jobs_go_and_nothing_else():
 def test_the_calibration_config_reads_each_sample_with_absolute_paths(tmp_path):
     config = yaml.safe_load((DEMO.parent / "config" / "config.yaml").read_text())
     config.update(publish={"url": "s3://bucket/x"}, training={"path_prefix": "s3://bucket/x"})
+    config["segment"]["parts"] = 3
     samples = {"demo": "s/demo.jsonl", "degraded": "s/degraded.jsonl", "talks": "s/talks.jsonl"}
     cal = calibration_config(config, samples, DEMO.parent)
     assert cal["datasets"]["demo"]["manifest"] == str((Path("s/demo.jsonl")).resolve())
     assert cal["datasets"]["demo"]["audio_root"] == str(DEMO / "audio")
     assert cal["datasets"]["degraded"]["format"] == "nemo" and cal["datasets"]["degraded"]["recipe"] is None
-    # the long recordings' sample is of their segments (prepare read the segment manifest), spans of the files
-    assert cal["datasets"]["talks"]["format"] == "nemo" and cal["datasets"]["talks"]["audio_root"] == str(
-        DEMO / "longform"
-    )
+    # the long recordings' sample is a listing of some of them, which the calibration segments
+    talks = cal["datasets"]["talks"]
+    assert talks["format"] == "long_form" and talks["audio_root"] == str(DEMO / "longform")
+    assert talks["manifest"] == str(Path("s/talks.jsonl").resolve()) and cal["segment"]["parts"] == 1
     assert cal["codecs"]["tiny_nemo"]["random_from_config"] == str(
         DEMO.parent / "config/models/tiny_codec.yaml"
     )
@@ -181,6 +182,106 @@ def test_each_rule_scales_by_what_drives_it_per_dataset():
     # a job's predicted length: its fixed part and its share of the per-unit time (wall: 1 s of
     # start-up + wall 9 s in both runs: all fixed, 10 s)
     assert q.job_wall_s == pytest.approx(10.0)
+
+
+def test_a_long_form_datasets_segment_stage_and_prepare_scale_by_what_its_sampled_recordings_gave():
+    """A long_form dataset (talks: 10 hours of recordings, 1 hour sampled, 0.25 h in the small run)
+    beside one prepared in full (a): its segment parts scale by seconds of recording, its prepare by
+    the segments' records; a's prepare is as it ran, and the full run's segment jobs of talks (an
+    earlier run's) are not read as the plan's."""
+    talks = Scale(2000, 9000.0, 200, 900.0, 50, 225.0, 36000.0, 3600.0, 900.0, long_form=True)
+    assert talks.units("recordings", "small") == 900.0 and talks.ratio("recordings") == 10.0
+    scales = {"a": Scale(1000, 4000.0, 100, 800.0, 25, 200.0), "talks": talks}
+    assert not scales["a"].long_form and scales["a"].units("recordings", "full") == 0.0
+    sample = [
+        cost("segment_plan", "talks", cpu=3.0),  # the sample's plan: not the corpus's
+        cost("segment_part", "talks", cpu=20.0 + 0.5 * 3600),  # 20 s fixed + 0.5 s a second of recording
+        cost("segment_merge", "talks", cpu=1.0),
+        cost("prepare", "talks", cpu=2.0 + 0.01 * 200),  # 2 s + 0.01 s a record (segment)
+        cost("prepare", "a", cpu=99.0),  # the calibration's own prepare of a prepared dataset
+    ]
+    small = [
+        cost("segment_part", "talks", cpu=20.0 + 0.5 * 900),
+        cost("segment_merge", "talks", cpu=1.0),
+        cost("prepare", "talks", cpu=2.0 + 0.01 * 50),
+    ]
+    actual = [
+        cost("prepare", "a", cpu=700.0),
+        cost("segment_plan", "talks", cpu=30.0),  # the full run's plan (headers of every recording)
+        cost("segment_part", "talks", cpu=9999.0),  # an earlier full run's: not the plan's
+    ]
+    config = {**CONFIG, "segment": {"parts": 4}}
+    rules = plan_rules(sample, small, actual, scales, config, shards={})
+    seg = rules["segment_part"]
+    assert seg.driver == "recordings" and seg.jobs == 4 and seg.gpu
+    assert seg.cpu_s == pytest.approx(4 * 20.0 + 0.5 * 36000) and seg.fixed_cpu_s == pytest.approx(80.0)
+    assert rules["segment_merge"].cpu_s == pytest.approx(1.0) and not rules["segment_merge"].grew
+    assert rules["segment_plan"].cpu_s == 30.0 and rules["segment_plan"].driver == "actual"
+    prep = rules["prepare"]  # talks scaled by its records, a as it ran
+    assert prep.driver == "records" and prep.jobs == 2
+    assert prep.cpu_s == pytest.approx(700.0 + 2.0 + 0.01 * 2000)
+
+
+def test_a_long_form_datasets_records_are_estimated_from_its_sampled_recordings(tmp_path):
+    """The calibration's sample of a long_form dataset is whole recordings in a seeded order until
+    its hours, the small run a quarter of their seconds; the plan counts the segments the calibration
+    prepared from each and estimates the corpus's records and seconds per second of recording."""
+    from sharflow.core import layout
+    from sharflow.plan.build import segmented_summary
+    from sharflow.plan.sample import draw_recordings
+    from sharflow.segment.dataset import list_recordings
+
+    rows = [
+        {"path": f"r{i}.flac", "language": "de" if i % 2 else "en", "speakers": ["x"] * (i % 3),
+         "duration": 600.0 + 60 * i, "stamp": [1, 2]}
+        for i in range(30)
+    ]  # fmt: skip
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"recordings": rows, "parts": [list(range(30))], "hours": 0.0}))
+    out, small = tmp_path / "talks.jsonl", tmp_path / "talks.small.jsonl"
+    summary = draw_recordings(str(plan), str(out), str(small), hours=2.0, seed=0)
+    chosen = list_recordings(str(tmp_path), str(out), "en")
+    paths = [r.path for r in chosen]
+    assert paths == sorted(paths, key=lambda p: int(p[1:-5]))  # in the dataset's order
+    seconds = {r["path"]: r["duration"] for r in rows}
+    taken = sum(seconds[p] for p in paths)
+    assert 2 * 3600 <= taken < 2 * 3600 + max(seconds.values())  # whole recordings until 2 hours
+    assert 1 < len(chosen) < 30 and paths != [f"r{i}.flac" for i in range(len(chosen))]  # not the first
+    by_path = {r["path"]: r for r in rows}
+    assert all(r.language == by_path[r.path]["language"] for r in chosen)
+    assert all(list(r.speakers) == by_path[r.path]["speakers"] for r in chosen)
+    few = [r.path for r in list_recordings(str(tmp_path), str(small), "en")]
+    assert set(few) < set(paths) and sum(seconds[p] for p in few) >= taken / 4
+    assert sum(seconds[p] for p in few[:-1]) < taken / 4 + max(seconds.values())
+    assert summary == {
+        "long_form": True, "recordings": 30, "recording_seconds": sum(seconds.values()),
+        "sample_recordings": len(paths), "sample_recording_seconds": taken,
+        "small_recordings": len(few), "small_recording_seconds": sum(seconds[p] for p in few),
+    }  # fmt: skip
+    again = tmp_path / "again.jsonl"
+    assert draw_recordings(str(plan), str(again), str(tmp_path / "s2.jsonl"), 2.0, 0) == summary
+    assert again.read_bytes() == out.read_bytes()  # seeded
+    other = draw_recordings(str(plan), str(tmp_path / "o.jsonl"), str(tmp_path / "o2.jsonl"), 2.0, 1)
+    assert (tmp_path / "o.jsonl").read_bytes() != out.read_bytes() and other["recordings"] == 30
+    whole = draw_recordings(str(plan), str(tmp_path / "w.jsonl"), str(tmp_path / "w2.jsonl"), 100.0, 0)
+    assert whole["sample_recordings"] == 30  # a dataset under the sample's hours: all of it
+    # the calibration cut the sample into 120 records of 8 s, the small run into 40 of 7 s
+    for run, n, each in (("sample", 120, 8.0), ("small", 40, 7.0)):
+        prepared = tmp_path / run / layout.dataset_files("talks").prepared
+        write_jsonl(prepared, [{"audio_filepath": "x", "duration": each}] * n)
+    full = segmented_summary(summary, "talks", tmp_path / "sample", tmp_path / "small")
+    ratio = summary["recording_seconds"] / taken
+    assert full["estimated"] and full["sample_records"] == 120 and full["small_seconds"] == 280.0
+    assert full["records"] == round(120 * ratio) and full["seconds"] == pytest.approx(960.0 * ratio, abs=1e-3)
+
+
+def test_a_jobs_dataset_is_read_from_its_logs_path_at_any_depth(tmp_path):
+    for path in ("prepare/demo", "quality_part/demo/part-0", "codes_shard/demo/dev_seen/tiny/0", "input_cfg"):
+        (tmp_path / "logs" / path).parent.mkdir(parents=True, exist_ok=True)
+        with job_log(str(tmp_path / "logs" / f"{path}.log")):
+            pass
+    jobs = {j.rule: j.dataset for j in read_job_costs(tmp_path / "logs", {"demo", "part-0"})}
+    assert jobs == {"prepare": "demo", "quality_part": "demo", "codes_shard": "demo", "input_cfg": None}
 
 
 def test_a_whole_dataset_jobs_memory_grows_by_its_benchmarked_bytes_a_record():
@@ -325,8 +426,13 @@ def test_a_job_writes_its_cost_beside_its_log(tmp_path):
 
 
 def run_plan(work):
-    """`snakemake plan` on the demo, its sample 24 records (conftest's planned_demo, in the background)."""
-    return work, run_snakemake(work, demo_config(plan={"sample_records": 24}), "plan", timeout=1800)
+    """`snakemake plan` on the demo and its long recordings (talks), the demo's sample 24 records
+    (conftest's planned_demo, in the background)."""
+    return work, run_snakemake(work, planned_config(), "plan", timeout=1800)
+
+
+def planned_config(**overrides) -> dict:
+    return demo_config(talks=True, plan={"sample_records": 24}, **overrides)
 
 
 def test_snakemake_plan_calibrates_on_a_sample_and_plans_every_stage(planned_demo):
@@ -335,7 +441,7 @@ def test_snakemake_plan_calibrates_on_a_sample_and_plans_every_stage(planned_dem
     assert plan["datasets"]["demo"]["records"] == 56 and plan["datasets"]["demo"]["sample_records"] == 24
     assert len(read_jsonl(work / "results/plan/calibration/samples/demo.jsonl")) == 24
     assert list(plan["stages"]) == [
-        "prepare", "text", "quality", "context", "shar", "codes", "dataset", "verify", "report"
+        "segment", "prepare", "text", "quality", "context", "shar", "codes", "dataset", "verify", "report"
     ]  # fmt: skip
     for stage, s in plan["stages"].items():
         assert s["cpu_s"] > 0 and s["jobs"] >= 1 and s["peak_rss_mb"] > 0, stage
@@ -343,14 +449,27 @@ def test_snakemake_plan_calibrates_on_a_sample_and_plans_every_stage(planned_dem
     # folder of its own
     assert len(read_jsonl(work / "results/plan/calibration/samples/demo.small.jsonl")) == 6
     for run, most in (("sample", 24), ("small", 6)):
-        stats = (work / "results/plan/calibration" / run / "results").rglob("shar_stats.json")
+        stats = (work / "results/plan/calibration" / run / "results/demo").rglob("shar_stats.json")
         assert 0 < sum(json.loads(p.read_text())["cuts"] for p in stats) <= most, run
         assert (work / "results/plan/calibration" / run / "logs/codes_merge").is_dir()
-    assert plan["stages"]["quality"]["rules"]["quality_part"]["jobs"] == 2  # the real run's parts
+    assert plan["stages"]["quality"]["rules"]["quality_part"]["jobs"] == 2 * 2  # the real run's parts a dataset
     # a 56-record corpus from a 24-record sample: the audio stages scale by more than 1
     q = plan["stages"]["quality"]["rules"]["quality_part"]
     assert q["cpu_s"] > q["calibration_cpu_s"] - 1e-6
-    assert "text_normalizer" in plan["not_scaled"] and "prepare" in plan["not_scaled"]
+    assert "text_normalizer" in plan["not_scaled"] and "segment_plan" in plan["not_scaled"]
+    # the long recordings (talks: 2 of 75 s, all in the sample, one in the small run) were segmented in
+    # the calibration alone; their records are the segments it prepared, per second of recording
+    talks = plan["datasets"]["talks"]
+    assert (talks["recordings"], talks["sample_recordings"], talks["small_recordings"]) == (2, 2, 1)
+    assert talks["estimated"] and talks["records"] == talks["sample_records"] > talks["small_records"] > 0
+    assert len(read_jsonl(work / "results/plan/calibration/samples/talks.small.jsonl")) == 1
+    assert (work / "results/talks/segment/plan.json").is_file()
+    assert not (work / "results/talks/segment/manifest.jsonl").exists()  # not segmented in full
+    assert not (work / "results/talks/prepare").exists()
+    segment = plan["stages"]["segment"]["rules"]
+    assert segment["segment_part"]["driver"] == "recordings" and segment["segment_part"]["jobs"] == 1
+    assert segment["segment_part"]["cpu_s"] > 0 and plan["stages"]["segment"]["gpu_s"] > 0
+    assert plan["stages"]["prepare"]["rules"]["prepare"]["driver"] == "records"  # talks's; demo's as it ran
     # rules whose cost did not grow above noise are named, not scaled (which varies by run: those of
     # per-record work do grow)
     assert "quality_part" not in plan["not_grown"] and "context_merge" in plan["not_grown"]
@@ -359,20 +478,21 @@ def test_snakemake_plan_calibrates_on_a_sample_and_plans_every_stage(planned_dem
         assert rule["driver"] in ("audio", "records")
     assert plan["disk"]["shar audio"]["bytes"] > plan["disk"]["shar audio"]["calibration_bytes"]
     page = (work / "results/plan/plan.md").read_text()
-    assert "| quality (GPU) |" in page and "Most of the bill" in page
+    assert "| quality (GPU) |" in page and "Most of the bill" in page and "| segment (GPU) |" in page
+    assert "~ talks is long recordings: 2 of them" in page and "| talks | ~" in page
     assert (
         f"noise (0.2 s or 10 %) from the small sample to the sample: {', '.join(plan['not_grown'])}." in page
     )
     assert "| quality (GPU) |" in proc.stdout  # printed in the terminal
     path = plan["critical_path"]  # the spine's jobs for this corpus, summed, its longest named
-    assert [rule for rule, _ in path["steps"]][:3] == ["prepare", "text_merge", "quality_merge"]
+    assert [rule for rule, _ in path["steps"]][:4] == ["segment_plan", "segment_merge", "prepare", "text_merge"]
     assert path["longest"] in dict(path["steps"]) and path["wall_s"] == round(
         sum(w for _, w in path["steps"]), 1
     )
     assert f"the longest is {path['longest']}" in proc.stdout
     table = yaml.safe_load((work / "results/plan/resources.yaml").read_text())
     assert {"quality_part", "context_part", "codes_block", "shar_block", "text_part", "verify"} <= set(table)
-    assert plan["stages"]["text"]["rules"]["text_part"]["jobs"] == 1  # the shipped config's text.parts
+    assert plan["stages"]["text"]["rules"]["text_part"]["jobs"] == 2  # the shipped config's text.parts a dataset
 
 
 def test_a_run_after_the_plan_asks_for_the_plans_resources(planned_demo):
@@ -380,22 +500,23 @@ def test_a_run_after_the_plan_asks_for_the_plans_resources(planned_demo):
 
     work, _ = planned_demo
     table = yaml.safe_load((work / "results/plan/resources.yaml").read_text())
-    jobs = slurm_dry_run(work, demo_config(plan={"sample_records": 24}))
+    jobs = slurm_dry_run(work, planned_config())
     # a dry run shows every stage of the plan, the shard jobs behind the checkpoint included
-    dry = run_snakemake(work, demo_config(plan={"sample_records": 24}), "-n")
+    dry = run_snakemake(work, planned_config(), "-n")
     assert "sharflow: the cost plan" in dry.stderr + dry.stdout
     assert "codes (GPU)" in dry.stderr + dry.stdout
-    for rule in ("prepare", "quality_part", "context_part", "text_part"):
+    for rule in ("prepare", "quality_part", "context_part", "text_part", "segment_part"):
         if rule not in jobs:
-            continue  # done already (prepare): not in the dry run
+            continue  # done already (the demo's prepare): not in the dry run
         for job in jobs[rule]:
             assert int(job["mem_mb"]) == table[rule]["mem_mb"], rule
             assert int(job["runtime"]) == table[rule]["runtime"], rule
-    assert "quality_part" in jobs and "context_part" in jobs
+    # the long recordings were segmented in the calibration alone: the run segments them all
+    assert "quality_part" in jobs and "context_part" in jobs and "segment_part" in jobs
     assert "was made for another" not in dry.stderr + dry.stdout
 
     # the same plan under another config (shard size, a second codec): not used, and said once
-    other = demo_config(plan={"sample_records": 24}, shar={"shard_size": 8})
+    other = planned_config(shar={"shard_size": 8})
     other["codecs"]["second"] = dict(other["codecs"]["tiny_nemo"])
     dry = run_snakemake(work, other, "-n")
     said = dry.stderr + dry.stdout

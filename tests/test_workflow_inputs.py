@@ -122,6 +122,16 @@ def test_a_long_form_dataset_is_planned_segmented_merged_then_prepared(tmp_path,
     assert w.inputs.manifest(talks) == [files.segment_manifest]
     assert w.inputs.form("talks") == "nemo" and "form" not in w.inputs.prepare_settings(talks)
     assert w.run.threads_of("segment")(talks) >= 1 and w.segment_gpus(talks) == 0
+    # the cost plan samples its recordings from the segment plan, and its key stamps the recordings
+    # (the segments are cut after the plan); a prepared dataset's sample and key: what prepare reads
+    demo = SimpleNamespace(dataset="demo")
+    assert w.inputs.calibration_source(talks) == {"plan": files.segment_plan}
+    assert w.inputs.calibration_source(demo) == {"prepared": layout.dataset_files("demo").prepared}
+    assert w.inputs.plan_inputs("talks") == [f"{root}/b/two.flac", f"{root}/one.wav"]
+    assert w.inputs.plan_inputs("demo") == w.inputs.corpus_files("demo") == [str(DEMO / "manifest.json")]
+    long_form["manifest"] = str(root / "list.jsonl")
+    assert w.inputs.plan_inputs("talks") == [str(root / "list.jsonl")]
+    long_form["manifest"] = None
     # a model of the user's: transcripts from it, and a new file of it transcribes again
     model = tmp_path / "stt.nemo"
     model.write_bytes(b"a model")

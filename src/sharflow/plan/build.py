@@ -1,11 +1,13 @@
 """The plan from a finished calibration: read its measures, extrapolate (sharflow.plan.model), and
 write plan.json, the page (sharflow.plan.page) and the rules' resources file."""
 
+import json
 import math
 from pathlib import Path
 
 import yaml
 
+from sharflow.core import layout
 from sharflow.core.atomic import atomic_file, read_json, write_json
 from sharflow.plan.calibrate import RUNS
 from sharflow.plan.critical import critical_path
@@ -37,6 +39,36 @@ def full_shards(calibration_results: Path, scales: dict[str, Scale], shard_size:
     return out
 
 
+def _prepared(folder: Path, dataset: str) -> tuple[int, float]:
+    """(records, audio seconds) of a calibration run's prepared records of a dataset."""
+    records, seconds = 0, 0.0
+    path = folder / layout.dataset_files(dataset).prepared
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            records += 1
+            seconds += float(json.loads(line)["duration"])
+    return records, seconds
+
+
+def segmented_summary(summary: dict, dataset: str, sample_dir: Path, small_dir: Path) -> dict:
+    """A long_form dataset's sample summary (sharflow.plan.sample.draw_recordings) with its records
+    and audio seconds: those the calibration's segment stage and prepare made of its sampled
+    recordings, and the full corpus's estimated from them, per second of recording."""
+    sample_records, sample_seconds = _prepared(sample_dir, dataset)
+    small_records, small_seconds = _prepared(small_dir, dataset)
+    ratio = summary["recording_seconds"] / summary["sample_recording_seconds"] if sample_records else 0.0
+    return {
+        **summary,
+        "records": round(sample_records * ratio),
+        "seconds": round(sample_seconds * ratio, 3),
+        "estimated": True,  # the full corpus's records and seconds: not counted, estimated
+        "sample_records": sample_records,
+        "sample_seconds": round(sample_seconds, 3),
+        "small_records": small_records,
+        "small_seconds": round(small_seconds, 3),
+    }
+
+
 def make_plan(
     *,
     calibration: str,
@@ -50,9 +82,13 @@ def make_plan(
     jobs), each dataset's sample summary (sharflow.plan.sample.Sample.as_dict), the run's config,
     how many jobs may run at once (`slots`: the profile's `jobs`) and the calibration run's record."""
     calibration_dir = Path(calibration)
-    scales = {ds: Scale(*(s.get(f, 0) for f in Scale.__dataclass_fields__)) for ds, s in samples.items()}
-    datasets = set(samples)
     sample_dir, small_dir = (calibration_dir / run for run in RUNS)
+    samples = {
+        ds: segmented_summary(s, ds, sample_dir, small_dir) if s.get("long_form") else s
+        for ds, s in samples.items()
+    }
+    scales = {ds: Scale(**{f: s.get(f, 0) for f in Scale.__dataclass_fields__}) for ds, s in samples.items()}
+    datasets = set(samples)
     measured = read_job_costs(sample_dir / "logs", datasets)
     small = read_job_costs(small_dir / "logs", datasets) if (small_dir / "logs").exists() else []
     actual = read_job_costs(logs, datasets, rules=sorted(ACTUAL))

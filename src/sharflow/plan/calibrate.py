@@ -2,7 +2,8 @@
 
 It runs in a working folder of its own (results/plan/calibration: its own results/, logs/ and
 .snakemake/) with the run's config, each dataset's manifest replaced by its sample (a NeMo
-manifest of prepared records, sharflow.plan.sample) and its relative paths made absolute. The
+manifest of prepared records, sharflow.plan.sample; a long_form dataset's, a listing of some of its
+recordings, which the calibration segments) and its relative paths made absolute. The
 part rules run one part per dataset (a sample is small; the plan counts the real parts' start-up
 per job), and nothing is published. The nested `snakemake` is started without a shell, with the
 options of the run that asked for the plan that say where jobs go (profiles, executor, jobs,
@@ -25,7 +26,7 @@ from sharflow.core.errors import SharflowError
 from sharflow.io import storage
 
 PATH_KEYS = {"manifest", "recordings", "audio_root", "model", "random_from_config", "weights", "cache_dir"}
-PART_SECTIONS = ("text", "quality", "context", "identity")
+PART_SECTIONS = ("segment", "text", "quality", "context", "identity")
 # Options of the calling snakemake that decide where and how many jobs run (each takes one value)
 PASSED = ("--profile", "--workflow-profile", "--executor", "-e", "--jobs", "-j", "--cores", "-c")
 PATH_OPTIONS = {"--profile", "--workflow-profile"}
@@ -60,13 +61,11 @@ def calibration_config(config: dict, samples: dict[str, str], cwd: str | Path) -
     out = copy.deepcopy(config)
     _absolutize(out, cwd)
     for name, spec in out["datasets"].items():
-        spec.update(
-            manifest=str(Path(samples[name]).resolve()),
-            format="nemo",
-            recipe=None,
-            recipe_options={},
-            recordings=None,
-        )
+        manifest = str(Path(samples[name]).resolve())
+        if spec.get("format") == "long_form":  # a listing of the sampled recordings: the segment stage runs
+            spec.update(manifest=manifest)
+            continue
+        spec.update(manifest=manifest, format="nemo", recipe=None, recipe_options={}, recordings=None)
     for section in PART_SECTIONS:
         for key in ("parts", "check_parts"):
             if key in out.get(section, {}):

@@ -3,17 +3,19 @@
 Most of a run's work is in jobs that run side by side (the text, quality, identity and context
 parts, the identity checks, the shar and codes jobs): more nodes make those shorter. What more
 nodes cannot shorten is the spine of the DAG, the jobs that each wait for the one before and see a
-whole dataset (or every dataset): prepare, the merges, the plans, the identity index, splits, the
-catalog, verify, the report. Their predicted job wall times (the plan's, for the user's corpus)
-summed along the spine bound the run's wall time from below, whatever the cluster. At each step,
-jobs that run side by side on the spine (the codes merge and the shar merge; verify, the buckets
-and the card after the catalog) count as the longest of them.
+whole dataset (or every dataset): a long_form dataset's segment plan and merge, prepare, the merges,
+the plans, the identity index, splits, the catalog, verify, the report. Their predicted job wall
+times (the plan's, for the user's corpus) summed along the spine bound the run's wall time from
+below, whatever the cluster. At each step, jobs that run side by side on the spine (the codes merge
+and the shar merge; verify, the buckets and the card after the catalog) count as the longest of them.
 """
 
 from sharflow.plan.model import RulePlan
 
 # The spine, in order: each step the rules that run side by side there (docs: cost).
 SPINE: tuple[tuple[str, ...], ...] = (
+    ("segment_plan",),
+    ("segment_merge",),
     ("prepare", "recipe"),
     ("text_merge",),
     ("quality_merge",),

@@ -6,9 +6,11 @@ wall and CPU seconds, peak RSS and GPU memory, model load seconds). A job's cost
 - **fixed**: paid once per job whatever its size: the process's start-up, imports, model loads,
   a report's figures;
 - **per unit**: proportional to what drives the rule (driver_of): a dataset's audio seconds (the
-  model and audio stages) or its records (the stages over record files). `one_off` rules (a model
-  built, a grammar cached) and `actual` ones (prepare, which ran on every record already) are not
-  scaled.
+  model and audio stages) or its records (the stages over record files); a long_form dataset's
+  segment stage, its seconds of recordings. `one_off` rules (a model built, a grammar cached) and
+  `actual` ones (prepare, which ran on every record already) are not scaled. A long_form dataset's
+  records and audio seconds are estimated from the segments the calibration cut from its sampled
+  recordings.
 
 The calibration runs every job twice, on the sample and on a quarter of it (the small sample):
 the line through the two (fit_line) gives both parts, per rule and dataset. A rule's predicted
@@ -37,11 +39,13 @@ from sharflow.plan.resources import planned_figures
 from sharflow.work.jobs import job_kinds
 
 SHARD_RULE = re.compile(r"^(shar|codes)_(block\d*|tail\d|shard)$")
-# run in full before the calibration: measured, not extrapolated (prepare reads the segment stage's manifest)
-ACTUAL = {"prepare", "recipe", "segment_plan", "segment_part", "segment_merge"}
+# run in full before the calibration: measured, not extrapolated (a long_form dataset's segment plan;
+# its prepare and segment jobs run on the calibration's sample instead: SEGMENTED)
+ACTUAL = {"prepare", "recipe", "segment_plan"}
 ONE_OFF = {"text_normalizer", "build_random_asr", "build_random_codec", "codec_model"}
 AUDIO = {"quality_part", "quality_part_cpu", "identity_part", "context_part", "verify"}
 PART_RULES = {  # rule: (config section, its key of the part count)
+    "segment_part": ("segment", "parts"),
     "text_part": ("text", "parts"),
     "quality_part": ("quality", "parts"),
     "quality_part_cpu": ("quality", "parts"),
@@ -86,8 +90,16 @@ def stage_of(rule: str) -> str:
     return head if head in STAGES else "report"
 
 
-def driver_of(rule: str) -> str:
-    """What a rule's variable cost follows: audio (seconds), records, one_off or actual."""
+# A long_form dataset's rules that the calibration runs on its sampled recordings (its segment plan
+# alone ran in full): the segment stage by seconds of recordings, prepare by the segments it reads
+SEGMENTED = {"segment_part": "recordings", "segment_merge": "recordings", "prepare": "records"}
+
+
+def driver_of(rule: str, segmented: bool = False) -> str:
+    """What a rule's variable cost follows: audio (seconds), records, recordings (seconds of a
+    long_form dataset's recordings), one_off or actual. `segmented`: for a long_form dataset's jobs."""
+    if segmented and rule in SEGMENTED:
+        return SEGMENTED[rule]
     if rule in ACTUAL:
         return "actual"
     if rule in ONE_OFF:
@@ -141,7 +153,8 @@ def read_job_costs(logs: str | Path, datasets, rules=None) -> list[JobCost]:
     for path in sorted(p for p in paths if p.exists()):
         parts = path.relative_to(logs).parts
         rule = parts[0][: -len(COST_SUFFIX)] if len(parts) == 1 else parts[0]
-        key = parts[1][: -len(COST_SUFFIX)] if len(parts) > 1 else None
+        # logs/<rule>/<dataset>.cost.json, or logs/<rule>/<dataset>/.../<key>.cost.json
+        key = parts[1][: -len(COST_SUFFIX)] if len(parts) == 2 else (parts[1] if len(parts) > 2 else None)
         dataset = key if key in datasets else None
         c = read_json(path)
         out.append(
@@ -162,7 +175,9 @@ def read_job_costs(logs: str | Path, datasets, rules=None) -> list[JobCost]:
 
 @dataclass(frozen=True)
 class Scale:
-    """A dataset in full, in the sample and in the small sample: records and audio seconds."""
+    """A dataset in full, in the sample and in the small sample: records and audio seconds, and a
+    long_form dataset's seconds of recordings (its records and audio then estimated from what its
+    sampled recordings gave: sharflow.plan.build.segmented_summary)."""
 
     records: int
     seconds: float
@@ -170,15 +185,25 @@ class Scale:
     sample_seconds: float
     small_records: int = 0
     small_seconds: float = 0.0
+    recording_seconds: float = 0.0
+    sample_recording_seconds: float = 0.0
+    small_recording_seconds: float = 0.0
+    long_form: bool = False
 
     def units(self, driver: str, which: str) -> float:
-        """The driver's units (audio seconds or records) of the full corpus, the sample or the small
-        sample (`which`: full, sample, small); 1 for a rule driven by neither."""
+        """The driver's units (audio seconds, records or seconds of recordings) of the full corpus,
+        the sample or the small sample (`which`: full, sample, small); 1 for a rule driven by none."""
         if driver == "audio":
             return {"full": self.seconds, "sample": self.sample_seconds, "small": self.small_seconds}[which]
         if driver == "records":
             counts = {"full": self.records, "sample": self.sample_records, "small": self.small_records}
             return float(counts[which])
+        if driver == "recordings":
+            return {
+                "full": self.recording_seconds,
+                "sample": self.sample_recording_seconds,
+                "small": self.small_recording_seconds,
+            }[which]
         return 1.0
 
     def ratio(self, driver: str) -> float:
@@ -188,7 +213,8 @@ class Scale:
 
 def total_scale(scales: dict[str, Scale]) -> Scale:
     """Every dataset together (the rules that run once over all of them)."""
-    return Scale(*(sum(getattr(s, f) for s in scales.values()) for f in Scale.__dataclass_fields__))
+    fields = [f for f in Scale.__dataclass_fields__ if f != "long_form"]
+    return Scale(**{f: sum(getattr(s, f) for s in scales.values()) for f in fields})
 
 
 @dataclass(frozen=True)
@@ -253,6 +279,15 @@ class RulePlan:
     fixed_wall_s: float = 0.0  # one job's fixed wall time (start-up and model loads)
     grew: bool = False  # whether its CPU per unit was measured above noise (fit_line) for a dataset
     gpu: bool = False  # whether its jobs hold a GPU on a cluster (is_gpu_rule with the run's config)
+
+    def add_as_ran(self, jobs: list[JobCost]) -> None:
+        """Add jobs planned as they ran (actual, one_off): all of their cost fixed."""
+        self.jobs += len(jobs)
+        self.cpu_s += sum(j.cpu_s for j in jobs)
+        self.fixed_cpu_s += sum(j.cpu_s for j in jobs)
+        self.wall_s += sum(j.job_wall_s for j in jobs)
+        self.job_wall_s = max(self.job_wall_s, *(j.job_wall_s for j in jobs))
+        self.fixed_wall_s = max(self.fixed_wall_s, self.job_wall_s)
 
 
 def full_jobs(rule: str, sample_jobs: int, dataset: str | None, config: dict, shards: dict[str, int]) -> int:
@@ -337,15 +372,20 @@ def plan_rules(
         match = SHARD_RULE.match(rule)
         return f"{match.group(1)}_jobs" if match else rule
 
+    segmented = {ds for ds, s in scales.items() if s.long_form}
+
+    def driver(job: JobCost) -> str:
+        return driver_of(job.rule, job.dataset in segmented)
+
     by_rule: dict[str, list[JobCost]] = defaultdict(list)
     small_by_rule: dict[str, list[JobCost]] = defaultdict(list)
     for job in sample:
-        if driver_of(job.rule) != "actual":
+        if driver(job) != "actual":
             by_rule[key(job.rule)].append(job)
     for job in small:
         small_by_rule[key(job.rule)].append(job)
     for job in actual:
-        if driver_of(job.rule) == "actual":
+        if driver(job) == "actual":
             by_rule[job.rule].append(job)
     total = total_scale(scales)
     return {
@@ -368,28 +408,35 @@ def fit_group(group: list[JobCost], twin: list[JobCost] | None, scale: Scale, dr
 
 
 def _plan_one(rule, jobs, small_jobs, scales, total, config, shards) -> RulePlan:
-    driver = "audio" if rule.endswith("_jobs") else driver_of(rule)
+    """One rule's RulePlan: per dataset, its jobs as they ran (actual, one_off) or scaled by its
+    driver (a long_form dataset's prepare and segment jobs by what its sampled recordings gave)."""
+
+    def driver(dataset: str | None) -> str:
+        if rule.endswith("_jobs"):
+            return "audio"
+        return driver_of(rule, dataset in scales and scales[dataset].long_form)
+
+    groups = sorted(_group(jobs).items(), key=lambda kv: kv[0] or "")
+    drivers = [driver(dataset) for dataset, _ in groups]
     plan = RulePlan(
         rule,
-        driver,
+        # a rule scaled for one dataset and run in full for another (prepare) is named by its scaling
+        next((d for d in drivers if d not in ("actual", "one_off")), drivers[0]),
         0,
         peak_rss_mb=max(j.peak_rss_mb for j in jobs),
         gpu_peak_mb=max(j.gpu_peak_mb for j in jobs),
         calibration_cpu_s=sum(j.cpu_s for j in jobs),
         gpu=is_gpu_rule(rule, config),
     )
-    if driver in ("actual", "one_off"):
-        plan.jobs = len(jobs)
-        plan.cpu_s = plan.fixed_cpu_s = sum(j.cpu_s for j in jobs)
-        plan.wall_s = sum(j.job_wall_s for j in jobs)
-        plan.job_wall_s = plan.fixed_wall_s = max(j.job_wall_s for j in jobs)
-        return plan
     small_groups = _group(small_jobs)
     variable_wall = 0.0
-    for dataset, group in sorted(_group(jobs).items(), key=lambda kv: kv[0] or ""):
+    for (dataset, group), how in zip(groups, drivers, strict=True):
+        if how in ("actual", "one_off"):
+            plan.add_as_ran(group)
+            continue
         n = full_jobs(rule, len(group), dataset, config, shards)
-        cpu, wall = fit_group(group, small_groups.get(dataset), scales.get(dataset) or total, driver)
-        full_units = (scales.get(dataset) or total).units(driver, "full")
+        cpu, wall = fit_group(group, small_groups.get(dataset), scales.get(dataset) or total, how)
+        full_units = (scales.get(dataset) or total).units(how, "full")
         plan.grew = plan.grew or cpu.per_unit > 0
         plan.jobs += n
         plan.cpu_s += n * cpu.fixed + cpu.per_unit * full_units

@@ -90,10 +90,12 @@ def plan_markdown(plan: dict) -> str:
     lines.append("| dataset | records | audio hours | sample records | sample hours |")
     lines.append("|---|---:|---:|---:|---:|")
     for name, d in plan["datasets"].items():
+        about = "~" if d.get("estimated") else ""
         lines.append(
-            f"| {name} | {d['records']:,} | {hours(d['seconds'])} | {d['sample_records']:,} | "
+            f"| {name} | {about}{d['records']:,} | {about}{hours(d['seconds'])} | {d['sample_records']:,} | "
             f"{hours(d['sample_seconds'])} |"
         )
+    lines += segmented_lines(plan)
     lines += stage_rows(plan)
     lines += ["", critical_line(plan, bold=True)]
     lines += [
@@ -106,6 +108,25 @@ def plan_markdown(plan: dict) -> str:
     for kind, d in plan["disk"].items():
         lines.append(f"| {kind} | {size(d['calibration_bytes'])} | {size(d['bytes'])} |")
     return "\n".join(lines + bill_lines(plan) + notes(plan)) + "\n"
+
+
+def segmented_lines(plan: dict) -> list[str]:
+    """What the long_form datasets' records (~) were estimated from: the segments the calibration
+    cut from a sample of their recordings."""
+    lines = []
+    for name, d in plan["datasets"].items():
+        if not d.get("long_form"):
+            continue
+        per_hour = d["sample_records"] / (d["sample_recording_seconds"] / 3600) if d["sample_records"] else 0
+        lines += [
+            "",
+            f"~ {name} is long recordings: {d['recordings']:,} of them, {hours(d['recording_seconds'])} "
+            f"hours. The calibration segmented {d['sample_recordings']:,} "
+            f"({hours(d['sample_recording_seconds'])} hours; the small run {d['small_recordings']:,}) into "
+            f"{d['sample_records']:,} records, {per_hour:,.0f} a recording-hour: its records and audio "
+            "hours are estimated at that rate, and its segment stage is planned per hour of recordings.",
+        ]
+    return lines
 
 
 def stage_rows(plan: dict) -> list[str]:
@@ -151,7 +172,8 @@ def notes(plan: dict) -> list[str]:
             "Not scaled (measured once, paid once): "
             + ", ".join(plan["not_scaled"])
             + ". Prepare ran on every "
-            "record already; a model built or a grammar cached is paid once per run or cache.",
+            "record already (a long_form dataset's segment plan on every recording's header); a model "
+            "built or a grammar cached is paid once per run or cache.",
         ]
     if plan.get("not_grown"):
         lines += [

@@ -26,7 +26,7 @@ import heapq
 import json
 from dataclasses import dataclass, field
 
-from sharflow.core.atomic import atomic_file
+from sharflow.core.atomic import atomic_file, read_json
 
 STRATA = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)  # upper bounds in seconds; one more stratum above the last
 
@@ -130,3 +130,50 @@ def draw_sample(prepared: str, out: str, size: int, seed: int, cap: int | None =
                 summary.sample_seconds += float(record["duration"])
                 summary.strata[stratum(float(record["duration"]))][1] += 1
     return summary
+
+
+def draw_recordings(plan: str, out: str, small_out: str, hours: float, seed: int) -> dict:
+    """The calibration's sample of a long_form dataset, from its segment plan (`plan`: every
+    recording's length, read from its header): whole recordings in the order of a seeded hash of
+    their paths until `hours` of audio (every recording of a smaller dataset), and the small sample,
+    the first of those until a quarter of the sample's seconds (at least one recording). Each is
+    written as a listing of recordings (the long_form dataset's manifest: path, language, speakers)
+    in the plan's order; returns the summary (records and seconds stay unknown until the calibration
+    has segmented the samples: sharflow.plan.build fills them from its prepared segments).
+
+    Whole recordings, because the stage's work is one recording's (its speakers are clustered within
+    it), and its cost is per second of recording, whatever is kept of it."""
+    rows = read_json(plan)["recordings"]
+    order = sorted(range(len(rows)), key=lambda i: (seeded_rank(seed, rows[i]["path"]), i))
+    sample = _first_seconds(order, rows, hours * 3600.0)
+    small = _first_seconds(sample, rows, sum(rows[i]["duration"] for i in sample) / 4)
+    for chosen, path in ((sample, out), (small, small_out)):
+        with atomic_file(path) as w:
+            for i in sorted(chosen):
+                row = rows[i]
+                line = {"audio_filepath": row["path"], "lang": row["language"], "speakers": row["speakers"]}
+                w.write(json.dumps(line, ensure_ascii=False) + "\n")
+
+    def seconds(chosen) -> float:
+        return round(sum(rows[i]["duration"] for i in chosen), 3)
+
+    return {
+        "long_form": True,
+        "recordings": len(rows),
+        "recording_seconds": seconds(range(len(rows))),
+        "sample_recordings": len(sample),
+        "sample_recording_seconds": seconds(sample),
+        "small_recordings": len(small),
+        "small_recording_seconds": seconds(small),
+    }
+
+
+def _first_seconds(order: list[int], rows: list[dict], seconds: float) -> list[int]:
+    """The first of `order` until their durations reach `seconds` (at least one)."""
+    taken, total = [], 0.0
+    for i in order:
+        if taken and total >= seconds:
+            break
+        taken.append(i)
+        total += rows[i]["duration"]
+    return taken

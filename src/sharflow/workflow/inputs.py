@@ -107,6 +107,27 @@ class Inputs:
         files = layout.dataset_files(wildcards.dataset)
         return [files.segment_part(p) for p in range(self.config["segment"]["parts"])]
 
+    # ---- the cost plan's calibration -------------------------------------------------------------
+    def calibration_source(self, wildcards) -> dict:
+        """What a dataset's calibration sample is drawn from: its prepared records, or a long_form
+        dataset's segment plan (its recordings' lengths: the calibration segments a sample of them)."""
+        files = layout.dataset_files(wildcards.dataset)
+        if self.run.long_form(wildcards.dataset):
+            return {"plan": files.segment_plan}
+        return {"prepared": files.prepared}
+
+    def plan_inputs(self, dataset: str) -> list[str]:
+        """The files a cost plan of the dataset was made from (its key: sharflow.plan.key): what prepare
+        reads, or a long_form dataset's listing or recordings (its segments are cut after the plan)."""
+        if not self.run.long_form(dataset):
+            return self.corpus_files(dataset)
+        ds = self.config["datasets"][dataset]
+        if ds["manifest"] is not None:
+            return [ds["manifest"]]
+        root = ds["audio_root"]
+        root = storage.normalize_url(root) if storage.is_url(root) else root.rstrip("/")
+        return [f"{root}/{path}" for path in self._recordings(dataset)]
+
     # ---- prepare ------------------------------------------------------------------------------
     def dataset_inputs(self, dataset: str) -> dict:
         """{manifest, recordings} that prepare reads: the config's, a recipe's own manifests, or the

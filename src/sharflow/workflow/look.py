@@ -31,7 +31,7 @@ class Look:
         run = self.run
 
         def now():
-            corpus = {ds: self.inputs.corpus_files(ds) for ds in run.datasets}
+            corpus = {ds: self.inputs.plan_inputs(ds) for ds in run.datasets}
             prepared = {ds: layout.dataset_files(ds).prepare_stats for ds in run.datasets}
             return key_now(self.config, corpus, prepared)
 
