@@ -210,6 +210,7 @@ EFFECTS: dict[str, str] = {
     "training.codec": f"{HERE}::test_the_training_keys_are_written_into_input_cfg",
     "training.path_prefix": f"{HERE}::test_the_training_keys_are_written_into_input_cfg",
     "plan.sample_records": "test_plan.py::test_snakemake_plan_calibrates_on_a_sample_and_plans_every_stage",
+    "plan.sample_hours": "test_plan.py::test_long_recordings_are_sampled_whole_and_their_records_estimated",
     "plan.seed": "test_plan.py::test_the_sample_takes_whole_speakers_seeded_and_in_file_order",
     "plan.safety": "test_plan.py::test_shard_jobs_are_planned_per_shard_and_sized_per_kind",
     "training.shuffle": f"{HERE}::test_the_training_keys_are_written_into_input_cfg",

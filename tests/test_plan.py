@@ -222,7 +222,7 @@ def test_a_long_form_datasets_segment_stage_and_prepare_scale_by_what_its_sample
     assert prep.cpu_s == pytest.approx(700.0 + 2.0 + 0.01 * 2000)
 
 
-def test_a_long_form_datasets_records_are_estimated_from_its_sampled_recordings(tmp_path):
+def test_long_recordings_are_sampled_whole_and_their_records_estimated(tmp_path):
     """The calibration's sample of a long_form dataset is whole recordings in a seeded order until
     its hours, the small run a quarter of their seconds; the plan counts the segments the calibration
     prepared from each and estimates the corpus's records and seconds per second of recording."""
@@ -452,7 +452,8 @@ def test_snakemake_plan_calibrates_on_a_sample_and_plans_every_stage(planned_dem
         stats = (work / "results/plan/calibration" / run / "results/demo").rglob("shar_stats.json")
         assert 0 < sum(json.loads(p.read_text())["cuts"] for p in stats) <= most, run
         assert (work / "results/plan/calibration" / run / "logs/codes_merge").is_dir()
-    assert plan["stages"]["quality"]["rules"]["quality_part"]["jobs"] == 2 * 2  # the real run's parts a dataset
+    # the real run's parts, a dataset's
+    assert plan["stages"]["quality"]["rules"]["quality_part"]["jobs"] == 2 * 2
     # a 56-record corpus from a 24-record sample: the audio stages scale by more than 1
     q = plan["stages"]["quality"]["rules"]["quality_part"]
     assert q["cpu_s"] > q["calibration_cpu_s"] - 1e-6
@@ -485,14 +486,16 @@ def test_snakemake_plan_calibrates_on_a_sample_and_plans_every_stage(planned_dem
     )
     assert "| quality (GPU) |" in proc.stdout  # printed in the terminal
     path = plan["critical_path"]  # the spine's jobs for this corpus, summed, its longest named
-    assert [rule for rule, _ in path["steps"]][:4] == ["segment_plan", "segment_merge", "prepare", "text_merge"]
+    spine = ["segment_plan", "segment_merge", "prepare", "text_merge"]
+    assert [rule for rule, _ in path["steps"]][:4] == spine
     assert path["longest"] in dict(path["steps"]) and path["wall_s"] == round(
         sum(w for _, w in path["steps"]), 1
     )
     assert f"the longest is {path['longest']}" in proc.stdout
     table = yaml.safe_load((work / "results/plan/resources.yaml").read_text())
     assert {"quality_part", "context_part", "codes_block", "shar_block", "text_part", "verify"} <= set(table)
-    assert plan["stages"]["text"]["rules"]["text_part"]["jobs"] == 2  # the shipped config's text.parts a dataset
+    # the shipped config's text.parts, a dataset's
+    assert plan["stages"]["text"]["rules"]["text_part"]["jobs"] == 2
 
 
 def test_a_run_after_the_plan_asks_for_the_plans_resources(planned_demo):
