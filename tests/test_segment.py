@@ -474,6 +474,80 @@ def test_recordings_come_from_the_root_or_a_listing_and_bad_lines_are_named(tmp_
         list_recordings(str(tmp_path / "empty"), None, "en")
 
 
+def test_recordings_in_tars_or_a_glob_are_segmented_in_place_and_prepared_as_spans_of_the_members(tmp_path):
+    """A long_form dataset's manifest may name tars (a brace pattern, a folder of them, one tar: every
+    audio member a recording, read inside the tar) or a glob of files under the root. A member is
+    planned, segmented and prepared as the same file would be: the same segments, read in place."""
+    import shutil
+    import tarfile
+
+    from sharflow.core.errors import SharflowError
+    from sharflow.io import containers
+    from sharflow.prepare.job import prepare_dataset
+    from sharflow.segment.dataset import list_recordings, listing_form, plan_segments, planned
+    from sharflow.segment.job import Recording, segment_one
+
+    talks, root = REPO / "demo" / "longform", tmp_path / "root"
+    (root / "tars").mkdir(parents=True)
+    for i in range(2):  # each talk in a tar of its own, its truth beside it (not a recording)
+        with tarfile.open(root / "tars" / f"talks-{i:06d}.tar", "w") as tar:
+            for name in (f"talk_{i}.flac", f"talk_{i}.truth.json"):
+                tar.add(talks / name, arcname=name)
+    shutil.copytree(talks, root / "plain")
+    members = ["tars/talks-000000.tar#talk_0.flac", "tars/talks-000001.tar#talk_1.flac"]
+    for pattern in ("tars/talks-{000000..000001}.tar", "tars/", str(root / "tars")):
+        assert listing_form(pattern) == "tars" or pattern == str(root / "tars")
+    for pattern in ("tars/talks-{000000..000001}.tar", "tars/"):
+        assert [r.path for r in list_recordings(str(root), pattern, "en")] == members
+    assert [r.path for r in list_recordings(str(root), "tars/talks-000001.tar", "en")] == members[1:]
+    assert listing_form("plain/*.flac") == "glob" and listing_form("list.jsonl") == "listing"
+    assert [r.path for r in list_recordings(str(root), "**/talk_*.flac", "en")] == [
+        "plain/talk_0.flac", "plain/talk_1.flac"
+    ]  # fmt: skip
+    found = list_recordings(str(root), "tars/", "en")
+    plan = plan_segments(found, str(root), 1, str(tmp_path / "plan.json"))
+    length = sf.info(talks / "talk_0.flac").duration
+    assert plan["recordings"][0]["duration"] == pytest.approx(length, abs=1e-6)
+    member = planned(str(tmp_path / "plan.json"))[0]
+    assert member.stamp[1][-1] > 0  # the container's version and the member's place in it
+    assert member.key.startswith("talk_0-") and member.key != Recording("plain/talk_0.flac").key
+    # segmented inside the tar as the file itself is: the same segments and accounting
+    segmenter = Segmenter()
+    inside = segment_one(member, str(root), segmenter, None)
+    alone = segment_one(Recording("plain/talk_0.flac"), str(root), segmenter, None)
+    assert len(inside["segments"]) >= 4 and inside["speakers"] == 2
+    assert {k: v for k, v in inside.items() if k != "recording"} == {
+        k: v for k, v in alone.items() if k != "recording"
+    }
+    # prepare reads the segments as spans of the member, never extracted
+    lines = [
+        {"audio_filepath": member.path, "offset": x["offset"], "duration": x["duration"], "text": "a segment"}
+        | {"speaker": f"talk_0-{x['speaker']}"}
+        for x in inside["segments"]
+    ]
+    manifest = tmp_path / "segments.jsonl"
+    manifest.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    summary = prepare_dataset(
+        str(manifest), prepared=str(tmp_path / "p.jsonl"), rejected_dir=str(tmp_path / "rej"),
+        stats=str(tmp_path / "p.json"), dataset="talks", audio_root=str(root),
+    )  # fmt: skip
+    assert summary["records_out"] == len(lines), summary
+    assert containers.split_member(json.loads((tmp_path / "p.jsonl").read_text().splitlines()[0])[
+        "audio_filepath"
+    ])[1] == "talk_0.flac"  # fmt: skip
+    # named errors: a glob or tars outside the root, tars with no audio
+    with tarfile.open(root / "tars" / "notes.tar", "w") as tar:
+        tar.add(talks / "talk_0.truth.json", arcname="notes.json")
+    for pattern, error in (
+        ("../*.flac", "relative to its audio_root"),
+        (str(tmp_path / "elsewhere.tar"), "outside the audio root"),
+        ("tars/notes.tar", "no recordings"),
+    ):
+        (tmp_path / "elsewhere.tar").write_bytes((root / "tars" / "notes.tar").read_bytes())
+        with pytest.raises(SharflowError, match=error):
+            list_recordings(str(root), pattern, "en")
+
+
 def test_a_long_form_config_without_an_asr_or_with_a_recipe_is_refused():
     from sharflow.core.config import validate_config
     from sharflow.core.errors import SharflowError

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -130,8 +131,18 @@ def test_a_long_form_dataset_is_planned_segmented_merged_then_prepared(tmp_path,
     assert w.inputs.plan_inputs("talks") == [f"{root}/b/two.flac", f"{root}/one.wav"]
     assert w.inputs.plan_inputs("demo") == w.inputs.corpus_files("demo") == [str(DEMO / "manifest.json")]
     long_form["manifest"] = str(root / "list.jsonl")
-    assert w.inputs.plan_inputs("talks") == [str(root / "list.jsonl")]
+    assert w.inputs.plan_inputs("talks") == [str(root / "list.jsonl")] == w.inputs.segment_inputs(talks)
+    # recordings in tars: each tar is an input once, whatever its members
+    (root / "t").mkdir()
+    with tarfile.open(root / "t" / "a.tar", "w") as tar:
+        tar.add(root / "one.wav", arcname="x.wav")
+        tar.add(root / "one.wav", arcname="y.wav")
+    long_form["manifest"] = "t/"
+    w.inputs._recordings.cache_clear()
+    assert w.inputs.segment_inputs(talks) == [f"{root}/t/a.tar"] == w.inputs.plan_inputs("talks")
+    assert w.inputs.segment_listing(talks)["listing"] == "t/"
     long_form["manifest"] = None
+    w.inputs._recordings.cache_clear()
     # a model of the user's: transcripts from it, and a new file of it transcribes again
     model = tmp_path / "stt.nemo"
     model.write_bytes(b"a model")

@@ -121,6 +121,11 @@ def expand_shards(pattern: str, audio_root: str, suffix: str = TAR) -> list[str]
     return [name for expanded in names for name in expand_shards(expanded, audio_root, suffix)]
 
 
+def has_braces(pattern: str) -> bool:
+    """Whether `pattern` holds a WebDataset brace range (`{000000..000099}`)."""
+    return _BRACES.search(pattern) is not None
+
+
 def tar_index_key(local: str) -> tuple[str, int, int, int]:
     """What a local tar's member index is kept under: the file's absolute path, size, mtime and ctime
     (ctime too: a tar rewritten at its size, as tars pad to 10 KiB, and given its old mtime back is

@@ -2,7 +2,8 @@
 parts, a part's job and the merge (rules/segment.smk calls these through workflow_scripts/segment_*).
 
 - `list_recordings`: the dataset's recordings: every audio file under its audio root (a folder or an
-  `s3://` prefix), or the JSON-lines listing its `manifest` names (one recording a line:
+  `s3://` prefix), or what its `manifest` names: tars (every audio member a recording, read in place
+  as `x.tar#member`), a glob of files under the root, or a JSON-lines listing (one recording a line:
   `audio_filepath`, optional `lang` and `speakers`, the known names in order of first voice);
 - `plan_segments`: each recording's length (its header) and version (size and mtime, or ETag), and
   the parts balanced by hours (LPT): `segment/plan.json`;
@@ -12,6 +13,7 @@ parts, a part's job and the merge (rules/segment.smk calls these through workflo
 - `merge_planned`: every recording's result into the NeMo manifest prepare reads, and the stats.
 """
 
+import fnmatch
 import hashlib
 import json
 import os
@@ -22,7 +24,7 @@ from tqdm import tqdm
 
 from sharflow.core.atomic import read_json, write_json
 from sharflow.core.errors import SharflowError
-from sharflow.io import storage
+from sharflow.io import containers, storage
 from sharflow.io.audio import PathEscapeError, probe_audio, resolve_audio_path
 from sharflow.segment.cut import CutSettings
 from sharflow.segment.job import Merged, Recording, SegmentSettings, merge, segment_part
@@ -68,10 +70,33 @@ def settings_key(settings: SegmentSettings) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def list_recordings(audio_root: str, listing: str | None, language: str) -> list[Recording]:
-    """The dataset's recordings in order: `listing`'s lines, or every audio file under the root."""
+def listing_form(listing: str | None) -> str:
+    """How a long_form dataset's `manifest` names its recordings: none (every audio file under the
+    root), tars (a tar, a brace pattern of tars or a folder of them: every audio member of each is a
+    recording, read in place), glob (a pattern of audio files under the root) or listing (JSON lines)."""
     if listing is None:
+        return "none"
+    if listing.endswith(containers.TAR) or containers.has_braces(listing) or listing.endswith("/"):
+        return "tars"
+    if any(c in listing for c in "*?["):
+        return "glob"
+    return "listing"
+
+
+def list_recordings(audio_root: str, listing: str | None, language: str) -> list[Recording]:
+    """The dataset's recordings in order: every audio file under the root, the audio members of the
+    tars or the files of the glob `listing` names (under the root, sorted), or its JSON lines."""
+    form = listing_form(listing)
+    if form == "none":
         return [Recording(path, language) for path in _audio_under(audio_root)]
+    if form in ("tars", "glob"):
+        paths = _tar_members(audio_root, listing) if form == "tars" else _glob_under(audio_root, listing)
+        if not paths:
+            raise SharflowError(
+                f"{listing}: no recordings ({', '.join(AUDIO_SUFFIXES)}) in the long_form dataset's "
+                f"{'tars' if form == 'tars' else 'files matching it'} under {audio_root}"
+            )
+        return [Recording(path, language) for path in paths]
     recordings, seen = [], set()
     with storage.open_object(listing) as f:
         for n, raw in enumerate(f, start=1):
@@ -124,6 +149,46 @@ def _audio_under(audio_root: str) -> list[str]:
     return sorted(found)
 
 
+def _relative(audio_root: str, full: str) -> str:
+    """`full` (a file or an object under the root) as a path relative to the root."""
+    if storage.is_url(audio_root):
+        return full[len(storage.normalize_url(audio_root)) + 1 :]
+    return os.path.relpath(full, audio_root).replace(os.sep, "/")
+
+
+def _tar_members(audio_root: str, pattern: str) -> list[str]:
+    """Every audio member of the tars of `pattern` (containers.expand_shards), as member addresses
+    relative to the root, in the tars' order, each tar's by name."""
+    out = []
+    for tar in containers.expand_shards(pattern.rstrip("/"), audio_root, containers.TAR):
+        try:
+            _, rel = resolve_audio_path(audio_root, _relative(audio_root, tar))
+        except PathEscapeError as e:
+            raise SharflowError(f"{pattern}: {e}; give tars under the dataset's audio_root") from None
+        try:
+            names = sorted(containers.tar_index(tar))
+        except Exception as e:
+            raise SharflowError(f"{tar}: not a readable tar ({type(e).__name__}: {e})") from None
+        out += [containers.address(rel, name) for name in names if name.lower().endswith(AUDIO_SUFFIXES)]
+    return out
+
+
+def _glob_under(audio_root: str, pattern: str) -> list[str]:
+    """The audio files under the root that `pattern` (relative to it; `**` any folders) matches."""
+    if os.path.isabs(pattern) or storage.is_url(pattern) or ".." in Path(pattern).parts:
+        raise SharflowError(f"{pattern}: a long_form dataset's glob is relative to its audio_root, within it")
+    if storage.is_url(audio_root):
+        found = [p for p in _audio_under(audio_root) if fnmatch.fnmatch(p, pattern)]
+    else:
+        root = Path(audio_root)
+        found = [
+            p.relative_to(root).as_posix()
+            for p in root.glob(pattern)
+            if p.suffix.lower() in AUDIO_SUFFIXES and p.is_file()
+        ]
+    return sorted(found)
+
+
 def plan_segments(recordings: list[Recording], audio_root: str, parts: int, out: str) -> dict:
     """Each recording's length and version, and `parts` parts of about equal hours (a part may be
     empty), written atomically to `out`; the plan."""
@@ -131,7 +196,7 @@ def plan_segments(recordings: list[Recording], audio_root: str, parts: int, out:
     for r in tqdm(recordings, desc="recordings probed", unit="rec", mininterval=5):
         full, _ = resolve_audio_path(audio_root, r.path)
         try:
-            duration, stamp = round(probe_audio(full).duration, 6), storage.stamp(full)
+            duration, stamp = round(probe_audio(full).duration, 6), containers.stamp(full)
         except Exception as e:  # unreadable: its part accounts for it (segment_one)
             duration, stamp = 0.0, [f"unreadable: {type(e).__name__}"]
         row = {"path": r.path, "language": r.language, "speakers": list(r.speakers), "duration": duration}

@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from sharflow.core.atomic import atomic_file, read_json, write_json
 from sharflow.core.speakers import Speaker
+from sharflow.io import containers
 from sharflow.io.audio import probe_audio, read_span, resolve_audio_path
 from sharflow.segment import cut
 from sharflow.segment.cut import CutSettings
@@ -53,8 +54,9 @@ class Recording:
 
     @property
     def key(self) -> str:
-        """The recording's name in its speakers' names: the stem and a digest of the whole path."""
-        stem = Path(self.path).stem[:40] or "recording"
+        """The recording's name in its speakers' names: the stem (a tar member's own) and a digest of
+        the whole path."""
+        stem = Path(containers.split_member(self.path)[1] or self.path).stem[:40] or "recording"
         return f"{stem}-{hashlib.sha256(self.path.encode()).hexdigest()[:12]}"
 
     @property

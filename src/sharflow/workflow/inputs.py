@@ -13,10 +13,10 @@ import json
 import os
 
 from sharflow.core import layout
-from sharflow.io import storage
+from sharflow.io import containers, storage
 from sharflow.io.containers import expand_shards
 from sharflow.prepare.readers import container_suffix
-from sharflow.segment.dataset import CUT_KEYS, TURN_KEYS, list_recordings
+from sharflow.segment.dataset import CUT_KEYS, TURN_KEYS, list_recordings, listing_form
 
 TEXT_SETTINGS = (
     "require_text",
@@ -49,30 +49,30 @@ class Inputs:
         ds = self.config["datasets"][dataset]
         return tuple(r.path for r in list_recordings(ds["audio_root"], ds["manifest"], ds["language"]))
 
+    def recording_files(self, dataset: str) -> list[str]:
+        """What a long_form dataset's recordings are read from: its JSON-lines listing, else the
+        recordings' files or objects (a tar once for all its members), in order."""
+        ds = self.config["datasets"][dataset]
+        if listing_form(ds["manifest"]) == "listing":
+            return [ds["manifest"]]
+        root = ds["audio_root"]
+        root = storage.normalize_url(root) if storage.is_url(root) else root.rstrip("/")
+        held = (containers.split_member(path)[0] for path in self._recordings(dataset))
+        return [f"{root}/{path}" for path in dict.fromkeys(held)]
+
     def segment_inputs(self, wildcards) -> list[str]:
-        """The segment plan's local inputs: the listing of recordings, or (without one) every recording
-        under a local root, so that a new or replaced recording plans again (Snakemake's file times)."""
-        ds = self.config["datasets"][wildcards.dataset]
-        if ds["manifest"] is not None:
-            return [] if storage.is_url(ds["manifest"]) else [ds["manifest"]]
-        if storage.is_url(ds["audio_root"]):
-            return []
-        return [f"{ds['audio_root'].rstrip('/')}/{path}" for path in self._recordings(wildcards.dataset)]
+        """The segment plan's local inputs: the listing of recordings, or the recordings' files (their
+        tars) under a local root, so that a new or replaced recording plans again (Snakemake's file
+        times); none on object storage (segment_listing's versions)."""
+        return [f for f in self.recording_files(wildcards.dataset) if not storage.is_url(f)]
 
     def segment_listing(self, wildcards) -> dict:
         """Keyword arguments of sharflow.segment.dataset.list_recordings; for objects, a digest of their
         versions too (one listing per parse), so that a new or replaced object plans again."""
         ds = self.config["datasets"][wildcards.dataset]
         out = {"audio_root": ds["audio_root"], "listing": ds["manifest"], "language": ds["language"]}
-        if storage.is_url(ds["manifest"] or ds["audio_root"]):
-            urls = (
-                [ds["manifest"]]
-                if ds["manifest"]
-                else [
-                    f"{storage.normalize_url(ds['audio_root'])}/{p}"
-                    for p in self._recordings(wildcards.dataset)
-                ]
-            )
+        urls = [f for f in self.recording_files(wildcards.dataset) if storage.is_url(f)]
+        if urls:
             etags = json.dumps([[u, storage.head(u).etag] for u in urls])
             out["versions"] = hashlib.sha256(etags.encode()).hexdigest()[:16]
         return out
@@ -119,14 +119,7 @@ class Inputs:
     def plan_inputs(self, dataset: str) -> list[str]:
         """The files a cost plan of the dataset was made from (its key: sharflow.plan.key): what prepare
         reads, or a long_form dataset's listing or recordings (its segments are cut after the plan)."""
-        if not self.run.long_form(dataset):
-            return self.corpus_files(dataset)
-        ds = self.config["datasets"][dataset]
-        if ds["manifest"] is not None:
-            return [ds["manifest"]]
-        root = ds["audio_root"]
-        root = storage.normalize_url(root) if storage.is_url(root) else root.rstrip("/")
-        return [f"{root}/{path}" for path in self._recordings(dataset)]
+        return self.recording_files(dataset) if self.run.long_form(dataset) else self.corpus_files(dataset)
 
     # ---- prepare ------------------------------------------------------------------------------
     def dataset_inputs(self, dataset: str) -> dict:
