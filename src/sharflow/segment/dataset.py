@@ -174,7 +174,8 @@ def _tar_members(audio_root: str, pattern: str) -> list[str]:
 
 
 def _glob_under(audio_root: str, pattern: str) -> list[str]:
-    """The audio files under the root that `pattern` (relative to it; `**` any folders) matches."""
+    """The audio files under the root that `pattern` (relative to it; `**` any folders) matches; under
+    an `s3://` root, the objects of its one listing that fnmatch matches (there `*` crosses folders)."""
     if os.path.isabs(pattern) or storage.is_url(pattern) or ".." in Path(pattern).parts:
         raise SharflowError(f"{pattern}: a long_form dataset's glob is relative to its audio_root, within it")
     if storage.is_url(audio_root):
