@@ -713,3 +713,17 @@ def test_recordings_under_an_s3_prefix_are_listed_once_and_planned_by_their_etag
     etag = client.head_object(Bucket="longform", Key="talks/a.flac")["ETag"].strip('"')
     assert [r["duration"] for r in plan["recordings"]] == [2.0, 1.0]
     assert plan["recordings"][0]["stamp"][1] == etag
+    # recordings in a tar on the bucket: its members, probed by range and stamped by the tar's ETag
+    import tarfile
+
+    with tarfile.open(tmp_path / "t.tar", "w") as tar:
+        tar.add(tmp_path / "talks/a.flac", arcname="x/a.flac")
+        tar.add(tmp_path / "talks/sub/b.WAV", arcname="b.wav")
+    body = (tmp_path / "t.tar").read_bytes()
+    client.put_object(Bucket="longform", Key="talks/tars/t-000000.tar", Body=body)
+    found = list_recordings(root, "tars/t-{000000..000000}.tar", "en")
+    assert [r.path for r in found] == ["tars/t-000000.tar#b.wav", "tars/t-000000.tar#x/a.flac"]
+    plan = plan_segments(found, root, 1, str(tmp_path / "tars.json"))
+    etag = client.head_object(Bucket="longform", Key="talks/tars/t-000000.tar")["ETag"].strip('"')
+    assert [r["duration"] for r in plan["recordings"]] == [1.0, 2.0]
+    assert all(r["stamp"][1][1] == etag for r in plan["recordings"])
