@@ -107,6 +107,11 @@ def driver_of(rule: str, segmented: bool = False) -> str:
     return "audio" if rule in AUDIO or SHARD_RULE.match(rule) else "records"
 
 
+def dataset_driver(rule: str, dataset: str | None, scales: dict[str, "Scale"]) -> str:
+    """driver_of a rule's jobs of one dataset (None: over all of them), a long_form dataset's as such."""
+    return driver_of(rule, dataset in scales and scales[dataset].long_form)
+
+
 def is_gpu_rule(rule: str, config: dict | None = None) -> bool:
     """Whether a rule's jobs hold a GPU on a cluster (the codes jobs: each kind, and all as one). With
     the run's `config`: context_part only with quality off (with quality on, the quality parts embed
@@ -372,10 +377,8 @@ def plan_rules(
         match = SHARD_RULE.match(rule)
         return f"{match.group(1)}_jobs" if match else rule
 
-    segmented = {ds for ds, s in scales.items() if s.long_form}
-
     def driver(job: JobCost) -> str:
-        return driver_of(job.rule, job.dataset in segmented)
+        return dataset_driver(job.rule, job.dataset, scales)
 
     by_rule: dict[str, list[JobCost]] = defaultdict(list)
     small_by_rule: dict[str, list[JobCost]] = defaultdict(list)
@@ -412,9 +415,7 @@ def _plan_one(rule, jobs, small_jobs, scales, total, config, shards) -> RulePlan
     driver (a long_form dataset's prepare and segment jobs by what its sampled recordings gave)."""
 
     def driver(dataset: str | None) -> str:
-        if rule.endswith("_jobs"):
-            return "audio"
-        return driver_of(rule, dataset in scales and scales[dataset].long_form)
+        return "audio" if rule.endswith("_jobs") else dataset_driver(rule, dataset, scales)
 
     groups = sorted(_group(jobs).items(), key=lambda kv: kv[0] or "")
     drivers = [driver(dataset) for dataset, _ in groups]

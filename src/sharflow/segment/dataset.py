@@ -149,20 +149,13 @@ def _audio_under(audio_root: str) -> list[str]:
     return sorted(found)
 
 
-def _relative(audio_root: str, full: str) -> str:
-    """`full` (a file or an object under the root) as a path relative to the root."""
-    if storage.is_url(audio_root):
-        return full[len(storage.normalize_url(audio_root)) + 1 :]
-    return os.path.relpath(full, audio_root).replace(os.sep, "/")
-
-
 def _tar_members(audio_root: str, pattern: str) -> list[str]:
     """Every audio member of the tars of `pattern` (containers.expand_shards), as member addresses
     relative to the root, in the tars' order, each tar's by name."""
     out = []
     for tar in containers.expand_shards(pattern.rstrip("/"), audio_root, containers.TAR):
         try:
-            _, rel = resolve_audio_path(audio_root, _relative(audio_root, tar))
+            _, rel = resolve_audio_path(audio_root, tar if storage.is_url(tar) else os.path.abspath(tar))
         except PathEscapeError as e:
             raise SharflowError(f"{pattern}: {e}; give tars under the dataset's audio_root") from None
         try:
