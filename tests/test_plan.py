@@ -471,9 +471,12 @@ def test_snakemake_plan_calibrates_on_a_sample_and_plans_every_stage(planned_dem
     assert segment["segment_part"]["driver"] == "recordings" and segment["segment_part"]["jobs"] == 1
     assert segment["segment_part"]["cpu_s"] > 0 and plan["stages"]["segment"]["gpu_s"] > 0
     assert plan["stages"]["prepare"]["rules"]["prepare"]["driver"] == "records"  # talks's; demo's as it ran
-    # rules whose cost did not grow above noise are named, not scaled (which varies by run: those of
-    # per-record work do grow)
-    assert "quality_part" not in plan["not_grown"] and "context_merge" in plan["not_grown"]
+    # rules whose cost did not grow above noise are named, not scaled. Which ones varies by run and by
+    # the machine's load (a merge of a few records' CPU-seconds may grow by more than noise on a busy
+    # machine, a part's by less), but the codes jobs' encoding grows well above it, and of the
+    # merges, whose work a record is the least, some stay within it
+    assert "codes_jobs" not in plan["not_grown"]
+    assert any(name.endswith("_merge") for name in plan["not_grown"])
     for name in plan["not_grown"]:
         rule = next(r for s in plan["stages"].values() for n, r in s["rules"].items() if n == name)
         assert rule["driver"] in ("audio", "records")
