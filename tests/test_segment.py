@@ -42,6 +42,21 @@ def test_the_adjusted_rand_index_is_the_pair_counting_one_and_ignores_label_name
     assert adjusted_rand_index(a, np.zeros(50)) == pytest.approx(0.0, abs=1e-12)  # one cluster: chance
 
 
+def test_one_frame_over_the_threshold_in_a_pause_does_not_carry_a_span_on_and_two_do():
+    settings = turns.TurnSettings()
+    speech, pause = [0.99] * 40, [0.2] * 4
+    spike = np.array([0.1] * 5 + speech + pause + [0.53] + [0.2] * 20, np.float32)
+    # a frame above both neighbours is clipped to the higher; a dip and a rise of two frames stay
+    assert turns.without_spikes(spike)[49] == np.float32(0.2)
+    dip = np.array([0.9, 0.9, 0.3, 0.9, 0.9, 0.1, 0.6, 0.6, 0.1], np.float32)
+    assert (turns.without_spikes(dip) == dip).all()
+    end = (5 + 40) * turns.FRAME + 480  # the last speech frame's end and Silero's 30 ms pad
+    assert turns.speech_spans(spike, len(spike) * turns.FRAME, settings) == [(5 * turns.FRAME - 480, end)]
+    rise = spike.copy()
+    rise[50] = 0.53  # two frames over the threshold: speech again, the span goes on (Silero's own rule)
+    assert turns.speech_spans(rise, len(rise) * turns.FRAME, settings)[0][1] > end + 5 * turns.FRAME
+
+
 def test_windows_cover_every_span_and_stay_inside_it():
     settings = turns.TurnSettings(window=1.0, hop=0.5)
     spans = [(0, int(0.4 * R)), (R, int(3.3 * R)), (5 * R, 6 * R)]
