@@ -42,8 +42,10 @@ TURN_KEYS = (
     "min_overlap",
 )
 CUT_KEYS = ("min_segment", "max_segment", "max_pause")
-# what a recording's result holds; a new form is never read from an older result (settings_key)
-RESULT_FORMAT = 2  # 2: each speaker's voice, for linking across recordings
+# what a recording's result holds, and how it was made; a new form is never read from an older result
+# (settings_key). 2: each speaker's voice, for linking across recordings; 3: spans from VAD probabilities
+# with single frames clipped (turns.without_spikes)
+RESULT_FORMAT = 3
 
 
 def settings_of(block: dict, asr: dict | None) -> SegmentSettings:
