@@ -18,11 +18,13 @@ from tqdm.std import TqdmDefaultWriteLock
 
 from sharflow.models.codecs.nemo import build_random_codec
 from testkit import (
+    LONG_RUN,
     REPO,
     SMALL_SHARDS,
     Background,
     S3Server,
     demo_config,
+    hang_timeout,
     prepare_demo,
     run_codes,
     run_snakemake,
@@ -51,10 +53,10 @@ _OWN_CACHE = pytest.StashKey[str]()
 
 @pytest.fixture(autouse=True)
 def hang_guard():
-    """A test that hangs ends the run, with every thread's traceback, after SHARFLOW_TEST_TIMEOUT
-    seconds (default 1200; the slowest test takes ~4 min) instead of holding CI; the mutation
-    runs set 60, so that a mutant that loops forever counts as caught."""
-    faulthandler.dump_traceback_later(int(os.environ.get("SHARFLOW_TEST_TIMEOUT", "1200")), exit=True)
+    """A test that hangs ends the run, with every thread's traceback, after testkit.hang_timeout()
+    seconds instead of holding CI (a mutant that loops forever counts as caught); waiting for a shared
+    run (Background.result) does not count."""
+    faulthandler.dump_traceback_later(hang_timeout(), exit=True)
     yield
     faulthandler.cancel_dump_traceback_later()
 
@@ -204,7 +206,7 @@ def run_two_datasets(tmp):
         "normalized_text": "text",
     }
     work = tmp / "work"
-    proc = run_snakemake(work, config)
+    proc = run_snakemake(work, config, timeout=LONG_RUN)
     return work, proc, manifest
 
 

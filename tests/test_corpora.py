@@ -31,6 +31,7 @@ from sharflow.shar.plan import recording_id
 from testkit import (
     DEMO,
     FIELDS,
+    LONG_RUN,
     REPO,
     data_files,
     demo_config,
@@ -624,7 +625,7 @@ def run_webdataset_and_manifest(tmp_path: Path) -> Path:
             "extra_fields": ["dnsmos"],
         },
     }
-    run_snakemake(tmp_path / "run", config, timeout=1800)
+    run_snakemake(tmp_path / "run", config, timeout=LONG_RUN)
     return tmp_path / "run" / "results"
 
 

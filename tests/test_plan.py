@@ -16,7 +16,7 @@ from sharflow.plan.calibrate import calibration_config, passed_options
 from sharflow.plan.model import Fit, JobCost, Scale, fit_line, plan_rules, read_job_costs, resources_table
 from sharflow.plan.resources import DEFAULTS, FALLBACK, PlannedResources, planned_figures
 from sharflow.plan.sample import STRATA, draw_sample, stratum
-from testkit import DEMO, demo_config, prepare_demo, read_jsonl, run_snakemake, write_jsonl
+from testkit import DEMO, LONG_RUN, demo_config, prepare_demo, read_jsonl, run_snakemake, write_jsonl
 
 
 def speakers_file(path: Path) -> Path:
@@ -428,7 +428,7 @@ def test_a_job_writes_its_cost_beside_its_log(tmp_path):
 def run_plan(work):
     """`snakemake plan` on the demo and its long recordings (talks), the demo's sample 24 records
     (conftest's planned_demo, in the background)."""
-    return work, run_snakemake(work, planned_config(), "plan", timeout=1800)
+    return work, run_snakemake(work, planned_config(), "plan", timeout=LONG_RUN)
 
 
 def planned_config(**overrides) -> dict:

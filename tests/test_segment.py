@@ -346,7 +346,7 @@ def run_long_form(tmp):
     and one that cannot be read, listed with a language and the known names of one's speakers; the
     segments transcribed by a random ASR (no quality filter: its text is random letters). Returns
     (work dir, corpus folder, listing)."""
-    from testkit import demo_config, run_snakemake, write_jsonl
+    from testkit import LONG_RUN, demo_config, run_snakemake, write_jsonl
 
     root = tmp / "recordings"
     paths = write_corpus(root, recordings=2, minutes=(1.5, 2.0), seed=7)
@@ -372,7 +372,7 @@ def run_long_form(tmp):
     config["datasets"] = {
         "talks": {"format": "long_form", "audio_root": str(root), "manifest": str(listing), "language": "en"}
     }
-    run_snakemake(tmp / "work", config)
+    run_snakemake(tmp / "work", config, timeout=LONG_RUN)
     return tmp / "work", root, listing
 
 

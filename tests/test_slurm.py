@@ -22,6 +22,7 @@ from sharflow.io import storage
 from sharflow.plan.resources import DEFAULTS
 from testkit import (
     GPU_RULES,
+    LONG_RUN,
     REPO,
     SMALL_SHARDS,
     assert_informative_codes,
@@ -80,7 +81,7 @@ def run_on_slurm(tmp: Path, s3):
         "--workflow-profile",
         str(tmp / "wp"),
         profile="slurm",
-        timeout=1500,
+        timeout=LONG_RUN,
         check=False,
     )
     output = proc.stdout + proc.stderr

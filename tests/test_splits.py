@@ -17,7 +17,16 @@ from sharflow.core.layout import DatasetFiles
 from sharflow.core.splits import HELD_OUT, SPLITS, TRAIN, SplitRules, context_pool, unit_hash
 from sharflow.identity.links import SAME_AUDIO, SAME_CONTENT, SAME_UTTERANCE
 from sharflow.io.audio import span_key
-from testkit import demo_config, read_jsonl, run_identity, run_snakemake, write_jsonl, write_noise, write_tone
+from testkit import (
+    LONG_RUN,
+    demo_config,
+    read_jsonl,
+    run_identity,
+    run_snakemake,
+    write_jsonl,
+    write_noise,
+    write_tone,
+)
 
 RULES = {
     "seed": 3,
@@ -234,7 +243,7 @@ def run_splits(tmp):
     )
     assert config["datasets"]["demo"]["splits"]["dev_unseen"] and "splits" not in config
     work = tmp / "w"
-    run_snakemake(work, config, timeout=1800)
+    run_snakemake(work, config, timeout=LONG_RUN)
     return work, config
 
 

@@ -1,6 +1,7 @@
 """Helpers shared by the tests: test audio, JSON lines, and real snakemake runs."""
 
 import contextlib
+import faulthandler
 import glob
 import io
 import json
@@ -42,6 +43,10 @@ DEMO = REPO / "demo"
 # and codes jobs are a block of 10 shards (<stage>.shards_per_job) and a short last block of 2 (one
 # <stage>_tail2 job).
 SMALL_SHARDS = {"shard_size": 5}
+# The most seconds a whole workflow run that tests share (conftest.early_runs) may take before it is
+# killed: three times the longest one in a suite on the developers' 2-core machine (the plan's, ~1,170
+# s), so that one on a machine twice as busy still ends; a hung one still ends inside CI's 90 minutes.
+LONG_RUN = 3600
 # The rules profiles/slurm sends to partition gpu: every model stage (codes at each block size).
 GPU_RULES = {
     "quality_part",
@@ -508,6 +513,12 @@ def system_tool(binary: str, packages: list[str]) -> str:
     return shutil.which(binary) or pytest.skip(f"{binary} not found after installing {packages}")
 
 
+def hang_timeout() -> int:
+    """Seconds a test may run before the session ends as hung (conftest.hang_guard): default 1200 (the
+    slowest test takes ~4 min); the mutation runs set SHARFLOW_TEST_TIMEOUT=60."""
+    return int(os.environ.get("SHARFLOW_TEST_TIMEOUT", "1200"))
+
+
 class Background(threading.Thread):
     """`fn(*args)` run in a thread started now; `result()` waits for it, then returns or raises as `fn` did.
 
@@ -528,8 +539,20 @@ class Background(threading.Thread):
         except BaseException as e:
             self.error = e
 
-    def result(self, timeout: float = 3600):
-        self.join(timeout)
+    def result(self, timeout: float = 3 * LONG_RUN):
+        """The run's value, once it has ended (its own timeouts bound it; a chained run waits for the
+        runs before it too). Asked by a test, the wait is not the test's own work: the hang guard
+        (conftest.hang_guard, process-wide) stops while it lasts and starts again after, so that a test
+        which waits long for a run on a busy machine is not taken for a hang. (Asked by another run's
+        thread, the guard of the test running is left be.)"""
+        test = threading.current_thread() is threading.main_thread()
+        if test:
+            faulthandler.cancel_dump_traceback_later()
+        try:
+            self.join(timeout)
+        finally:
+            if test:
+                faulthandler.dump_traceback_later(hang_timeout(), exit=True)
         if self.is_alive():
             pytest.fail(f"background run {self.name} still running after {timeout} s")
         if self.error is not None:
