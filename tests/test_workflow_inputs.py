@@ -1,6 +1,7 @@
 """The workflow's Python without Snakemake (sharflow.workflow): every stage's input, params and resource
-functions against a config and the layout, with a PlainEngine; and the one use of Snakemake's internal
-API (force_rerun) against a real Snakemake run, so that an upgrade that breaks it fails here.
+functions against a config and the layout, with a PlainEngine; and the two uses of Snakemake's internal
+API (force_rerun, mend_group_components) against real Snakemake runs, so that an upgrade that breaks
+either fails here.
 
 The config is the shipped one with the demo's and degraded's paths, splits on for demo (its own
 block), the identity stage on, two quality parts and two identity check parts: every branch a rule's
@@ -315,3 +316,66 @@ def test_forcing_a_file_from_an_input_function_reruns_its_job_in_this_snakemake(
     assert again == first and "Nothing to be done" in log
     forced, log = run("--config", "force=1")
     assert forced != first and "rule make" in log
+
+
+GROUPED = """
+{mend}
+def parts(wildcards):
+    with open(checkpoints.plan.get().output[0]) as f:
+        return [f"part{{i}}.txt" for i in range(int(f.read()))]
+
+rule all:
+    input: parts
+
+checkpoint plan:
+    output: "plan.txt"
+    shell: "echo 4 > {{output}}"
+
+rule part:
+    output: "part{{i}}.txt"
+    group: "parts"
+    shell: "touch {{output}}"
+"""
+
+
+def grouped_dry_run(folder: Path, mend: bool, seed: int, timeout: float) -> str | None:
+    """A dry run of GROUPED's four parts, bundled two by two (--group-components parts=2), after its
+    checkpoint has run (Snakemake makes the DAG's groups again then); its output, None if it ran past
+    `timeout` (printing the same group over and over)."""
+    folder.mkdir()
+    mend_line = "from sharflow.workflow import mend_group_components\nmend_group_components()" if mend else ""
+    (folder / "Snakefile").write_text(GROUPED.format(mend=mend_line))
+    (folder / "plan.txt").write_text("4\n")  # the checkpoint's output, as its job writes it
+    cmd = [sys.executable, "-m", "snakemake", "-s", "Snakefile", "--cores", "1", "-n"]
+    env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+    try:
+        done = subprocess.run(
+            [*cmd, "--group-components", "parts=2"], cwd=folder, env=env, capture_output=True,
+            text=True, timeout=timeout,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return None
+    return f"{done.returncode}\n{done.stdout}{done.stderr}"
+
+
+def bundled_two_by_two(output: str | None) -> bool:
+    """The dry run ended, said two group jobs, and each part's job once."""
+    if output is None or not output.startswith("0\n"):
+        return False
+    parts = [line.split()[-1] for line in output.splitlines() if line.strip().startswith("output: part")]
+    return output.count("Group job parts") == 2 and sorted(parts) == [f"part{i}.txt" for i in range(4)]
+
+
+def test_bundled_group_components_stay_two_by_two_when_snakemake_groups_again(tmp_path):
+    """Snakemake 9.27.1 grows a bundle of group components in place, and its group job factory hands
+    the grown job back for its first component when the DAG's groups are made again (after a
+    checkpoint): a part ends in two group jobs, and the dry run bundles four, stops with an error or
+    prints one group forever (profiles/slurm's shard bundles: a dry run that filled 24 GB). With
+    mend_group_components every hash seed bundles two by two; without it (the control, which shows
+    the check can fail) no run of a few does. If the control passes, Snakemake bundles right itself:
+    the mend can go."""
+    for seed in (1, 2, 3):
+        output = grouped_dry_run(tmp_path / f"mended-{seed}", mend=True, seed=seed, timeout=600)
+        assert bundled_two_by_two(output), output
+    unmended = [grouped_dry_run(tmp_path / f"own-{s}", mend=False, seed=s, timeout=20) for s in (2, 7)]
+    assert not any(bundled_two_by_two(output) for output in unmended), "Snakemake bundles right itself"

@@ -10,8 +10,14 @@ dry run's summary), engine (the seam to Snakemake).
 
 from sharflow.core.exports import lazy_exports
 
-__all__ = ["PlainEngine", "SnakemakeEngine", "Workflow", "force_rerun"]
+__all__ = ["PlainEngine", "SnakemakeEngine", "Workflow", "force_rerun", "mend_group_components"]
 __getattr__ = lazy_exports(
     __name__,
-    {"PlainEngine": "engine", "SnakemakeEngine": "engine", "force_rerun": "engine", "Workflow": "workflow"},
+    {
+        "PlainEngine": "engine",
+        "SnakemakeEngine": "engine",
+        "force_rerun": "engine",
+        "mend_group_components": "engine",
+        "Workflow": "workflow",
+    },
 )

@@ -7,13 +7,15 @@ script that asks what the workflow would read. Every answer is read when asked, 
 is made: Snakemake knows whether a run is a dry run, local or on a cluster only once it has parsed
 the Snakefile.
 
-The one use of Snakemake's internal API is `force_rerun`: a finished shard job whose files are
-damaged is forced as `--forcerun <its record>` would force it (tests/test_workflow_engine.py fails
-loudly if a Snakemake upgrade changes it).
+Snakemake's internal API is used in two functions here, each with a test against a real Snakemake
+that fails loudly if an upgrade changes what it relies on (tests/test_workflow_inputs.py):
+`force_rerun` (a finished shard job whose files are damaged is forced as `--forcerun <its record>`
+would force it) and `mend_group_components` (a dry run of grouped jobs that never ends).
 """
 
 import logging
 import os
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
@@ -28,6 +30,48 @@ def force_rerun(workflow, path: str) -> bool:
         return False
     dag.forcefiles.add(path)
     return True
+
+
+def _component_key(group) -> tuple:
+    """A group job's place among the components of its group: by its jobs' rules and outputs, the
+    same in every process (not by the hash of its jobs, which Python seeds anew in each)."""
+    return tuple(sorted((job.rule.name, *sorted(map(str, job.output))) for job in group))
+
+
+def _update_group_components(dag) -> None:
+    """Snakemake's DAG._update_group_components (9.27.1), bundling `group-components` connected
+    components of a group into one group job, with two changes: the bundle is the group job factory's
+    own for its set of jobs, instead of its first component grown in place, and the components are
+    taken in a fixed order. Snakemake's factory keeps each group job by the jobs it was made with;
+    grown in place, the first component is handed out again for its own jobs the next time the DAG's
+    groups are made (after a checkpoint's update) and is then bundled a second time, so that one job
+    ends in two group jobs, and a dry run prints one of them forever (profiles/slurm's two bundles of
+    shard jobs: 3 of 41 hash seeds, 116 MB of output in 25 s)."""
+    from snakemake.common import group_into_chunks
+
+    by_group = defaultdict(set)
+    for group in dag._group.values():
+        by_group[group.groupid].add(group)
+    for groupid, components in by_group.items():
+        name = dag.workflow.parent_groupids.get(groupid, groupid)
+        bundle = dag.workflow.group_settings.group_components.get(name, 1)
+        if bundle > 1:
+            for chunk in group_into_chunks(bundle, sorted(components, key=_component_key)):
+                if len(chunk) > 1:
+                    jobs = (job for component in chunk for job in component)
+                    bundled = dag.group_job_factory.new(groupid, jobs, dag.workflow.global_resources)
+                    for job in bundled:
+                        dag._group[job] = bundled
+    for group in dag._group.values():
+        group.finalize()
+
+
+def mend_group_components() -> None:
+    """Give Snakemake's DAG the bundling of `_update_group_components` (once per process: the
+    Snakefile calls this before Snakemake builds its DAG)."""
+    from snakemake.dag import DAG
+
+    DAG._update_group_components = _update_group_components
 
 
 class SnakemakeEngine:
