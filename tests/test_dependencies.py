@@ -11,7 +11,6 @@ from testkit import REPO
 
 # Declared but never imported by a sharflow module, and why each stays.
 KEPT = {
-    "snakemake": "the workflow engine: it runs the Snakefile and the rules, which call sharflow",
     "snakemake-executor-plugin-slurm": "the Slurm executor profiles/slurm names; Snakemake loads it",
     "urllib3": "imported by lhotse, which does not declare it",
     "resemblyzer": "only its pretrained GE2E weights file is read (its import chain needs pkg_resources)",
