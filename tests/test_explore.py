@@ -386,7 +386,11 @@ def test_a_curator_filters_listens_moves_a_threshold_and_opens_a_reject_and_a_li
         page.select_option("#dataset", "demo")
         page.fill("#filter", "split = train")
         page.click("#apply")
-        wait_for(page, "document.querySelector('#page-info').dataset.total > 0")
+        # until the table is the new query's: the degraded page's total (> 0) can still be showing
+        train = catalog.cut_id[catalog.split == "train"].tolist()
+        row_js = "document.querySelector('#cuts tbody tr')"
+        shown_first = f"ids => {{ const r = {row_js}; return r !== null && ids.includes(r.dataset.cut); }}"
+        wait_for(page, shown_first, train)
         first = page.eval_on_selector("#cuts tbody tr", "r => r.dataset.cut")
         page.click("#cuts tbody tr")
         page.wait_for_selector("#target-audio")
