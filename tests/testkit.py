@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tarfile
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -176,6 +177,23 @@ def process_group(cmd: list[str], **popen_kwargs):
     finally:
         proc.wait()
         _GROUPS.discard(proc.pid)
+
+
+def wait_group_gone(pgid: int, seconds: float = 120.0) -> None:
+    """Return once no live process of process group `pgid` is left (zombies aside): a SIGKILLed job's
+    process can still finish the system call it was in (the rename of a record into place) after
+    the group's leader is reaped, so what a killed run left is read only after this."""
+    deadline = time.monotonic() + seconds
+    while True:
+        alive = False
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                fields = stat.read_text().rsplit(")", 1)[1].split()  # state, ppid, pgrp, ...
+                alive = alive or (int(fields[2]) == pgid and fields[0] != "Z")
+        if not alive:
+            return
+        assert time.monotonic() < deadline, f"process group {pgid} still alive {seconds:.0f} s after its kill"
+        time.sleep(0.01)
 
 
 def _kill_group(pgid: int) -> None:
