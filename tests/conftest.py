@@ -1,6 +1,5 @@
 """Fixtures shared by test modules: the demo corpus through the stages, a tiny codec, workflow runs."""
 
-import faulthandler
 import importlib
 import multiprocessing
 import os
@@ -23,8 +22,9 @@ from testkit import (
     SMALL_SHARDS,
     Background,
     S3Server,
+    arm_hang_guard,
     demo_config,
-    hang_timeout,
+    disarm_hang_guard,
     prepare_demo,
     run_codes,
     run_snakemake,
@@ -56,9 +56,9 @@ def hang_guard():
     """A test that hangs ends the run, with every thread's traceback, after testkit.hang_timeout()
     seconds instead of holding CI (a mutant that loops forever counts as caught); waiting for a shared
     run (Background.result) does not count."""
-    faulthandler.dump_traceback_later(hang_timeout(), exit=True)
+    arm_hang_guard()
     yield
-    faulthandler.cancel_dump_traceback_later()
+    disarm_hang_guard()
 
 
 def pytest_configure(config):

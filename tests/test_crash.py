@@ -34,7 +34,6 @@ from testkit import (
     process_group,
     run_snakemake,
     snakemake_cmd,
-    wait_group_gone,
 )
 
 
@@ -83,7 +82,6 @@ def run_and_kill(
             finally:
                 with contextlib.suppress(ProcessLookupError):  # a run that ended has no group left
                     os.killpg(proc.pid, signal.SIGKILL)
-        wait_group_gone(proc.pid)  # a job's last rename may land after its leader is reaped
         if hit and (passed is None or not passed(work)):
             return log.read_text()
         assert again is not None and attempt < 2, (

@@ -166,7 +166,9 @@ _GROUPS: set[int] = set()  # process groups of the runs still going (stop_proces
 @contextlib.contextmanager
 def process_group(cmd: list[str], **popen_kwargs):
     """A subprocess in a session of its own: killed, with every process it started, if the block fails,
-    or when the test session ends while it still runs (conftest.early_runs: stop_process_groups)."""
+    or when the test session ends while it still runs (conftest.early_runs: stop_process_groups). The
+    block ends once every process of the group is gone (wait_group_gone), not only its leader: what a
+    run that was killed left is read after its last write."""
     proc = subprocess.Popen(cmd, start_new_session=True, **popen_kwargs)
     _GROUPS.add(proc.pid)
     try:
@@ -176,6 +178,7 @@ def process_group(cmd: list[str], **popen_kwargs):
         raise
     finally:
         proc.wait()
+        wait_group_gone(proc.pid)  # a killed job's last rename may land after its leader is reaped
         _GROUPS.discard(proc.pid)
 
 
@@ -537,6 +540,23 @@ def hang_timeout() -> int:
     return int(os.environ.get("SHARFLOW_TEST_TIMEOUT", "1200"))
 
 
+_GUARD: dict[str, float] = {}  # "deadline": time.monotonic() at which the running test counts as hung
+
+
+def arm_hang_guard(seconds: float | None = None) -> None:
+    """End the process, with every thread's traceback, `seconds` (hang_timeout()) from now."""
+    seconds = hang_timeout() if seconds is None else seconds
+    _GUARD["deadline"] = time.monotonic() + seconds
+    faulthandler.dump_traceback_later(seconds, exit=True)
+
+
+def disarm_hang_guard() -> float | None:
+    """Stop the hang guard; the seconds it had left (None: it was not armed)."""
+    faulthandler.cancel_dump_traceback_later()
+    deadline = _GUARD.pop("deadline", None)
+    return None if deadline is None else max(deadline - time.monotonic(), 0.0)
+
+
 class Background(threading.Thread):
     """`fn(*args)` run in a thread started now; `result()` waits for it, then returns or raises as `fn` did.
 
@@ -560,17 +580,15 @@ class Background(threading.Thread):
     def result(self, timeout: float = 3 * LONG_RUN):
         """The run's value, once it has ended (its own timeouts bound it; a chained run waits for the
         runs before it too). Asked by a test, the wait is not the test's own work: the hang guard
-        (conftest.hang_guard, process-wide) stops while it lasts and starts again after, so that a test
-        which waits long for a run on a busy machine is not taken for a hang. (Asked by another run's
-        thread, the guard of the test running is left be.)"""
-        test = threading.current_thread() is threading.main_thread()
-        if test:
-            faulthandler.cancel_dump_traceback_later()
+        (conftest.hang_guard, process-wide) stops while it lasts and starts again after with the time
+        it had left, so that a test which waits long for a run on a busy machine is not taken for a
+        hang. (Asked by another run's thread, the guard of the test running is left be.)"""
+        left = disarm_hang_guard() if threading.current_thread() is threading.main_thread() else None
         try:
             self.join(timeout)
         finally:
-            if test:
-                faulthandler.dump_traceback_later(hang_timeout(), exit=True)
+            if left is not None:  # the test's own time before the wait still counts
+                arm_hang_guard(max(left, 1.0))
         if self.is_alive():
             pytest.fail(f"background run {self.name} still running after {timeout} s")
         if self.error is not None:
