@@ -10,7 +10,6 @@ test_every_schema_key_has_an_effect_test.
 
 import ast
 import json
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -31,7 +30,17 @@ from sharflow.prepare.job import prepare_dataset
 from sharflow.quality.part import MeasureSettings, run_quality_part
 from sharflow.shar.audio import EncodeSettings, copy_through
 from sharflow.shar.plan import plan_shards
-from testkit import DEMO, REPO, demo_config, planned_lines, read_jsonl, snakemake_cmd, write_jsonl, write_tone
+from testkit import (
+    DEMO,
+    REPO,
+    demo_config,
+    planned_lines,
+    read_jsonl,
+    run_command,
+    snakemake_cmd,
+    write_jsonl,
+    write_tone,
+)
 
 SCHEMA = REPO / "config" / "schema.yaml"
 HERE = "test_config_keys.py"
@@ -301,8 +310,7 @@ def test_language_and_require_text_shape_the_prepared_records(tmp_path):
 def planned_jobs(tmp_path, config, *targets) -> dict[str, int]:
     """{rule: jobs} of a dry run of the real workflow."""
     cmd = snakemake_cmd(tmp_path / "work", config, *targets, "-n", "--quiet", "rules")
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = run_command(cmd, timeout=300)
     table = done.stdout.split("Job stats:")[-1].split("Reasons")[0]
     rows = (line.split() for line in table.splitlines())
     return {r[0]: int(r[1]) for r in rows if len(r) == 2 and r[1].isdigit() and r[0] != "total"}

@@ -18,7 +18,6 @@ import hashlib
 import os
 import shutil
 import signal
-import subprocess
 import threading
 import time
 from collections import defaultdict
@@ -70,7 +69,8 @@ def run_and_kill(
     log = work / f"killed-{what}.log"
     cmd = snakemake_cmd(work, config, "--cores", "1")
     for attempt in range(3):
-        with open(log, "w") as out, process_group(cmd, stdout=out, stderr=subprocess.STDOUT) as proc:
+        log.unlink(missing_ok=True)
+        with process_group(cmd, log) as proc:
             deadline = time.monotonic() + timeout
             hit = False
             try:

@@ -1,11 +1,17 @@
 """The suite's own harness (testkit, conftest): a test that waits for a shared workflow run is not
 taken for a hung one, and one that hangs after it still is."""
 
+import os
+import signal
 import subprocess
 import sys
 import textwrap
+import time
+from pathlib import Path
 
-from testkit import REPO
+import snakemake_server
+
+from testkit import REPO, process_group, run_command
 
 # A stand-in for a test: the hang guard armed at 3 s (conftest.hang_guard), 2 s of the test's own
 # work, a 4 s wait for a shared run, then 2 s more work: the guard is paused for the wait only, so
@@ -33,3 +39,58 @@ def test_waiting_for_a_shared_run_is_not_a_hang_and_the_guard_counts_the_rest():
     # the 4 s wait outlasted the 3 s guard without ending the process; the work around it did not
     assert done.stdout.splitlines() == ["waited True"], done.stdout + done.stderr[-2000:]
     assert done.returncode != 0 and "Timeout (" in done.stderr, done.stderr[-2000:]
+
+
+_SNAKEFILE = """
+import os, time
+rule all:
+    input: "told.txt", "slept.txt"
+rule told:
+    output: "told.txt"
+    run:
+        with open(output[0], "w") as f:
+            f.write(f"{os.environ['SHARFLOW_HARNESS']} {os.getpgid(0)} {os.getsid(0)}")
+rule slept:
+    output: "slept.txt"
+    params: seconds=lambda wildcards: float(os.environ["SHARFLOW_HARNESS_SLEEP"])
+    shell: "touch started; sleep {params.seconds}; touch {output}"
+"""
+
+
+def test_a_snakemake_run_forked_by_the_suites_server_is_a_run_of_its_own(tmp_path):
+    """process_group runs a Snakemake command as a fork of the suite's server (snakemake_server): with
+    the environment it is given, in its own session, failing as Snakemake fails, and killed with every
+    job it started when its group is killed."""
+    (tmp_path / "Snakefile").write_text(_SNAKEFILE)
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(tmp_path / "Snakefile"), "--directory", str(tmp_path)]
+    env = {**os.environ, "SHARFLOW_HARNESS": "forked", "SHARFLOW_HARNESS_SLEEP": "0"}
+    with process_group([*cmd, "--cores", "1"], tmp_path / "out", env=env) as proc:
+        assert isinstance(proc, snakemake_server.ForkedRun)
+        assert proc.wait(300) == 0, (tmp_path / "out").read_text()[-3000:]
+    assert (tmp_path / "told.txt").read_text() == f"forked {proc.pid} {proc.pid}"
+
+    failed = run_command([*cmd, "--cores", "1", "no_such_rule"], check=False, env=env, timeout=300)
+    assert failed.returncode == 1 and "no_such_rule" in failed.stderr, failed.stderr[-3000:]
+
+    for name in ("told.txt", "slept.txt", "started"):
+        (tmp_path / name).unlink(missing_ok=True)
+    env["SHARFLOW_HARNESS_SLEEP"] = "600"
+    with process_group([*cmd, "--cores", "1", "slept.txt"], tmp_path / "killed", env=env) as proc:
+        deadline = time.monotonic() + 300
+        while not (tmp_path / "started").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "killed").read_text()
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == -signal.SIGKILL  # the block ended once the job's `sleep` was gone too
+    assert not list(_alive_in_group(proc.pid))
+
+
+def _alive_in_group(pgid: int):
+    """The pids of the live (not zombie) processes of group `pgid`."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue
+        if int(group) == pgid and state != "Z":
+            yield int(stat.parent.name)

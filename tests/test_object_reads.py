@@ -8,7 +8,6 @@ import contextlib
 import io
 import json
 import os
-import subprocess
 import tarfile
 import threading
 import time
@@ -26,6 +25,7 @@ from testkit import (
     demo_config,
     prepare_demo,
     read_jsonl,
+    run_command,
     snakemake_cmd,
     upload_demo,
     write_all,
@@ -400,10 +400,7 @@ def test_a_dry_run_learns_every_containers_version_from_listings_not_a_head_each
     }
     log = tmp_path / "requests.tsv"
     env = {**os.environ, storage.REQUEST_LOG: str(log)}
-    proc = subprocess.run(
-        snakemake_cmd(tmp_path / "work", config, "-n"), env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_command(snakemake_cmd(tmp_path / "work", config, "-n"), env=env, timeout=600)
     assert "prepare" in proc.stdout
     sent = [line.split("\t")[0] for line in log.read_text().splitlines()]
     assert "HeadObject" not in sent and "GetObject" not in sent

@@ -12,12 +12,14 @@ import signal
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+import snakemake_server
 import soundfile as sf
 import yaml
 from lhotse import CutSet
@@ -164,12 +166,18 @@ _GROUPS: set[int] = set()  # process groups of the runs still going (stop_proces
 
 
 @contextlib.contextmanager
-def process_group(cmd: list[str], **popen_kwargs):
-    """A subprocess in a session of its own: killed, with every process it started, if the block fails,
-    or when the test session ends while it still runs (conftest.early_runs: stop_process_groups). The
-    block ends once every process of the group is gone (wait_group_gone), not only its leader: what a
-    run that was killed left is read after its last write."""
-    proc = subprocess.Popen(cmd, start_new_session=True, **popen_kwargs)
+def process_group(cmd: list[str], stdout: Path, stderr: Path | None = None, env: dict | None = None):
+    """`cmd` in a session of its own, its output in files (`stderr` None: with stdout); a Snakemake
+    command (snakemake_cmd) is a fork of the suite's Snakemake server (snakemake_server), any other a
+    subprocess. Killed, with every process it started, if the block fails, or when the test session
+    ends while it still runs (conftest.early_runs: stop_process_groups). The block ends once every
+    process of the group is gone (wait_group_gone), not only its leader: what a run that was killed
+    left is read after its last write."""
+    if snakemake_server.is_snakemake(cmd):
+        proc = snakemake_server.start(cmd, stdout, stderr or stdout, env)
+    else:
+        with open(stdout, "ab") as out, open(stderr or stdout, "ab") as err:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env, start_new_session=True)
     _GROUPS.add(proc.pid)
     try:
         yield proc
@@ -205,19 +213,57 @@ def _kill_group(pgid: int) -> None:
 
 
 def stop_process_groups() -> None:
-    """Kill every workflow run (and its jobs) still going: a session that ends early leaves none behind."""
+    """Kill every workflow run (and its jobs) still going: a session that ends early leaves none behind;
+    then stop the Snakemake server."""
     for pgid in list(_GROUPS):
         _kill_group(pgid)
+    snakemake_server.stop()
 
 
 def run_snakemake(
     workdir: Path, config: dict, *args: str, check: bool = True, profile: str = "local", timeout: int = 900
 ) -> subprocess.CompletedProcess:
-    """Run snakemake (snakemake_cmd) to the end; SIGKILL after `timeout` s: a hung run cannot hold CI."""
-    cmd = ["timeout", "-s", "KILL", str(timeout), *snakemake_cmd(workdir, config, *args, profile=profile)]
-    with process_group(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as popen:
-        out, err = popen.communicate(timeout=timeout + 60)
-    proc = subprocess.CompletedProcess(cmd, popen.returncode, out, err)
+    """Run snakemake (snakemake_cmd) to the end (run_command)."""
+    return run_command(snakemake_cmd(workdir, config, *args, profile=profile), check=check, timeout=timeout)
+
+
+def run_command(
+    cmd: list[str],
+    *,
+    check: bool = True,
+    timeout: float = 900,
+    env: dict | None = None,
+    outputs: tuple[Path, Path] | None = None,
+) -> subprocess.CompletedProcess:
+    """Run `cmd` in a process group (process_group) to its end, its stdout and stderr in `outputs` (or
+    in a folder of its own, removed after) and read back once it ended. A run still going after
+    `timeout` s is killed with its whole group and fails with the tail of what it printed (read from
+    the end of the file: a run that prints without end cannot fill the suite's memory)."""
+    with contextlib.ExitStack() as stack:
+        if outputs is None:
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sharflow-run-")))
+            outputs = (folder / "stdout", folder / "stderr")
+        out, err = outputs
+        with process_group(cmd, out, err, env) as proc:
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc.pid)
+                timed_out = True
+            else:
+                timed_out = False
+        if timed_out:
+            size = out.stat().st_size
+            with open(out, "rb") as f:
+                f.seek(max(0, size - 3000))
+                tail = f.read().decode(errors="replace")
+            pytest.fail(
+                f"{cmd[3:] if snakemake_server.is_snakemake(cmd) else cmd} ran over {timeout} s, "
+                f"printing {size:,} B, the last:\n{tail}\n{err.read_text(errors='replace')[-3000:]}"
+            )
+        proc = subprocess.CompletedProcess(
+            cmd, proc.returncode, out.read_text(errors="replace"), err.read_text(errors="replace")
+        )
     if check and proc.returncode != 0:
         pytest.fail(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
     return proc
