@@ -12,12 +12,13 @@ from sharflow.core.config import validate_config
 from sharflow.core.errors import SharflowError
 from sharflow.text.normalizer import normalizer_key
 from sharflow.work.ranks import host_shows_gpu
-from sharflow.workflow import SnakemakeEngine, mend_group_components
+from sharflow.workflow import SnakemakeEngine, mend_group_components, warm_starts
 
 # not as `Workflow`: the Snakefile's globals are snakemake.workflow's own, whose Workflow is Snakemake's
 from sharflow.workflow import Workflow as SharflowWorkflow
 
 mend_group_components()  # profiles/slurm's bundles of shard jobs (sharflow.workflow.engine)
+warm_starts()  # the jobs' warm starts (sharflow.work.warm)
 try:
     validate_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
     W = SharflowWorkflow(

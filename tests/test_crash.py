@@ -10,7 +10,8 @@ is resumed as the README says (`--unlock`, then the same command). A watcher rec
 seen under a final Shar name during the killed runs: each must already have its final size, i.e.
 no partial file is ever visible. The final outputs must equal an uninterrupted run's (the session's
 two_datasets run, on two cores) byte for byte: this is also the suite's check that outputs do not
-depend on the worker count (1 vs 2 per job).
+depend on the worker count (1 vs 2 per job), nor on how jobs start (the killed runs' jobs and the
+reference run's are forks of a warm server, sharflow.work.warm; the resumed run's start cold).
 """
 
 import contextlib
@@ -26,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from sharflow.core import layout
+from sharflow.work import warm
 from testkit import (
     assert_informative_codes,
     assert_same_outputs,
@@ -206,7 +208,10 @@ def crash_run(reference_work: Path, tmp: Path) -> dict:
     finally:
         watcher.stop.set()
         watcher.join()
-    seen["resumed"] = run_snakemake(work, config, "--cores", "1").stderr
+    # the killed runs' jobs start warm (forks of the run's warm server, killed with the run's process
+    # group); this one's cold, and its outputs are byte-identical to the warm reference run's
+    cold = {**os.environ, warm.OFF: "0"}
+    seen["resumed"] = run_snakemake(work, config, "--cores", "1", env=cold).stderr
     seen["watched"] = {p: sizes for p, sizes in watcher.seen.items() if "/." not in p}
     seen["final"] = {
         (p.stat().st_ino, sha256(p)) for p in (work / "results" / "demo").rglob("*") if p.is_file()

@@ -221,10 +221,17 @@ def stop_process_groups() -> None:
 
 
 def run_snakemake(
-    workdir: Path, config: dict, *args: str, check: bool = True, profile: str = "local", timeout: int = 900
+    workdir: Path,
+    config: dict,
+    *args: str,
+    check: bool = True,
+    profile: str = "local",
+    timeout: int = 900,
+    env: dict | None = None,
 ) -> subprocess.CompletedProcess:
     """Run snakemake (snakemake_cmd) to the end (run_command)."""
-    return run_command(snakemake_cmd(workdir, config, *args, profile=profile), check=check, timeout=timeout)
+    cmd = snakemake_cmd(workdir, config, *args, profile=profile)
+    return run_command(cmd, check=check, timeout=timeout, env=env)
 
 
 def run_command(

@@ -1,5 +1,9 @@
 """Snakemake adapter: sharflow.models.codecs.nemo.build_random_codec, through sharflow's cache."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals(), heavy=True)  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from sharflow.core.logs import job_log
 
 with job_log(snakemake.log[0]):

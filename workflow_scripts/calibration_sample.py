@@ -1,5 +1,9 @@
 """Snakemake adapter: sharflow.plan.sample.draw_sample, or draw_recordings for a long_form dataset."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals())  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from sharflow.core.atomic import write_json
 from sharflow.core.logs import job_log
 from sharflow.plan.sample import draw_recordings, draw_sample

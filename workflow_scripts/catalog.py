@@ -1,5 +1,9 @@
 """Snakemake adapter: sharflow.dataset.catalog.build_catalog."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals())  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from sharflow.core.layout import dataset_files
 from sharflow.core.logs import job_log
 from sharflow.dataset.catalog import build_catalog

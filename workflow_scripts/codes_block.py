@@ -1,6 +1,10 @@
 """Snakemake adapter of the codes jobs (codes_block, codes_block<size>, codes_tail<n>, codes_shard):
 sharflow.codes.shard.run_codes_job (the job's shards, resuming a killed run, then its record)."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals(), heavy=True)  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from sharflow.core.logs import job_log
 
 # Spawned rank processes re-run this file as __mp_main__: the guard keeps them out of the body.

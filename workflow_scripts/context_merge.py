@@ -1,5 +1,9 @@
 """Snakemake adapter: sharflow.context.merge.merge_context."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals())  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from sharflow.context.merge import merge_context
 from sharflow.core.logs import job_log
 

@@ -1,5 +1,9 @@
 """Snakemake adapter: sharflow.context.part.run_context_part."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals())  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from sharflow.context.part import MeasuredEmbeddings, PartSettings, run_context_part
 from sharflow.core.layout import ContextPartFiles
 from sharflow.core.logs import job_log

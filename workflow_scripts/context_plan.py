@@ -1,5 +1,9 @@
 """Snakemake adapter: sharflow.context.plan.plan_context."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals())  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from sharflow.context.plan import plan_context
 from sharflow.core.logs import job_log
 

@@ -1,5 +1,9 @@
 """Snakemake adapter: sharflow.plan.build.make_plan and write_plan."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals())  # run as a fork of the run's warm server (sharflow.work.warm)
+
 import os
 
 from sharflow.core import layout

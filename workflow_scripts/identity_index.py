@@ -1,5 +1,9 @@
 """Snakemake adapter: sharflow.identity.links.index_identities."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals())  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from sharflow.core.layout import IdentityIndexFiles
 from sharflow.core.logs import job_log
 from sharflow.identity.links import DatasetIdentity, MatchRules, index_identities

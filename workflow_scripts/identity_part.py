@@ -1,5 +1,9 @@
 """Snakemake adapter: sharflow.identity.part.run_identity_part."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals())  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from sharflow.core.layout import IdentityPartFiles
 from sharflow.core.logs import job_log
 from sharflow.identity.part import VoiceEmbedding, run_identity_part

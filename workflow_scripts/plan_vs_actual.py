@@ -1,5 +1,9 @@
 """Snakemake adapter: sharflow.plan.actual.compare, printed as compare_markdown renders it."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals())  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from sharflow.core.atomic import atomic_file, read_json, write_json
 from sharflow.core.config import load_yaml
 from sharflow.core.logs import job_log

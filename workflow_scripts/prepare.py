@@ -1,5 +1,9 @@
 """Snakemake adapter of the prepare stage: sharflow.prepare.job.prepare_dataset."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals())  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from sharflow.core.logs import job_log
 from sharflow.prepare.job import prepare_dataset
 

@@ -1,5 +1,9 @@
 """Snakemake adapter: sharflow.quality.part.merge_quality."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals())  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from sharflow.core.logs import job_log
 from sharflow.quality.merge import merge_quality
 

@@ -1,5 +1,9 @@
 """Snakemake adapter: sharflow.quality.part.run_quality_part."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals(), heavy=True)  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from sharflow.core.layout import IdentityPartFiles, QualityPartFiles
 from sharflow.core.logs import job_log
 from sharflow.quality.part import measure_settings, run_quality_part

@@ -1,5 +1,9 @@
 """Snakemake adapter of a lhotse recipe dataset's first job: sharflow.prepare.recipe.run_recipe."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals())  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from sharflow.core.logs import job_log
 from sharflow.prepare.recipe import run_recipe
 

@@ -1,5 +1,9 @@
 """Snakemake adapter: sharflow.report.report.write_report."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals())  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from pathlib import Path
 
 from sharflow.core.logs import job_log

@@ -1,5 +1,9 @@
 """Snakemake adapter: sharflow.segment.dataset.run_planned_part."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals(), heavy=True)  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from sharflow.core.logs import job_log
 from sharflow.segment.dataset import run_planned_part, settings_of
 

@@ -1,6 +1,10 @@
 """Snakemake adapter of the shar jobs (shar_block, shar_block<size>, shar_tail<n>, shar_shard):
 sharflow.shar.shard.run_shar_job (the job's shards, resuming a killed run, then its record)."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals())  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from sharflow.core.logs import job_log
 
 # Spawned worker processes re-run this file as __mp_main__: the guard keeps them out of the body,

@@ -1,5 +1,9 @@
 """Snakemake adapter: sharflow.shar.plan.plan_shards (the plan, and each shar job's inputs beside it)."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals())  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from sharflow.core.layout import dataset_files
 from sharflow.core.logs import job_log
 from sharflow.shar.plan import plan_shards

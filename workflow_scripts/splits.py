@@ -1,5 +1,9 @@
 """Snakemake adapter: sharflow.splits.stage.assign_splits."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals())  # run as a fork of the run's warm server (sharflow.work.warm)
+
 from sharflow.core.atomic import read_json
 from sharflow.core.logs import job_log
 from sharflow.splits.stage import DatasetSplits, assign_splits

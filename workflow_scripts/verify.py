@@ -1,5 +1,9 @@
 """Snakemake adapter: sharflow.verify.dataset.verify_dataset."""
 
+from sharflow.work.warm import hand_over
+
+hand_over(globals())  # run as a fork of the run's warm server (sharflow.work.warm)
+
 if __name__ == "__main__":  # verify.workers > 1 spawns processes that re-import this file
     from sharflow.core.layout import shar_dir_of_plan
     from sharflow.core.logs import job_log

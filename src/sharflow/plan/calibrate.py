@@ -7,7 +7,7 @@ recordings, which the calibration segments) and its relative paths made absolute
 part rules run one part per dataset (a sample is small; the plan counts the real parts' start-up
 per job), and nothing is published. The nested `snakemake` is started without a shell, with the
 options of the run that asked for the plan that say where jobs go (profiles, executor, jobs,
-cores): GPU stages run where the real run will put them.
+cores): GPU stages run where the real run will put them. Its jobs start cold (sharflow.work.warm).
 """
 
 import copy
@@ -24,6 +24,7 @@ import yaml
 from sharflow.core.atomic import atomic_file, write_json
 from sharflow.core.errors import SharflowError
 from sharflow.io import storage
+from sharflow.work import warm
 
 PATH_KEYS = {"manifest", "recordings", "audio_root", "model", "random_from_config", "weights", "cache_dir"}
 PART_SECTIONS = ("segment", "text", "quality", "context", "identity")
@@ -152,7 +153,10 @@ def _run_once(config, manifests, folder: Path, snakefile, options, cwd, models: 
         *options,
     ]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, check=False)
+    # cold jobs: each measures its own interpreter and imports, as a job of its own (a Slurm job) pays
+    # them, and a peak memory of its own (a warm fork's counts the pages it shares with its server)
+    env = {**os.environ, warm.OFF: "0"}
+    proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, env=env, check=False)
     if proc.returncode != 0:
         raise SharflowError(
             f"the calibration run in {folder} failed (exit status {proc.returncode}); its log is above and "

@@ -10,7 +10,14 @@ dry run's summary), engine (the seam to Snakemake).
 
 from sharflow.core.exports import lazy_exports
 
-__all__ = ["PlainEngine", "SnakemakeEngine", "Workflow", "force_rerun", "mend_group_components"]
+__all__ = [
+    "PlainEngine",
+    "SnakemakeEngine",
+    "Workflow",
+    "force_rerun",
+    "mend_group_components",
+    "warm_starts",
+]
 __getattr__ = lazy_exports(
     __name__,
     {
@@ -18,6 +25,7 @@ __getattr__ = lazy_exports(
         "SnakemakeEngine": "engine",
         "force_rerun": "engine",
         "mend_group_components": "engine",
+        "warm_starts": "engine",
         "Workflow": "workflow",
     },
 )

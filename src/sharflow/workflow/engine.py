@@ -145,3 +145,15 @@ class PlainEngine:
     def info(self, message: str) -> None:
         self.said.append(message)
         log.info(message)
+
+
+def warm_starts() -> None:
+    """Name the warm-start folder of this Snakemake process (sharflow.work.warm) in the environment its
+    jobs inherit: each Snakemake process running jobs (a local run, a Slurm job's) has its own, in its
+    working folder's .snakemake. With $SHARFLOW_WARM_STARTS=0 none is named: every job starts cold."""
+    from sharflow.work import warm
+
+    if os.environ.get(warm.OFF) == "0":
+        os.environ.pop(warm.ENV, None)
+    else:
+        os.environ[warm.ENV] = warm.folder_for(os.getcwd(), os.getpid())
