@@ -71,7 +71,6 @@ def run_and_kill(
     log = work / f"killed-{what}.log"
     cmd = snakemake_cmd(work, config, "--cores", "1")
     for attempt in range(3):
-        log.unlink(missing_ok=True)
         with process_group(cmd, log) as proc:
             deadline = time.monotonic() + timeout
             hit = False

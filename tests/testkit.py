@@ -167,12 +167,14 @@ _GROUPS: set[int] = set()  # process groups of the runs still going (stop_proces
 
 @contextlib.contextmanager
 def process_group(cmd: list[str], stdout: Path, stderr: Path | None = None, env: dict | None = None):
-    """`cmd` in a session of its own, its output in files (`stderr` None: with stdout); a Snakemake
-    command (snakemake_cmd) is a fork of the suite's Snakemake server (snakemake_server), any other a
-    subprocess. Killed, with every process it started, if the block fails, or when the test session
-    ends while it still runs (conftest.early_runs: stop_process_groups). The block ends once every
-    process of the group is gone (wait_group_gone), not only its leader: what a run that was killed
-    left is read after its last write."""
+    """`cmd` in a session of its own, its output in files (emptied first; `stderr` None: with
+    stdout); a Snakemake command (snakemake_cmd) is a fork of the suite's Snakemake server
+    (snakemake_server), any other a subprocess. Killed, with every process it started, if the block
+    fails, or when the test session ends while it still runs (conftest.early_runs:
+    stop_process_groups). The block ends once every process of the group is gone (wait_group_gone),
+    not only its leader: what a run that was killed left is read after its last write."""
+    for path in {stdout, stderr or stdout}:
+        open(path, "wb").close()  # the files hold this command's output alone
     if snakemake_server.is_snakemake(cmd):
         proc = snakemake_server.start(cmd, stdout, stderr or stdout, env)
     else:

@@ -41,6 +41,7 @@ PRELOAD = (
     "nemo.collections.tts.models",
     "nemo.collections.asr.models",
     "nemo.collections.tts.data.text_to_speech_dataset_lhotse",
+    "nemo_text_processing.text_normalization.normalize",
     "sharflow.codes.shard",
     "sharflow.text.job",
     "sharflow.quality.part",
