@@ -16,8 +16,6 @@ and reads two lines back: the run's pid (once it leads its own session), and its
 Popen gives it (negative: the signal that ended it).
 """
 
-import atexit
-import contextlib
 import json
 import os
 import select
@@ -29,6 +27,8 @@ import tempfile
 import threading
 import traceback
 from pathlib import Path
+
+from sharflow.work import warm
 
 
 def _run(request: dict, started: int) -> None:
@@ -52,16 +52,11 @@ def _run(request: dict, started: int) -> None:
         snakemake.cli.main(request["argv"])
         code = 0
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        code = warm.exit_code(e)
     except BaseException:
         traceback.print_exc()
     finally:
-        try:
-            atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+        warm.exit_as(code)
 
 
 def _start(conn: socket.socket, listener: socket.socket, runs: dict) -> None:
@@ -85,19 +80,6 @@ def _start(conn: socket.socket, listener: socket.socket, runs: dict) -> None:
     runs[pid] = conn
 
 
-def _reap(runs: dict) -> None:
-    """Send each run that ended its exit status."""
-    while runs:
-        pid, status = os.waitpid(-1, os.WNOHANG)
-        if pid == 0:
-            return
-        conn = runs.pop(pid, None)
-        if conn is not None:
-            with contextlib.suppress(OSError):  # the client stopped waiting
-                conn.sendall(f"{os.waitstatus_to_exitcode(status)}\n".encode())
-            conn.close()
-
-
 def serve(path: str) -> None:
     import snakemake.cli
 
@@ -114,7 +96,7 @@ def serve(path: str) -> None:
         if listener in ready:
             conn, _ = listener.accept()
             _start(conn, listener, runs)
-        _reap(runs)
+        warm.reap(runs)
 
 
 # ---- the client (the test session's side) -----------------------------------------------------------

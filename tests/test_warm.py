@@ -26,12 +26,13 @@ class Snakemake:
 
 snakemake = Snakemake()
 hand_over(globals(), heavy=os.environ.get("JOB_HEAVY") == "1")
+if sys.argv[1] == "sleep":  # before the line the test waits for
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(7))
 print(os.getppid(), os.getcwd(), os.environ["JOB_VALUE"], warm.ENV in os.environ, *sys.argv[1:], flush=True)
 print("to stderr", file=sys.stderr, flush=True)
 if sys.argv[1] == "raise":
     raise ValueError("the job failed")
 if sys.argv[1] == "sleep":
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(7))
     time.sleep(600)
 sys.exit(int(sys.argv[1]))
 """.replace("hand_over\n", "hand_over\nfrom sharflow.work import warm\n", 1)
@@ -135,3 +136,16 @@ def test_the_server_preloads_modules_that_exist():
     import importlib.util
 
     assert all(importlib.util.find_spec(name) is not None for name in warm.PRELOAD), warm.PRELOAD
+
+
+def test_each_snakemake_process_names_a_folder_of_its_own_unless_warm_starts_are_off(monkeypatch, tmp_path):
+    from sharflow.workflow import warm_starts
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(warm.ENV, "the calling process's")  # put back as it was after the test
+    monkeypatch.delenv(warm.OFF, raising=False)
+    warm_starts()  # as rules/common.smk does in every Snakemake process
+    assert os.environ[warm.ENV] == str(tmp_path / ".snakemake" / "sharflow-warm" / str(os.getpid()))
+    monkeypatch.setenv(warm.OFF, "0")
+    warm_starts()
+    assert warm.ENV not in os.environ

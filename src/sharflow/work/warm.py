@@ -86,7 +86,7 @@ def hand_over(script: dict, heavy: bool = False) -> None:
     os._exit(code)
 
 
-def _socket_path(folder: str, fd: int) -> str:
+def _socket_path(fd: int) -> str:
     return f"/proc/self/fd/{fd}/socket"  # a short name for a folder of any depth (sun_path: 108 B)
 
 
@@ -97,7 +97,7 @@ def _connect(folder: str) -> socket.socket | None:
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        conn.connect(_socket_path(folder, fd))
+        conn.connect(_socket_path(fd))
         return conn
     except OSError:
         conn.close()
@@ -196,7 +196,7 @@ def serve(folder: str, preload: tuple[str, ...] = PRELOAD) -> None:
         return
     fd = os.open(folder, os.O_PATH)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(_socket_path(folder, fd))
+    listener.bind(_socket_path(fd))
     listener.listen(64)
     jobs: dict[int, socket.socket] = {}
     try:
@@ -207,20 +207,22 @@ def serve(folder: str, preload: tuple[str, ...] = PRELOAD) -> None:
             if listener in ready:
                 conn, _ = listener.accept()
                 _fork_job(conn, listener, jobs)
-            _reap(jobs)
+            reap(jobs)
     finally:
         listener.close()  # no new job from here; those going end as their processes do
         with contextlib.suppress(OSError):
-            os.unlink(_socket_path(folder, fd))
+            os.unlink(_socket_path(fd))
         os.close(fd)
     while jobs:
         time.sleep(0.2)
-        _reap(jobs)
+        reap(jobs)
     with contextlib.suppress(OSError):
         os.unlink(os.path.join(folder, "server.pid"))
 
 
 def _alive(pid: int) -> bool:
+    if pid <= 0:  # os.kill(0, 0) would ask about this process group
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -259,7 +261,9 @@ def _fork_job(conn: socket.socket, listener: socket.socket, jobs: dict) -> None:
     jobs[pid] = conn
 
 
-def _reap(jobs: dict) -> None:
+def reap(jobs: dict) -> None:
+    """Send each fork of `jobs` ({pid: its client's connection}) that ended its exit status, as Popen
+    gives it (negative: the signal that ended it)."""
     while jobs:
         pid, status = os.waitpid(-1, os.WNOHANG)
         if pid == 0:
@@ -291,19 +295,30 @@ def _run_job(job: dict, fds: list[int]) -> None:
         runpy.run_path(job["script"], run_name="__main__")
         code = 0
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        code = exit_code(e)
     except BaseException:
         traceback.print_exc()
     finally:
-        try:
-            threading._shutdown()  # as an interpreter's exit: its threads, then its exit functions
-            import atexit
+        exit_as(code)
 
-            atexit._run_exitfuncs()
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code)
+
+def exit_code(e: SystemExit) -> int:
+    """The exit status an interpreter ending by `e` gives."""
+    return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+
+
+def exit_as(code: int) -> None:
+    """End a fork as an interpreter ends (its threads, its exit functions, its streams), with status
+    `code`; never returns."""
+    try:
+        threading._shutdown()
+        import atexit
+
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
 
 
 def _die_with(client: int) -> None:
