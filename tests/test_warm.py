@@ -5,6 +5,7 @@ runs start them cold and give the same bytes (test_crash)."""
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -83,6 +84,13 @@ def test_a_handed_over_job_runs_as_the_servers_fork_as_it_would_run_itself(tmp_p
     assert done.returncode == 3 and done.stderr == "to stderr\n"
     failed = run_job(tmp_path, folder, "raise")
     assert failed.returncode == 1 and "ValueError: the job failed" in failed.stderr
+
+    # a client that leaves before its request is whole: the server goes on serving
+    for partial in (b"", b"\x00\x00"):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(str(folder / "socket"))
+            conn.sendall(partial)
+    assert run_job(tmp_path, folder, "0").returncode == 0 and proc.poll() is None
 
     # cold: warm starts off, a job with GPUs, no server named
     for cold in ({warm.OFF: "0"}, {"JOB_GPUS": "1"}, {warm.ENV: str(tmp_path / "none")}):

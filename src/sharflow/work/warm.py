@@ -206,7 +206,11 @@ def serve(folder: str, preload: tuple[str, ...] = PRELOAD) -> None:
                 break
             if listener in ready:
                 conn, _ = listener.accept()
-                _fork_job(conn, listener, jobs)
+                try:
+                    _fork_job(conn, listener, jobs)
+                except Exception:  # a client gone mid-request: the others are served as before
+                    traceback.print_exc()
+                    conn.close()
             reap(jobs)
     finally:
         listener.close()  # no new job from here; those going end as their processes do
@@ -238,14 +242,12 @@ def _fork_job(conn: socket.socket, listener: socket.socket, jobs: dict) -> None:
         conn.close()
         return
     head, fds, _, _ = socket.recv_fds(conn, 8, 3)
-    size = struct.unpack("!Q", head)[0]
-    data = b""
-    while len(data) < size:
-        chunk = conn.recv(size - len(data))
-        if not chunk:
-            break
-        data += chunk
-    job = json.loads(data)
+    if len(fds) != 3:
+        for fd in fds:
+            os.close(fd)
+        raise ConnectionError(f"a request came with {len(fds)} streams, not 3")
+    data = _read_exactly(conn, head, 8)
+    job = json.loads(_read_exactly(conn, b"", struct.unpack("!Q", data)[0]))
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -259,6 +261,15 @@ def _fork_job(conn: socket.socket, listener: socket.socket, jobs: dict) -> None:
         os.close(fd)
     conn.sendall(f"{pid}\n".encode())
     jobs[pid] = conn
+
+
+def _read_exactly(conn: socket.socket, data: bytes, size: int) -> bytes:
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("the client left before its request was whole")
+        data += chunk
+    return data
 
 
 def reap(jobs: dict) -> None:
