@@ -2,7 +2,8 @@
 
 A test starts ~130 Snakemake runs, and each new interpreter spends ~1.5 CPU-seconds importing Snakemake
 and loading every executor, storage, report and logger plugin before it reads the Snakefile. This
-server (one a session, conftest.snakemake_server) does that once; a run is then a fork of it that
+server (one a session: started by the first run, stopped with the session's runs by
+testkit.stop_process_groups) does that once; a run is then a fork of it that
 calls Snakemake's own command line (`snakemake.cli.main`) with the run's arguments, environment and
 working folder, in a session of its own (so that killing its process group ends it and every job it
 started, as for a run started with Popen), with its output in files. The server is never itself a
@@ -42,6 +43,7 @@ def _run(request: dict, started: int) -> None:
         os.environ.update(request["env"])
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
+        os.close(null)
         for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
             out = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
             os.dup2(out, fd)
