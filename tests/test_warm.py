@@ -104,8 +104,9 @@ def test_a_fork_dies_with_its_jobs_process_and_the_server_with_its_owner(tmp_pat
     (tmp_path / "cwd").mkdir()
     env = {**os.environ, warm.ENV: str(folder), "JOB_VALUE": "given"}
     # SIGKILL ends the job's process (the fork sees it gone); SIGTERM is passed on to the fork, whose
-    # handler exits 7, and the job's process exits as it did
-    for signum, ends in ((signal.SIGKILL, -signal.SIGKILL), (signal.SIGTERM, 7)):
+    # handler exits 7, and the job's process exits as it did; SIGINT is a KeyboardInterrupt in the fork
+    # (not ignored as the server ignores it): a traceback and status 1, as a job of its own would end
+    for signum, ends in ((signal.SIGKILL, -signal.SIGKILL), (signal.SIGTERM, 7), (signal.SIGINT, 1)):
         job = subprocess.Popen(
             [sys.executable, str(tmp_path / "job.py"), "sleep"],
             cwd=tmp_path / "cwd",
@@ -120,6 +121,8 @@ def test_a_fork_dies_with_its_jobs_process_and_the_server_with_its_owner(tmp_pat
         assert job.wait(timeout=60) == ends
         _wait_gone(forks[0])
         job.stdout.close()
+    proc.send_signal(signal.SIGINT)  # Ctrl-C reaches the run's whole process group: not an end here
+    assert run_job(tmp_path, folder, "0").returncode == 0 and proc.poll() is None
     owner.kill()
     owner.wait()
     assert proc.wait(timeout=60) == 0 and not (folder / "socket").exists()

@@ -184,6 +184,9 @@ def _read_line(conn: socket.socket) -> str:
 def serve(folder: str, preload: tuple[str, ...] = PRELOAD) -> None:
     """Import `preload`, then fork a job for each request until the process that owns the folder (its
     name: the Snakemake process that named it) is gone."""
+    # Ctrl-C reaches the run's whole process group: the forks take it as their jobs would, the server
+    # ends with its owner (not before the forks it serves)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         owner = os.pidfd_open(int(os.path.basename(folder)))  # readable once that process is gone
         for name in preload:
@@ -292,6 +295,7 @@ def _run_job(job: dict, fds: list[int]) -> None:
     code = 1
     try:
         _IN_FORK["job"] = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # as a new interpreter has it
         _die_with(job["client"])
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
