@@ -17,10 +17,12 @@ and reads two lines back: the run's pid (once it leads its own session), and its
 Popen gives it (negative: the signal that ended it).
 """
 
+import contextlib
 import json
 import os
 import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -138,11 +140,15 @@ class ForkedRun:
 
 
 class SnakemakeServer:
-    """The session's server (started at the first run, stopped by `stop`)."""
+    """The session's server (started at the first run, stopped by `stop`), and the warm server that the
+    session's runs share (sharflow.work.warm: $SHARFLOW_WARM_SHARED, unless a run's environment names
+    another), started beside it: one server's imports for the whole session, not one a run."""
 
     def __init__(self):
         self.folder = tempfile.mkdtemp(prefix="sharflow-snakemake-")
         self.socket = os.path.join(self.folder, "socket")
+        self.warm = os.path.join(self.folder, "warm", str(os.getpid()))  # it ends with this session
+        self.warm_pid = warm.start(self.warm, new_session=True)
         self.proc = subprocess.Popen(
             [sys.executable, __file__, self.socket], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
@@ -155,7 +161,7 @@ class SnakemakeServer:
         """Run `cmd` ([python, -m, snakemake, *argv]) as the server's fork."""
         request = {
             "argv": cmd[3:],
-            "env": dict(os.environ if env is None else env),
+            "env": {warm.SHARED: self.warm, **(os.environ if env is None else env)},
             "cwd": os.getcwd(),
             "stdout": str(stdout),
             "stderr": str(stderr),
@@ -173,6 +179,10 @@ class SnakemakeServer:
             self.proc.kill()
             self.proc.wait()
         self.proc.stdout.close()
+        with contextlib.suppress(ProcessLookupError):  # the warm server and any fork of it left
+            os.killpg(self.warm_pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.warm_pid, 0)
         shutil.rmtree(self.folder, ignore_errors=True)
 
 

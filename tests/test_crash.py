@@ -11,7 +11,8 @@ seen under a final Shar name during the killed runs: each must already have its 
 no partial file is ever visible. The final outputs must equal an uninterrupted run's (the session's
 two_datasets run, on two cores) byte for byte: this is also the suite's check that outputs do not
 depend on the worker count (1 vs 2 per job), nor on how jobs start (the killed runs' jobs and the
-reference run's are forks of a warm server, sharflow.work.warm; the resumed run's start cold).
+reference run's are forks of a warm server, sharflow.work.warm: the session's shared one, the killed runs'
+each its own; the resumed run's start cold).
 """
 
 import contextlib
@@ -33,6 +34,7 @@ from testkit import (
     assert_same_outputs,
     codes_in_tars,
     process_group,
+    run_environment,
     run_snakemake,
     snakemake_cmd,
 )
@@ -70,8 +72,11 @@ def run_and_kill(
     work.mkdir(parents=True, exist_ok=True)
     log = work / f"killed-{what}.log"
     cmd = snakemake_cmd(work, config, "--cores", "1")
+    # the run's jobs are forks of its own warm server, not the session's shared one: they are in the
+    # run's process group, and the kill of the group ends them with it
+    own_server = {**run_environment(), warm.SHARED: ""}
     for attempt in range(3):
-        with process_group(cmd, log) as proc:
+        with process_group(cmd, log, env=own_server) as proc:
             deadline = time.monotonic() + timeout
             hit = False
             try:
@@ -209,7 +214,7 @@ def crash_run(reference_work: Path, tmp: Path) -> dict:
         watcher.join()
     # the killed runs' jobs start warm (forks of the run's warm server, killed with the run's process
     # group); this one's cold, and its outputs are byte-identical to the warm reference run's
-    cold = {**os.environ, warm.OFF: "0"}
+    cold = {**run_environment(), warm.OFF: "0"}
     seen["resumed"] = run_snakemake(work, config, "--cores", "1", env=cold).stderr
     seen["watched"] = {p: sizes for p, sizes in watcher.seen.items() if "/." not in p}
     seen["final"] = {

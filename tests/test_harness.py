@@ -11,7 +11,7 @@ from pathlib import Path
 
 import snakemake_server
 
-from testkit import REPO, process_group, run_command
+from testkit import REPO, Background, process_group, run_command, run_environment
 
 # A stand-in for a test: the hang guard armed at 3 s (conftest.hang_guard), 2 s of the test's own
 # work, a 4 s wait for a shared run, then 2 s more work: the guard is paused for the wait only, so
@@ -94,3 +94,26 @@ def _alive_in_group(pgid: int):
             continue
         if int(group) == pgid and state != "Z":
             yield int(stat.parent.name)
+
+
+def test_a_background_runs_commands_with_the_environment_the_session_had_when_it_started_it(monkeypatch):
+    """A test that sets a variable for a while (monkeypatch) does not reach the commands that a run in
+    the background starts meanwhile (testkit.run_environment); the test's own commands see it."""
+    import threading
+
+    monkeypatch.setenv("SHARFLOW_HARNESS_VALUE", "the session's")
+    asked, answered = threading.Event(), threading.Event()
+
+    def later():
+        asked.wait(60)
+        try:
+            return run_environment()["SHARFLOW_HARNESS_VALUE"]
+        finally:
+            answered.set()
+
+    run = Background(later)
+    monkeypatch.setenv("SHARFLOW_HARNESS_VALUE", "a test's, for a while")
+    asked.set()
+    assert answered.wait(60)
+    assert run.result() == "the session's"
+    assert run_environment()["SHARFLOW_HARNESS_VALUE"] == "a test's, for a while"

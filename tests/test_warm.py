@@ -150,13 +150,22 @@ def test_the_server_preloads_modules_that_exist():
 
 
 def test_each_snakemake_process_names_a_folder_of_its_own_unless_warm_starts_are_off(monkeypatch, tmp_path):
+    """...or a shared server is named (the test session's), which a Slurm job's Snakemake leaves alone."""
     from sharflow.workflow import warm_starts
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(warm.ENV, "the calling process's")  # put back as it was after the test
-    monkeypatch.delenv(warm.OFF, raising=False)
+    for name in (warm.OFF, warm.SHARED, "SLURM_JOB_ID"):
+        monkeypatch.delenv(name, raising=False)
+    own = str(tmp_path / ".snakemake" / "sharflow-warm" / str(os.getpid()))
     warm_starts()  # as rules/common.smk does in every Snakemake process
-    assert os.environ[warm.ENV] == str(tmp_path / ".snakemake" / "sharflow-warm" / str(os.getpid()))
+    assert os.environ[warm.ENV] == own
+    monkeypatch.setenv(warm.SHARED, "/the/session/warm/1")
+    warm_starts()
+    assert os.environ[warm.ENV] == "/the/session/warm/1"
+    monkeypatch.setenv("SLURM_JOB_ID", "7")
+    warm_starts()
+    assert os.environ[warm.ENV] == own
     monkeypatch.setenv(warm.OFF, "0")
     warm_starts()
     assert warm.ENV not in os.environ

@@ -163,6 +163,14 @@ def snakemake_cmd(workdir: Path, config: dict, *args: str, profile: str = "local
 
 
 _GROUPS: set[int] = set()  # process groups of the runs still going (stop_process_groups)
+_THREAD = threading.local()  # .env: the environment of the runs a Background's thread starts
+
+
+def run_environment() -> dict:
+    """The environment a command started from this thread gets: in a Background's thread, a copy of the
+    environment the session had when it started that Background (a test running meanwhile may change
+    os.environ for a while: monkeypatch's setenv); else os.environ as it is now."""
+    return dict(getattr(_THREAD, "env", None) or os.environ)
 
 
 @contextlib.contextmanager
@@ -175,6 +183,7 @@ def process_group(cmd: list[str], stdout: Path, stderr: Path | None = None, env:
     not only its leader: what a run that was killed left is read after its last write."""
     for path in {stdout, stderr or stdout}:
         open(path, "wb").close()  # the files hold this command's output alone
+    env = run_environment() if env is None else env
     if snakemake_server.is_snakemake(cmd):
         proc = snakemake_server.start(cmd, stdout, stderr or stdout, env)
     else:
@@ -624,9 +633,11 @@ class Background(threading.Thread):
         super().__init__(daemon=True, name=getattr(fn, "__name__", "background"))
         self.fn, self.args = fn, args
         self.value, self.error = None, None
+        self.env = dict(os.environ)  # its runs' (run_environment): not what a later test sets meanwhile
         self.start()
 
     def run(self):
+        _THREAD.env = self.env
         try:
             self.value = self.fn(*self.args)
         except BaseException as e:

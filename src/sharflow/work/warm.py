@@ -34,6 +34,7 @@ from pathlib import Path
 
 ENV = "SHARFLOW_WARM"  # the folder of the server of the Snakemake process running this job
 OFF = "SHARFLOW_WARM_STARTS"  # "0": every job starts cold
+SHARED = "SHARFLOW_WARM_SHARED"  # a server's folder that the local runs on this machine share (start)
 PRELOAD = (
     "torch",
     "lhotse",
@@ -106,27 +107,37 @@ def _connect(folder: str) -> socket.socket | None:
         os.close(fd)
 
 
-def _start_server(folder: str) -> socket.socket | None:
-    """Start the folder's server unless another job has (one job starts it, under a lock), then wait
-    until it answers."""
+def start(folder: str, new_session: bool = False) -> int:
+    """Start the server of `folder` (its name: the pid of the process it ends with) unless one runs there
+    already (one caller starts it, under a lock); its pid. A run's server stays in the run's process
+    group; a server that several runs share (a test session's: $SHARFLOW_WARM_SHARED) has a session of
+    its own, as no run's end may end it."""
     os.makedirs(folder, mode=0o700, exist_ok=True)
     with open(os.path.join(folder, "start.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         started = Path(folder, "server.pid")
-        if not (started.exists() and _alive(int(started.read_text() or 0))):
-            with open(os.path.join(folder, "server.log"), "ab") as log:
-                server = subprocess.Popen(
-                    [sys.executable, "-m", "sharflow.work.warm", folder],
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                    close_fds=True,
-                )
-            started.write_text(str(server.pid))
+        if started.exists() and _alive(int(started.read_text() or 0)):
+            return int(started.read_text())
+        with open(os.path.join(folder, "server.log"), "ab") as log:
+            server = subprocess.Popen(
+                [sys.executable, "-m", "sharflow.work.warm", folder],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                close_fds=True,
+                start_new_session=new_session,
+            )
+        started.write_text(str(server.pid))
+        return server.pid
+
+
+def _start_server(folder: str) -> socket.socket | None:
+    """Start the folder's server unless another job has, then wait until it answers."""
+    server = start(folder)
     deadline = time.monotonic() + READY_SECONDS
     while time.monotonic() < deadline:
         conn = _connect(folder)
-        if conn is not None or not _alive(int(started.read_text())):
+        if conn is not None or not _alive(server):
             return conn  # None: the server ended without answering (its imports failed: server.log)
         time.sleep(0.05)
     return None

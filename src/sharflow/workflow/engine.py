@@ -150,10 +150,15 @@ class PlainEngine:
 def warm_starts() -> None:
     """Name the warm-start folder of this Snakemake process (sharflow.work.warm) in the environment its
     jobs inherit: each Snakemake process running jobs (a local run, a Slurm job's) has its own, in its
-    working folder's .snakemake. With $SHARFLOW_WARM_STARTS=0 none is named: every job starts cold."""
+    working folder's .snakemake, unless $SHARFLOW_WARM_SHARED names a server that the local runs on this
+    machine share (a test session's); a Slurm job's Snakemake keeps its own (its jobs stay in Slurm's
+    accounting). With $SHARFLOW_WARM_STARTS=0 none is named: every job starts cold."""
     from sharflow.work import warm
 
+    shared = os.environ.get(warm.SHARED)
     if os.environ.get(warm.OFF) == "0":
         os.environ.pop(warm.ENV, None)
+    elif shared and not os.environ.get("SLURM_JOB_ID"):
+        os.environ[warm.ENV] = shared
     else:
         os.environ[warm.ENV] = warm.folder_for(os.getcwd(), os.getpid())
