@@ -29,7 +29,12 @@ snakemake = Snakemake()
 hand_over(globals(), heavy=os.environ.get("JOB_HEAVY") == "1")
 if sys.argv[1] == "sleep":  # before the line the test waits for
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(7))
-print(os.getppid(), os.getcwd(), os.environ["JOB_VALUE"], warm.ENV in os.environ, *sys.argv[1:], flush=True)
+import numpy  # its BLAS: a warm job's was loaded by the server
+from threadpoolctl import threadpool_info
+
+pools = ",".join(str(n) for n in sorted({pool["num_threads"] for pool in threadpool_info()}))
+named = warm.ENV in os.environ
+print(os.getppid(), os.getcwd(), os.environ["JOB_VALUE"], named, pools, *sys.argv[1:], flush=True)
 print("to stderr", file=sys.stderr, flush=True)
 if sys.argv[1] == "raise":
     raise ValueError("the job failed")
@@ -46,8 +51,10 @@ def server(tmp_path):
     owner = subprocess.Popen(["sleep", "600"])
     folder = tmp_path / "warm" / str(owner.pid)
     folder.mkdir(parents=True, mode=0o700)
-    code = f"from sharflow.work import warm; warm.serve({str(folder)!r}, preload=('json',))"
-    proc = subprocess.Popen([sys.executable, "-c", code])
+    code = f"from sharflow.work import warm; warm.serve({str(folder)!r}, preload=('json', 'numpy'))"
+    # the math libraries the server loads size their pools by its environment, not its jobs'
+    threads = {"OMP_NUM_THREADS": "3", "OPENBLAS_NUM_THREADS": "3"}
+    proc = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **threads})
     deadline = time.monotonic() + 120
     while not (folder / "socket").exists():
         assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
@@ -64,7 +71,8 @@ def run_job(tmp_path, folder, *args, **env) -> subprocess.CompletedProcess:
     script = tmp_path / "job.py"
     script.write_text(JOB)
     (tmp_path / "cwd").mkdir(exist_ok=True)
-    environ = {**os.environ, warm.ENV: str(folder), "JOB_VALUE": "given", **env}
+    threads = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}  # as Snakemake sets a rule's threads
+    environ = {**os.environ, warm.ENV: str(folder), "JOB_VALUE": "given", **threads, **env}
     return subprocess.run(
         [sys.executable, str(script), *args],
         cwd=tmp_path / "cwd",
@@ -78,9 +86,10 @@ def run_job(tmp_path, folder, *args, **env) -> subprocess.CompletedProcess:
 def test_a_handed_over_job_runs_as_the_servers_fork_as_it_would_run_itself(tmp_path, server):
     folder, proc, _ = server
     done = run_job(tmp_path, folder, "3", "more")
-    parent, cwd, value, named, *args = done.stdout.split()
+    parent, cwd, value, named, pools, *args = done.stdout.split()
     assert int(parent) == proc.pid  # a fork of the server, not the job's own process
     assert (cwd, value, named, args) == (str(tmp_path / "cwd"), "given", "False", ["3", "more"])
+    assert pools == "1"  # the job's threads, not the server's 3
     assert done.returncode == 3 and done.stderr == "to stderr\n"
     failed = run_job(tmp_path, folder, "raise")
     assert failed.returncode == 1 and "ValueError: the job failed" in failed.stderr
@@ -96,6 +105,7 @@ def test_a_handed_over_job_runs_as_the_servers_fork_as_it_would_run_itself(tmp_p
     for cold in ({warm.OFF: "0"}, {"JOB_GPUS": "1"}, {warm.ENV: str(tmp_path / "none")}):
         done = run_job(tmp_path, folder, "0", **cold)
         assert done.returncode == 0 and int(done.stdout.split()[0]) == os.getpid(), cold
+        assert done.stdout.split()[4] == "1", cold
 
 
 def test_a_fork_dies_with_its_jobs_process_and_the_server_with_its_owner(tmp_path, server):

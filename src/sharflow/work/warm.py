@@ -315,6 +315,7 @@ def _run_job(job: dict, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(job["env"])
         os.environ.pop(ENV, None)  # its own hand_over returns; so do its workers'
+        take_threads(job["env"])
         sys.argv = job["argv"]
         import runpy
 
@@ -326,6 +327,22 @@ def _run_job(job: dict, fds: list[int]) -> None:
         traceback.print_exc()
     finally:
         exit_as(code)
+
+
+def take_threads(env: dict) -> int:
+    """Size the math libraries' thread pools for the job whose environment is `env`, as a new interpreter
+    would: OpenMP, MKL and OpenBLAS read $OMP_NUM_THREADS & co. (which Snakemake sets to the rule's
+    threads) once, when they load, and in a fork they were loaded by the server, with whatever the
+    process that started it had (the session of a test suite: all cores). Returns the count."""
+    value = env.get("OMP_NUM_THREADS", "")
+    threads = int(value) if value.isdigit() and int(value) > 0 else len(os.sched_getaffinity(0))
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=threads)  # every BLAS and OpenMP library this process has loaded
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)  # torch's own intra-op pool
+    return threads
 
 
 def exit_code(e: SystemExit) -> int:
