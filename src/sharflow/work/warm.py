@@ -7,13 +7,15 @@ of its own in $SHARFLOW_WARM (sharflow.workflow.engine.warm_starts, from rules/c
 job that imports NeMo starts a server there (`python -m sharflow.work.warm FOLDER`) that imports
 `PRELOAD` once; every job after it, light or heavy, hands itself over (`hand_over`, the first line of
 each workflow script): the server forks, and the fork runs the job's own script file with the job's
-arguments, folder, environment and standard streams, while the job's process waits for it, passes on
-the signals it is sent and exits as it did. A job that asks before the server is ready runs itself
-(a light one) or waits for it (a heavy one); a job with GPUs always runs itself (no CUDA state may
-cross a fork). The fork stays in the run's process group (killing the run kills it) and kills itself
-when the job's process is gone; the server ends with the Snakemake process that named its folder.
+arguments, folder, environment, thread counts and standard streams, while the job's process waits
+for it, passes on the signals it is sent and exits as it did. A job that asks before the server is
+ready runs itself (a light one) or waits for it (a heavy one); a job with GPUs always runs itself (no
+CUDA state may cross a fork). The fork stays in the run's process group (killing the run kills it)
+and kills itself when the job's process is gone; the server ends with the Snakemake process that
+named its folder.
 What a job writes is the same either way (tests: the crash runs are cold, and byte-identical to the
-warm reference run). $SHARFLOW_WARM_STARTS=0 turns warm starts off.
+warm reference run). $SHARFLOW_WARM_STARTS=0 turns warm starts off; $SHARFLOW_WARM_SHARED names a
+server that the local runs on one machine share (the test suite's, started by `start`).
 """
 
 import contextlib
