@@ -157,11 +157,12 @@ class SnakemakeServer:
             self.stop()
             raise RuntimeError(f"the suite's Snakemake server did not start (it said {ready!r})")
 
-    def start(self, cmd: list[str], stdout: Path, stderr: Path, env: dict | None = None) -> ForkedRun:
-        """Run `cmd` ([python, -m, snakemake, *argv]) as the server's fork."""
+    def start(self, cmd: list[str], stdout: Path, stderr: Path, env: dict) -> ForkedRun:
+        """Run `cmd` ([python, -m, snakemake, *argv]) as the server's fork, in environment `env` (the
+        caller's: testkit.process_group gives testkit.run_environment's)."""
         request = {
             "argv": cmd[3:],
-            "env": {warm.SHARED: self.warm, **(os.environ if env is None else env)},
+            "env": {warm.SHARED: self.warm, **env},
             "cwd": os.getcwd(),
             "stdout": str(stdout),
             "stderr": str(stderr),
@@ -194,7 +195,7 @@ def is_snakemake(cmd: list[str]) -> bool:
     return cmd[:3] == [sys.executable, "-m", "snakemake"]
 
 
-def start(cmd: list[str], stdout: Path, stderr: Path, env: dict | None = None) -> ForkedRun:
+def start(cmd: list[str], stdout: Path, stderr: Path, env: dict) -> ForkedRun:
     """Run the Snakemake command `cmd` as a fork of the session's server (started at the first)."""
     with _LOCK:
         if "server" not in _SERVER:

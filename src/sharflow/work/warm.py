@@ -118,8 +118,9 @@ def start(folder: str, new_session: bool = False) -> int:
     with open(os.path.join(folder, "start.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         started = Path(folder, "server.pid")
-        if started.exists() and _alive(int(started.read_text() or 0)):
-            return int(started.read_text())
+        running = int(started.read_text() or 0) if started.exists() else 0
+        if _alive(running):
+            return running
         with open(os.path.join(folder, "server.log"), "ab") as log:
             server = subprocess.Popen(
                 [sys.executable, "-m", "sharflow.work.warm", folder],
