@@ -49,6 +49,7 @@ async function loadDatasets() {
 }
 
 async function chooseDataset(name) {
+  const asked = thresholdAsked; // a threshold asked for while the dataset loads is not overwritten by its default
   state.dataset = name;
   state.page = 0;
   const d = state.datasets.find((x) => x.name === name);
@@ -61,7 +62,7 @@ async function chooseDataset(name) {
   if (!d.long_form && !$("tab-recordings").hidden) document.querySelector("nav button[data-tab=cuts]").click();
   await Promise.all([loadCuts(), loadReasons(), d.long_form ? loadRecordings(0) : null]);
   if (d.long_form && !d.rows) document.querySelector("nav button[data-tab=recordings]").click(); // not run past its segments
-  if (d.metrics.length) await loadThreshold(null, null);
+  if (d.metrics.length && thresholdAsked === asked) await loadThreshold(null, null);
 }
 
 for (const button of document.querySelectorAll("nav button")) {
