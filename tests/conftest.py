@@ -25,7 +25,6 @@ from testkit import (
     arm_hang_guard,
     demo_config,
     disarm_hang_guard,
-    keep_freed_memory,
     prepare_demo,
     run_codes,
     run_snakemake,
@@ -64,8 +63,7 @@ def hang_guard():
 
 def pytest_configure(config):
     """SIGTERM (`timeout`, a CI runner giving up) ends the session as Ctrl-C does, so that its teardown
-    still runs: the Slurm daemons this session started are stopped (early_runs). Its processes keep the
-    memory they free (testkit.keep_freed_memory). sharflow's cache (the
+    still runs: the Slurm daemons this session started are stopped (early_runs). sharflow's cache (the
     text normalizer's grammars) is a folder of this session's, shared by every test and workflow run
     in it (built once), and removed when the session ends. With $SHARFLOW_TEST_SEED_CACHE, a cache
     that holds the built grammars, the session's cache starts as a copy of it (a mutation run: every
@@ -76,7 +74,6 @@ def pytest_configure(config):
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, interrupt)
-    keep_freed_memory()
     if not os.environ.get(_SESSION_CACHE):
         os.environ["SHARFLOW_CACHE_DIR"] = os.environ[_SESSION_CACHE] = tempfile.mkdtemp(
             prefix="sharflow-cache-"

@@ -2,7 +2,6 @@
 taken for a hung one, and one that hangs after it still is."""
 
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -10,10 +9,9 @@ import textwrap
 import time
 from pathlib import Path
 
-import pytest
 import snakemake_server
 
-from testkit import REPO, SUITE_MALLOC, Background, process_group, run_command, run_environment
+from testkit import REPO, Background, process_group, run_command, run_environment
 
 # A stand-in for a test: the hang guard armed at 3 s (conftest.hang_guard), 2 s of the test's own
 # work, a 4 s wait for a shared run, then 2 s more work: the guard is paused for the wait only, so
@@ -119,35 +117,3 @@ def test_a_background_runs_commands_with_the_environment_the_session_had_when_it
     assert answered.wait(60)
     assert run.result() == "the session's"
     assert run_environment()["SHARFLOW_HARNESS_VALUE"] == "a test's, for a while"
-
-
-# Allocates 64 MB with malloc, writes it and frees it, 20 times; prints the page faults that took
-_FREES_AND_ALLOCATES = """
-import ctypes, ctypes.util, resource
-libc = ctypes.CDLL(ctypes.util.find_library("c"))
-libc.malloc.restype = ctypes.c_void_p
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range(20):
-    block = libc.malloc(64 << 20)
-    ctypes.memset(block, 1, 64 << 20)
-    libc.free(ctypes.c_void_p(block))
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-"""
-
-
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's malloc tunables")
-def test_the_suites_processes_reuse_the_memory_they_free():
-    """A process the session starts has testkit.SUITE_MALLOC's variables (conftest: keep_freed_memory),
-    and with them a block freed and allocated again is not faulted in again: 20 rounds of 64 MB (16,384
-    pages each) take fewer than a quarter of the faults they take with glibc's defaults."""
-
-    def faults(env):
-        cmd = [sys.executable, "-c", _FREES_AND_ALLOCATES]
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        assert proc.returncode == 0, proc.stderr
-        return int(proc.stdout)
-
-    assert all(os.environ.get(name) for name in SUITE_MALLOC)
-    defaults = faults({k: v for k, v in os.environ.items() if k not in SUITE_MALLOC})
-    assert defaults > 20 * 16_384  # each round mapped afresh: the measure can tell
-    assert faults(dict(os.environ)) < defaults / 4, defaults

@@ -1,15 +1,12 @@
 """Helpers shared by the tests: test audio, JSON lines, and real snakemake runs."""
 
 import contextlib
-import ctypes
-import ctypes.util
 import faulthandler
 import glob
 import io
 import json
 import logging
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -599,27 +596,6 @@ def system_tool(binary: str, packages: list[str]) -> str:
         if done.returncode != 0:
             pytest.skip(f"could not install {packages}: {done.stderr[-500:]}")
     return shutil.which(binary) or pytest.skip(f"{binary} not found after installing {packages}")
-
-
-# glibc's malloc in this session's processes (the pytest process, the Snakemake and warm servers, every
-# job and worker): a block of any size comes from the heap, which keeps 256 MB spare when it shrinks.
-# By default each block over the mmap threshold (128 kB, rising to 32 MB) is mapped afresh and its pages
-# faulted in and zeroed one by one: a model's tensors and the audio arrays of every batch. The suite's
-# processes took 44 million page faults, and the kernel ~210 CPU-s (test_harness measures the effect).
-SUITE_MALLOC = {"MALLOC_MMAP_THRESHOLD_": 2**31 - 1, "MALLOC_TOP_PAD_": 256 << 20}
-_MALLOPT = {"MALLOC_MMAP_THRESHOLD_": -3, "MALLOC_TOP_PAD_": -2}  # mallopt's M_MMAP_THRESHOLD, M_TOP_PAD
-
-
-def keep_freed_memory() -> None:
-    """SUITE_MALLOC in the environment every process the session starts inherits (where not set
-    already), and for this process through mallopt (glibc read its environment when it started)."""
-    for name, value in SUITE_MALLOC.items():
-        os.environ.setdefault(name, str(value))
-    if platform.libc_ver()[0] != "glibc":
-        return
-    mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
-    for name, param in _MALLOPT.items():
-        mallopt(ctypes.c_int(param), ctypes.c_int(int(os.environ[name])))
 
 
 def hang_timeout() -> int:
