@@ -9,6 +9,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 import snakemake_server
 
 from testkit import REPO, Background, process_group, run_command, run_environment
@@ -71,6 +72,11 @@ def test_a_snakemake_run_forked_by_the_suites_server_is_a_run_of_its_own(tmp_pat
 
     failed = run_command([*cmd, "--cores", "1", "no_such_rule"], check=False, env=env, timeout=300)
     assert failed.returncode == 1 and "no_such_rule" in failed.stderr, failed.stderr[-3000:]
+    # a failed command fails the test naming it: Snakemake by its arguments, another by its command line
+    with pytest.raises(pytest.fail.Exception, match=r"^snakemake -s \S+ .* no_such_rule failed \(1\)"):
+        run_command([*cmd, "--cores", "1", "no_such_rule"], env=env, timeout=300)
+    with pytest.raises(pytest.fail.Exception, match=r"-c raise SystemExit\(3\) failed \(3\)"):
+        run_command([sys.executable, "-c", "raise SystemExit(3)"], timeout=300)
 
     for name in ("told.txt", "slept.txt", "started"):
         (tmp_path / name).unlink(missing_ok=True)

@@ -270,20 +270,21 @@ def run_command(
                 timed_out = True
             else:
                 timed_out = False
+        what = f"snakemake {' '.join(cmd[3:])}" if snakemake_server.is_snakemake(cmd) else " ".join(cmd)
         if timed_out:
             size = out.stat().st_size
             with open(out, "rb") as f:
                 f.seek(max(0, size - 3000))
                 tail = f.read().decode(errors="replace")
             pytest.fail(
-                f"{cmd[3:] if snakemake_server.is_snakemake(cmd) else cmd} ran over {timeout} s, "
-                f"printing {size:,} B, the last:\n{tail}\n{err.read_text(errors='replace')[-3000:]}"
+                f"{what} ran over {timeout} s, printing {size:,} B, the last:\n{tail}\n"
+                f"{err.read_text(errors='replace')[-3000:]}"
             )
         proc = subprocess.CompletedProcess(
             cmd, proc.returncode, out.read_text(errors="replace"), err.read_text(errors="replace")
         )
     if check and proc.returncode != 0:
-        pytest.fail(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
+        pytest.fail(f"{what} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
     return proc
 
 
