@@ -6,7 +6,6 @@ session's demo run; and the page in the real Chromium, driven by Playwright.
 import http.client
 import json
 import os
-import re
 import threading
 import time
 from contextlib import contextmanager
@@ -460,34 +459,3 @@ def test_a_curator_filters_listens_moves_a_threshold_and_opens_a_reject_and_a_li
         page.screenshot(path=str(shots / "explore-identity.png"))
         assert errors == []
     assert snapshot(work) == before  # looking changed nothing in the run's folder
-
-
-def test_a_threshold_set_while_a_dataset_loads_stays_when_it_has_loaded(split_run, chromium):
-    """A curator who sets a threshold before the dataset they chose has loaded keeps it: the dataset's
-    default threshold, asked for once its cuts and reject reasons are in, is not asked for after theirs
-    (the browser holds the reasons back until the threshold is shown)."""
-    work, config = split_run
-    reasons = re.compile(r"/api/rejects\?")
-    with running(work, config) as server, browsing(chromium, server.url) as (page, errors):
-        first = wait_for(page, "state.loaded")  # the page opens on the first dataset by name
-        other = next(name for name in ("demo", "degraded") if name != first)
-        catalog = pd.read_parquet(work / "results" / other / "catalog.parquet")
-        value = float(np.quantile(catalog.dnsmos_bak, 0.3))
-        shown = f"document.querySelector('#threshold-hours').dataset.value === '{value}'"
-        held = []
-        page.route(reasons, lambda route: held.append(route))
-        page.select_option("#dataset", other)
-        while not held:
-            page.wait_for_timeout(50)
-        page.click("nav button[data-tab=thresholds]")
-        page.select_option("#metric", "dnsmos_bak")
-        page.fill("#threshold-value", str(value))
-        page.dispatch_event("#threshold-value", "change")
-        wait_for(page, shown)
-        asked = page.evaluate("thresholdAsked")
-        held[0].continue_()  # the reasons come in: the dataset finishes loading
-        page.unroute(reasons)
-        wait_for(page, f"state.loaded === '{other}'")
-        assert page.evaluate(shown) and page.evaluate("thresholdAsked") == asked
-        assert page.input_value("#threshold-value") == str(value)
-        assert errors == []

@@ -63,7 +63,6 @@ async function chooseDataset(name) {
   await Promise.all([loadCuts(), loadReasons(), d.long_form ? loadRecordings(0) : null]);
   if (d.long_form && !d.rows) document.querySelector("nav button[data-tab=recordings]").click(); // not run past its segments
   if (d.metrics.length && thresholdAsked === asked) await loadThreshold(null, null);
-  if (state.dataset === name) state.loaded = name; // not a dataset chosen before it that finished later
 }
 
 for (const button of document.querySelectorAll("nav button")) {
