@@ -17,7 +17,7 @@ from sharflow.core.errors import SharflowError
 from sharflow.core.metrics import MEASURED as METRICS
 from sharflow.core.metrics import TEXT_METRICS
 from sharflow.models.dnsmos import HOP, WINDOW, Dnsmos, DnsmosNet, engine_for, mos, tile, weights_path
-from sharflow.models.vad import BLOCK, FRAME, GPU_ROWS, ROWS, SileroVad
+from sharflow.models.vad import BLOCK, FRAME, GPU_DTYPE, GPU_ROWS, ROWS, SileroVad
 from sharflow.quality.filter import failures, with_metrics
 from sharflow.quality.merge import merge_quality
 from sharflow.quality.metrics import (
@@ -239,6 +239,26 @@ def test_vad_batched_equals_silero_own_forward_and_does_not_depend_on_its_batch(
         expected = get_speech_timestamps(torch.from_numpy(clip), model, sampling_rate=16000)
         assert found == [(s["start"], s["end"]) for s in expected]
     assert sum(bool(s) for s in spans) > len(clips) // 2 and sum(not s for s in spans) >= 1
+
+
+def test_vad_in_a_gpus_float64_gives_a_cpus_spans_and_its_bytes_do_not_depend_on_the_batch(vad, voices):
+    """On a GPU the VAD runs in float64 (TF32 in float32 moved a demo utterance's span end by a frame
+    on an H200): the same code in float64 here gives probabilities within float32's rounding of the
+    CPU's float32 (not the same bytes: another computation), the same spans, and in any order of
+    clips the same bytes."""
+    import torch
+
+    wide = SileroVad("cpu", dtype=torch.float64)
+    assert wide.dtype == GPU_DTYPE == torch.float64 and vad.dtype == torch.float32
+    clips = [v[: n * 4000] for v, n in zip(voices, range(3, 30), strict=False)]
+    mine, narrow = wide.probabilities(clips), vad.probabilities(clips)
+    assert all(p.dtype == np.float32 for p in mine)
+    worst = max(float(np.abs(a - b).max()) for a, b in zip(mine, narrow, strict=True))
+    assert 0 < worst < 1e-4
+    assert wide.speech(clips) == vad.speech(clips)
+    assert sum(bool(s) for s in vad.speech(clips)) > len(clips) // 2
+    again = wide.probabilities(clips[::-1])[::-1]
+    assert all((a == b).all() for a, b in zip(mine, again, strict=True))
 
 
 def test_a_gpu_ranks_side_by_side_models_give_what_one_after_the_other_gives(voices):

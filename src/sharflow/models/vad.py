@@ -14,6 +14,16 @@ launches, not arithmetic, so more rows a step cost about the same: with 128 rows
 faster than with 32 on an H100, with the same probabilities (a probe by hand beside
 benchmarks/bench_quality.py; docs: performance). The speech spans come from the package's own
 `get_speech_timestamps_from_probs`, with its default thresholds.
+
+On a GPU the network runs in float64 (`GPU_DTYPE`), so that its spans are the CPU's: in float32 cuDNN
+may use TF32 (PyTorch's default for convolutions), which put the batched probabilities up to 9.1e-3
+from Silero's own on an H200 and moved one demo utterance's span end by a frame (32 ms) against a
+CPU, on 2026-11-30. TF32 cannot be turned off for the VAD alone (the switch is the process's, and
+DNSMOS, whose convolutions it speeds up 2.2x there, runs beside it); float64 never uses it, and
+costs the launch-bound VAD little (its convolutions are ~30 MFLOP an audio second). With TF32 off
+there, float32's probabilities were within 3.6e-7 of Silero's own and no span differed from a CPU's
+over the demo. Float64 itself has not yet run on a GPU (the session's device time was spent): on a
+CPU it is within 8.8e-6 of float32 over the demo with the same spans (tests/test_quality.py).
 """
 
 import numpy as np
@@ -27,6 +37,7 @@ CONTEXT = 64  # samples of the previous frame each frame sees
 BLOCK = 1024  # frames per feature pass
 ROWS = 32  # clips per LSTM pass on a CPU
 GPU_ROWS = 128  # and on a GPU
+GPU_DTYPE = torch.float64  # the network's precision on a GPU (a CPU's is float32, Silero's own)
 STATE = 128
 
 
@@ -44,15 +55,17 @@ def frames(audio: np.ndarray) -> np.ndarray:
 class SileroVad:
     """Silero VAD on one rank's device: per-frame speech probabilities and speech spans of clips."""
 
-    def __init__(self, device: str = "cpu"):
+    def __init__(self, device: str = "cpu", dtype: torch.dtype | None = None):
         threads = torch.get_num_threads()
         from silero_vad import load_silero_vad  # importing it sets torch to one thread: put it back
 
         torch.set_num_threads(threads)
+        gpu = device.startswith("cuda")
+        self.dtype = dtype or (GPU_DTYPE if gpu else torch.float32)
         with model_load("vad"):
-            model = load_silero_vad().to(device).eval()
-        self.device, self.model = device, model._model
-        self.rows = GPU_ROWS if device.startswith("cuda") else ROWS
+            model = load_silero_vad().eval()
+        self.device, self.model = device, model._model.to(device, self.dtype)
+        self.rows = GPU_ROWS if gpu else ROWS
 
     def probabilities(self, clips: list[np.ndarray]) -> list[np.ndarray]:
         """Each clip's speech probability per 512-sample frame (float32)."""
@@ -88,19 +101,33 @@ class SileroVad:
             block = np.zeros((BLOCK, CONTEXT + FRAME), np.float32)
             chunk = inputs[start : start + BLOCK]
             block[: len(chunk)] = chunk
-            x = torch.from_numpy(block).to(self.device)
-            out.append(self.model.encoder(self.model.stft(x))[: len(chunk), :, 0])
-        return torch.cat(out) if out else torch.zeros((0, STATE), device=self.device)
+            x = torch.from_numpy(block).to(self.device, self.dtype)
+            out.append(self.model.encoder(self._spectrum(x))[: len(chunk), :, 0])
+        return torch.cat(out) if out else torch.zeros((0, STATE), dtype=self.dtype, device=self.device)
+
+    def _spectrum(self, x: torch.Tensor) -> torch.Tensor:
+        """The model's STFT magnitude: its own module in float32; in float64 the same steps (its
+        reflection padding, its basis as a strided convolution, the magnitude of the first half of
+        the bins against the second), which its scripted module would cast to float32."""
+        stft = self.model.stft
+        if self.dtype == torch.float32:
+            return stft(x)
+        spectrum = torch.conv1d(
+            stft.padding(x).unsqueeze(1), stft.forward_basis_buffer, None, [stft.hop_length]
+        )
+        cut = stft.filter_length // 2 + 1
+        return torch.sqrt(spectrum[:, :cut] ** 2 + spectrum[:, cut:] ** 2)
 
     def _decode(self, features: torch.Tensor, spans: list[tuple[int, int]]) -> list[np.ndarray]:
         """The LSTM and decoder over up to `self.rows` clips, given as (first frame, frames) in
         `features`."""
         steps = max(n for _, n in spans)
-        x = torch.zeros((self.rows, steps, STATE), device=self.device)
+        like = {"dtype": self.dtype, "device": self.device}
+        x = torch.zeros((self.rows, steps, STATE), **like)
         for row, (start, n) in enumerate(spans):
             x[row, :n] = features[start : start + n]
-        h = torch.zeros((self.rows, STATE), device=self.device)
-        c = torch.zeros((self.rows, STATE), device=self.device)
+        h = torch.zeros((self.rows, STATE), **like)
+        c = torch.zeros((self.rows, STATE), **like)
         hidden = []
         for t in range(steps):
             h, c = self.model.decoder.rnn(x[:, t], (h, c))

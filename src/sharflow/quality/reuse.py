@@ -47,7 +47,8 @@ MEASURING_PACKAGES = (
 def measure_digest(settings, dnsmos_engine: str) -> str:
     """What every measure of a run depends on besides its record: the settings (less the audio root,
     which only says where the files are, and batch_seconds, which only groups records), the DNSMOS
-    engine ("onnxruntime-cpu" or "torch-cuda": their scores differ in the last decimals), the
+    engine ("onnxruntime-cpu" or "torch-cuda": their scores differ in the last decimals; on a GPU also
+    the VAD's float64, so an older run's spans, from TF32, are measured again), the
     context stage's speaker embedder and its options (a file by its size and time) and sharflow's
     EMBEDDING_VERSION, and the versions of sharflow's measures and of the measuring packages
     (resemblyzer's weights and NeMo's models among them)."""
@@ -62,6 +63,8 @@ def measure_digest(settings, dnsmos_engine: str) -> str:
         "measures": MEASURES_VERSION,
         "versions": package_versions(*MEASURING_PACKAGES),
     }
+    if dnsmos_engine.endswith("cuda"):  # a GPU rank's VAD runs in float64 since 2026-11-30 (models.vad)
+        parts["vad"] = "float64"
     embedder = getattr(settings, "embedder", None)
     if embedder is not None:  # the context stage's embeddings, measured in the same pass
         parts["embedder"] = {
