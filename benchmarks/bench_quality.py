@@ -26,12 +26,12 @@ check (a NeMo ASR .nemo or pretrained name; `random` builds the tiny random CTC 
 config/models/tiny_asr.yaml). --one-pass measures the whole one pass over the audio (issue 62): also
 the context embedder and, as with splits, the identity part's fingerprints and level-normalised
 voices, each GE2E variant in the floor too; every run's embedding rows and identity files must then
-be the same bytes as well.
+be the same bytes as well. --by-model: each of the floor's models alone, where a rank's time goes.
 
 Usage: python benchmarks/bench_quality.py [--times 3] [--rss-times 1 10] [--device cpu|cuda]
                                           [--dnsmos-max-windows N] [--workers 8] [--asr MODEL]
                                           [--batch-seconds 300] [--skip-memory] [--skip-models]
-                                          [--against-cpu] [--one-pass]
+                                          [--against-cpu] [--one-pass] [--by-model]
 """
 
 import argparse
@@ -216,14 +216,7 @@ def floor(clips: list[tuple], durations: list[float], device: str, settings) -> 
 
     torch.set_num_threads(1)
     meters = Meters(device, settings)
-    groups, group, seconds = [], [], 0.0
-    for clip, duration in zip(clips, durations, strict=True):
-        group.append(clip)
-        seconds += duration
-        if seconds >= settings.batch_seconds:
-            groups.append(group)
-            group, seconds = [], 0.0
-    groups += [group] if group else []
+    groups = grouped(clips, durations, settings.batch_seconds)
     meters.dnsmos.score([groups[0][0][0]])  # warm-up
     t = time.perf_counter()
     for group in groups:
@@ -236,6 +229,42 @@ def floor(clips: list[tuple], durations: list[float], device: str, settings) -> 
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     return time.perf_counter() - t
+
+
+def grouped(clips: list[tuple], durations: list[float], batch_seconds: float) -> list[list[tuple]]:
+    """The clips in the stage's groups: consecutive, each closed once it holds batch_seconds."""
+    groups, group, seconds = [], [], 0.0
+    for clip, duration in zip(clips, durations, strict=True):
+        group.append(clip)
+        seconds += duration
+        if seconds >= batch_seconds:
+            groups.append(group)
+            group, seconds = [], 0.0
+    return groups + ([group] if group else [])
+
+
+def by_model(clips: list[tuple], durations: list[float], device: str, settings) -> dict[str, float]:
+    """--by-model: seconds of each of the floor's models alone over the same groups, one model after
+    another (a second pass; on a GPU each model's kernels waited for): where a rank's time goes."""
+    import torch
+
+    from sharflow.models.speaker_embedders import embed_each
+    from sharflow.quality.rank import Meters
+
+    meters = Meters(device, settings)
+    models = {"DNSMOS": meters.dnsmos.score, "VAD": meters.vad.speech}
+    for kind, model in (("context", meters.embedder), ("voices", meters.voices)):
+        models |= {f"GE2E ({kind})": partial(embed_each, model)} if model else {}
+    seconds = {}
+    for name, run in models.items():
+        run([clips[0][0]])  # warm-up
+        t = time.perf_counter()
+        for group in grouped(clips, durations, settings.batch_seconds):
+            run([a for a, _ in group])
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        seconds[name] = time.perf_counter() - t
+    return seconds
 
 
 def cpu_side(prepared: str, settings) -> float:
@@ -314,9 +343,9 @@ def bench_throughput(args) -> None:
         n, audio = len(records), sum(r["duration"] for r in records)
         floor_device = "cuda:0" if args.device == "cuda" else "cpu"
         asr_rate = 16000 if asr else None
-        floor_s = floor(
-            decoded(records, root, asr_rate), [r["duration"] for r in records], floor_device, settings
-        )
+        clips, durations = decoded(records, root, asr_rate), [r["duration"] for r in records]
+        floor_s = floor(clips, durations, floor_device, settings)
+        models = by_model(clips, durations, floor_device, settings) if args.by_model else {}
         cpu_s = cpu_side(prepared, settings)
         # on a GPU a second run with 2 CPU workers: its metrics must be the same bytes
         runs = (
@@ -350,6 +379,9 @@ def bench_throughput(args) -> None:
     rows += [(f"stage (one part), {dev}, {w} worker(s)", results[(dev, w)][0], gpus) for dev, w in runs]
     for name, s, count in rows:
         print(f"{name:<62}{s:>9.2f}{n / s:>8.2f}{audio / s / count:>18.2f}")
+    alone = ", ".join(f"{name} {s:.2f} s ({audio / s:.0f} audio-s/s)" for name, s in models.items())
+    if models:
+        print(f"the floor's models alone, one after another: {alone}")
     first_s, _, first_stats, _ = results[runs[0]]
     line = f"stage / floor speed (per GPU): {floor_s / (first_s * gpus):.3f} (bar >= 0.9)"
     if ("cpu", 2) in results:
@@ -448,6 +480,7 @@ def main() -> None:
         action="store_true",
         help="the whole one pass: also the context embedder and the identity part's fingerprints and voices",
     )
+    parser.add_argument("--by-model", action="store_true", help="also each of the floor's models alone")
     parser.add_argument("--skip-memory", action="store_true")
     parser.add_argument("--skip-models", action="store_true", help="skip part 1 (throughput only)")
     parser.add_argument(
