@@ -324,33 +324,113 @@ def loaded(page, selector: str) -> float:
 def wait_for(page, expression: str, arg=None, seconds: float = 300.0):
     """The value of `expression` (a JavaScript expression, or a function of `arg`) once it is truthy,
     polled with page.evaluate: the page's Content-Security-Policy refuses the eval that
-    wait_for_function's string predicates run on. A busy machine's slow answer is waited for."""
+    wait_for_function's string predicates run on. A busy machine's slow answer is waited for; one
+    that never comes fails with what the page was still waiting on (PageLog)."""
     deadline = time.monotonic() + seconds
     while not (value := page.evaluate(expression, arg)):
-        assert time.monotonic() < deadline, f"not true after {seconds:.0f} s: {expression}"
+        if time.monotonic() >= deadline:
+            log = PAGE_LOGS.get(id(page))
+            raise AssertionError(
+                f"not true after {seconds:.0f} s: {expression}" + (f"\n{log.summary()}" if log else "")
+            )
         page.wait_for_timeout(50)
     return value
+
+
+class PageLog:
+    """What a page asked its server for and said, for a failed wait's message: the requests still
+    open (with how long), the last ones answered or failed, the console's last lines."""
+
+    def __init__(self, page):
+        self.start, self.open, self.done, self.console = time.monotonic(), {}, [], []
+        page.on("request", lambda r: self.open.__setitem__(id(r), (r, time.monotonic())))
+        page.on("requestfinished", lambda r: self._closed(r, "answered"))
+        page.on("requestfailed", lambda r: self._closed(r, f"failed: {r.failure}"))
+        page.on("console", lambda m: self.console.append(f"{self._at()} {m.type}: {m.text}"))
+
+    def _at(self, moment: float | None = None) -> str:
+        return f"{(moment or time.monotonic()) - self.start:7.1f} s"
+
+    def _closed(self, request, how: str) -> None:
+        _, asked = self.open.pop(id(request), (request, time.monotonic()))
+        took = time.monotonic() - asked
+        self.done.append(f"{self._at(asked)} {request.method} {request.url} {how} in {took:.1f} s")
+
+    def summary(self, last: int = 12) -> str:
+        now = time.monotonic()
+        still = [f"{self._at(t)} {r.method} {r.url} open for {now - t:.0f} s" for r, t in self.open.values()]
+        parts = [("requests still open", still), ("last requests closed", self.done[-last:])]
+        parts.append(("console", self.console[-last:]))
+        return "\n".join(f"{title} ({len(lines)}):\n  " + "\n  ".join(lines) for title, lines in parts)
+
+
+PAGE_LOGS: dict[int, PageLog] = {}  # by id(page), while the page is open
 
 
 @contextmanager
 def browsing(chromium: str, url: str):
     """(a page of the real Chromium open at `url`, the page's errors); closed after. Every wait is up
     to 5 minutes: a busy machine's slow answer is waited for, never failed on."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=chromium, args=["--autoplay-policy=no-user-gesture-required"]
         )
+        page = None
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.set_default_timeout(300_000)
+            PAGE_LOGS[id(page)] = PageLog(page)
             errors = []
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(url)
-            yield page, errors
+            try:
+                yield page, errors
+            except PlaywrightTimeout as e:  # Playwright's own waits: with what the page still waited on
+                raise AssertionError(f"{e}\n{PAGE_LOGS[id(page)].summary()}") from e
         finally:
+            PAGE_LOGS.pop(id(page), None)
             browser.close()
+
+
+def test_a_wait_that_fails_names_the_requests_the_page_still_waits_on(chromium):
+    """The explorer's browser test once waited 5 minutes for an answer that never showed: a wait that
+    fails says which of the page's requests are still open, which were answered, and the console."""
+    import http.server
+
+    release = threading.Event()
+
+    class Slow(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            if self.path == "/slow":
+                release.wait(30)
+            body = b"<script>console.log('asking'); fetch('/slow'); fetch('/quick');</script>"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with browsing(chromium, f"http://127.0.0.1:{server.server_port}/") as (page, _):
+            wait_for(page, "performance.getEntriesByName(location.origin + '/quick').length > 0")
+            with pytest.raises(AssertionError) as failed:
+                wait_for(page, "document.title === 'never'", seconds=0.5)
+            release.set()
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
+    said = str(failed.value)
+    assert "not true after 0 s: document.title === 'never'" in said
+    assert "requests still open (1):" in said and "GET http://127.0.0.1:" in said and "/slow open for" in said
+    assert "/quick answered in" in said and "log: asking" in said
 
 
 def test_a_curator_filters_listens_moves_a_threshold_and_opens_a_reject_and_a_link(
