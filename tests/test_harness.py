@@ -86,6 +86,8 @@ def test_a_snakemake_run_forked_by_the_suites_server_is_a_run_of_its_own(tmp_pat
         while not (tmp_path / "started").exists():
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "killed").read_text()
             time.sleep(0.05)
+        members = set(_alive_in_group(proc.pid))  # Snakemake, its job's shell and its `sleep` at least
+        assert proc.pid in members and len(members) >= 3, members
         os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == -signal.SIGKILL  # the block ended once the job's `sleep` was gone too
     assert not list(_alive_in_group(proc.pid))
