@@ -7,7 +7,9 @@ containers (the records address members of `EN-B000000.tar` ... like the WebData
 few percent held out (dev/test splits by speaker). Each job runs its own code (the function its
 `workflow_scripts` entry calls) in a fresh Python process over the inputs made for its size, and
 that process reports its CPU seconds (user + system), wall seconds and peak RSS (VmHWM). The
-inputs are made once per size and kept for the jobs that read them.
+inputs are made once per size and kept for the jobs that read them. (tests/test_scale.py runs the
+small ladder's jobs forked by a zygote that imported their modules once: the same CPU, not the same
+memory.)
 
 Jobs measured: `prepare` (a NeMo manifest of the records, spans of CONTAINERS long recordings: each
 line checked, each recording's header probed once, as sparse WAVs), `context_plan` (groups the
@@ -58,7 +60,7 @@ from pathlib import Path
 
 from scale.corpus import CALIBRATION
 from scale.jobs import JOBS
-from scale.measure import ladder, plan_check, report, run_job
+from scale.measure import ladder, plan_check, report, run_job, zygote
 
 
 def main() -> None:
@@ -68,9 +70,13 @@ def main() -> None:
     parser.add_argument("--work", help="where the inputs are made and kept (default: a temp folder)")
     parser.add_argument("--run-job", help=argparse.SUPPRESS)
     parser.add_argument("--folder", help=argparse.SUPPRESS)
+    parser.add_argument("--zygote", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.run_job:
         print(json.dumps(run_job(args.run_job, Path(args.folder))))
+        return
+    if args.zygote:
+        zygote()
         return
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         calibration = ladder([CALIBRATION], args.jobs, Path(args.work or tmp))

@@ -1,6 +1,8 @@
 """The small ladder of benchmarks/bench_scale.py on every change: each whole-dataset job it measures, at
-10^3 and 10^4 Emilia-shaped records, in a fresh process; a job whose CPU per record grows by more than
-3x from one to the other has a step that grows faster than its records (a quadratic one, say)."""
+10^3 and 10^4 Emilia-shaped records, each in a process of its own forked by a zygote that imported the
+jobs' modules once (scale.measure.Zygote: the job's CPU as in a fresh process, a second less a job;
+memory is the benchmark's, in fresh processes); a job whose CPU per record grows by more than 3x
+from one to the other has a step that grows faster than its records (a quadratic one, say)."""
 
 import sys
 from collections import Counter
@@ -52,7 +54,7 @@ def test_each_job_alone_gets_the_inputs_it_reads_and_no_more(tmp_path):
 
 def test_whole_dataset_jobs_cost_no_more_per_record_at_ten_thousand_than_at_a_thousand(tmp_path):
     # each job once: a 3x bar needs no least-of-three (bench_scale's REPEATS, for its 1.5x bar)
-    rows = ladder(list(SIZES), list(JOBS), tmp_path, repeats={})
+    rows = ladder(list(SIZES), list(JOBS), tmp_path, repeats={}, forked=True)
     columns = corpus(SIZES[-1])
     # the inputs carry information: speakers of many sizes, durations over the range, held-out speakers
     counts = sorted(Counter(columns["speaker"].tolist()).values())

@@ -1,5 +1,5 @@
 """bench_scale's jobs, each the code its workflow script calls, over the inputs made for a size (each
-run in a fresh process by scale.measure)."""
+run in a process of its own by scale.measure)."""
 
 import json
 from pathlib import Path
@@ -10,7 +10,7 @@ from scale.corpus import CALIBRATION, CONTAINERS, SHARD_SIZE, SHARDS_PER_JOB
 from scale.handoff_inputs import report_files, write_plan
 from scale.stage_inputs import CONTEXT_PARTS, IDENTITY_CHECKS, IDENTITY_SPLITS, TEXT_PARTS
 
-# ---- the jobs, each run in a fresh process ------------------------------------------------------
+# ---- the jobs, each run in a process of its own -------------------------------------------------
 
 
 def job_prepare(folder: Path, out: Path) -> None:

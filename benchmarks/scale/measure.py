@@ -1,13 +1,17 @@
-"""Running bench_scale's jobs in fresh processes and judging the ladder: CPU per record, peak RSS,
-their growth with the records, and the cost plan's predicted peaks against the measured ones."""
+"""Running bench_scale's jobs each in a process of its own (fresh, or forked by a zygote) and judging
+the ladder: CPU per record, peak RSS, their growth with the records, and the cost plan's predicted
+peaks against the measured ones."""
 
+import contextlib
 import importlib
 import json
+import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from functools import partial
 from pathlib import Path
 
@@ -15,7 +19,7 @@ from scale.corpus import CALIBRATION, REPO
 from scale.jobs import JOBS, planted_found
 from scale.steps import make_inputs
 
-BENCH = Path(__file__).resolve().parents[1] / "bench_scale.py"  # runs one job in a fresh process
+BENCH = Path(__file__).resolve().parents[1] / "bench_scale.py"  # --run-job: one job; --zygote: many
 
 
 def counted(folder: Path, out: Path, name: str) -> dict:
@@ -59,30 +63,34 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_job(name: str, folder: Path) -> dict:
-    """Run job `name` over `folder`'s inputs here (a fresh process): its figures, as JSON on stdout.
-    The modules are imported first, so that CPU and RSS above `base_mb` are the job's own."""
-    import sharflow.codes.merge
-    import sharflow.context.merge
-    import sharflow.context.plan
-    import sharflow.dataset.buckets
-    import sharflow.dataset.catalog
-    import sharflow.dataset.evaluation
-    import sharflow.dataset.tables
-    import sharflow.dataset.training
-    import sharflow.identity.links
-    import sharflow.plan.sample
-    import sharflow.prepare.job
-    import sharflow.quality.filter
-    import sharflow.quality.merge
-    import sharflow.report.report
-    import sharflow.shar.merge
-    import sharflow.shar.plan
-    import sharflow.splits.stage
-    import sharflow.text.job
-    import sharflow.verify.dataset  # noqa: F401
+# The modules the jobs run, imported before a job is measured (once, in the zygote)
+JOB_MODULES = (
+    "sharflow.codes.merge",
+    "sharflow.context.merge",
+    "sharflow.context.plan",
+    "sharflow.dataset.buckets",
+    "sharflow.dataset.catalog",
+    "sharflow.dataset.evaluation",
+    "sharflow.dataset.tables",
+    "sharflow.dataset.training",
+    "sharflow.identity.links",
+    "sharflow.plan.sample",
+    "sharflow.prepare.job",
+    "sharflow.quality.filter",
+    "sharflow.quality.merge",
+    "sharflow.report.report",
+    "sharflow.shar.merge",
+    "sharflow.shar.plan",
+    "sharflow.splits.stage",
+    "sharflow.text.job",
+    "sharflow.verify.dataset",
+)
 
-    for module in JOB_IMPORTS.get(name, ()):
+
+def run_job(name: str, folder: Path) -> dict:
+    """Run job `name` over `folder`'s inputs here (a fresh process, or one the zygote forked): its
+    figures. The modules are imported first, so that CPU and RSS above `base_mb` are the job's own."""
+    for module in (*JOB_MODULES, *JOB_IMPORTS.get(name, ())):
         importlib.import_module(module)
     out = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=folder))
     base = peak_rss_mb()
@@ -98,45 +106,118 @@ def run_job(name: str, folder: Path) -> dict:
     return {**figures, "out": str(out)}
 
 
+def zygote() -> None:
+    """bench_scale.py --zygote: import the jobs' modules once, then for each request on stdin (a JSON
+    line [job, folder]) fork a child that runs it, and answer its figures as a line on stdout
+    ({"error": ...} when it failed; the child's own output goes to stderr). The child's CPU is its
+    own, as a fresh process's after its imports; its peak RSS mark is reset at the fork, but its RSS
+    leaves out the libraries' pages until the job touches them: its memory is not a cold job's."""
+    for module in JOB_MODULES:
+        importlib.import_module(module)
+    for request in sys.stdin:
+        name, folder = json.loads(request)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the job's process
+            os.close(read)
+            os.dup2(2, 1)
+            try:
+                Path("/proc/self/clear_refs").write_text("5")  # VmHWM from the RSS it has now
+                reply = run_job(name, Path(folder))
+            except BaseException:
+                reply = {"error": traceback.format_exc()}
+            with os.fdopen(write, "w") as f:
+                f.write(json.dumps(reply))
+            os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as f:
+            answer = f.read()
+        _, status = os.waitpid(pid, 0)
+        print(answer or json.dumps({"error": f"the job's process ended with status {status}"}), flush=True)
+
+
+class Zygote:
+    """bench_scale.py --zygote as a subprocess: `run(job, folder)` gives a job's figures, each job in a
+    process of its own without paying the imports again (about a second each); stopped when the
+    block ends."""
+
+    def __enter__(self):
+        cmd = [sys.executable, str(BENCH), "--zygote"]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+        return self
+
+    def run(self, name: str, folder: Path) -> dict:
+        self.proc.stdin.write(json.dumps([name, str(folder)]) + "\n")
+        self.proc.stdin.flush()
+        reply = json.loads(self.proc.stdout.readline() or '{"error": "the zygote ended"}')
+        if "error" in reply:
+            sys.exit(f"{name} at {folder} failed:\n{reply['error'][-3000:]}")
+        return reply
+
+    def __exit__(self, *exc):
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 # Jobs run more than once at each size, the run of least CPU kept: a few seconds' run on a shared
 # machine varies by up to a third (identity_check at 10^4: 5.9 to 8.4 s), enough to decide its bar
 REPEATS = {"identity_check": 3}
 
 
-def measure(name: str, folder: Path, repeats: dict[str, int] = REPEATS) -> dict:
-    """The job in a fresh process (`repeats` times, the least CPU kept): {wall, cpu, rss_mb, base_mb,
-    share, said} (CPU: the job's own, after its imports; peak RSS of the process, and its RSS before
-    the job; the share of the records it handled)."""
-    runs = []
-    for _ in range(repeats.get(name, 1)):
-        cmd = [sys.executable, str(BENCH), "--run-job", name, "--folder", str(folder)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
-        if proc.returncode != 0:
-            sys.exit(f"{name} at {folder} failed:\n{proc.stderr[-3000:]}")
-        runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+def fresh_run(name: str, folder: Path) -> dict:
+    """The job's figures from a fresh Python process (bench_scale.py --run-job): its peak RSS is a cold
+    job's, its libraries' pages resident as they are in a real job."""
+    cmd = [sys.executable, str(BENCH), "--run-job", name, "--folder", str(folder)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    if proc.returncode != 0:
+        sys.exit(f"{name} at {folder} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def measure(name: str, folder: Path, repeats: dict[str, int] = REPEATS, zygote: Zygote | None = None) -> dict:
+    """The job in a process of its own (`repeats` times, the least CPU kept): a fresh one, or one forked
+    by `zygote` (the same CPU, without the imports' second a job; its RSS counts a library's pages only
+    once the job touches them, so its memory is not a cold job's): {wall, cpu, rss_mb, base_mb, share,
+    said} (CPU: the job's own, after its imports; peak RSS of the process, and its RSS before the job;
+    the share of the records it handled)."""
+    run = zygote.run if zygote else fresh_run
+    runs = [run(name, folder) for _ in range(repeats.get(name, 1))]
     kept = min(runs, key=lambda row: row["cpu"])
     out = Path(kept.pop("out"))
     return {**kept, "said": SAID[name](folder, out) if name in SAID else None}  # the kept run's outputs
 
 
 def ladder(
-    sizes: list[int], jobs: list[str], work: Path, repeats: dict[str, int] = REPEATS
+    sizes: list[int], jobs: list[str], work: Path, repeats: dict[str, int] = REPEATS, forked: bool = False
 ) -> dict[str, dict[int, dict]]:
-    """{job: {size: figures}} over the ladder (the inputs made once per size; measure's `repeats`)."""
+    """{job: {size: figures}} over the ladder (the inputs made once per size; measure's `repeats`; with
+    `forked`, every job forked by one zygote: CPU alone is compared)."""
     rows: dict[str, dict[int, dict]] = {job: {} for job in jobs}
-    for n in sizes:
-        folder = work / f"n{n}"
-        t = time.perf_counter()
-        make_inputs(n, folder, jobs)
-        print(f"inputs for {n:,} records: {time.perf_counter() - t:.1f} s", flush=True)
-        for job in jobs:
-            if n > MOST_RECORDS.get(job, n):
-                print(f"{job}: not run at {n:,} records ({MOST_RECORDS[job]:,} at most: {WHY_NOT[job]})")
-                continue
-            rows[job][n] = measure(job, folder, repeats)
-            if rows[job][n]["said"]:
-                print(f"{job} at {n:,} records: {rows[job][n]['said']}", flush=True)
+    with Zygote() if forked else contextlib.nullcontext() as zygote:
+        for n in sizes:
+            _rung(n, work, jobs, repeats, zygote, rows)
     return rows
+
+
+def _rung(
+    n: int, work: Path, jobs: list[str], repeats: dict[str, int], zygote: Zygote | None, rows: dict
+) -> None:
+    """One size of the ladder: its inputs made, each job measured into rows[job][n]."""
+    folder = work / f"n{n}"
+    t = time.perf_counter()
+    make_inputs(n, folder, jobs)
+    print(f"inputs for {n:,} records: {time.perf_counter() - t:.1f} s", flush=True)
+    for job in jobs:
+        if n > MOST_RECORDS.get(job, n):
+            print(f"{job}: not run at {n:,} records ({MOST_RECORDS[job]:,} at most: {WHY_NOT[job]})")
+            continue
+        rows[job][n] = measure(job, folder, repeats, zygote)
+        if rows[job][n]["said"]:
+            print(f"{job} at {n:,} records: {rows[job][n]['said']}", flush=True)
 
 
 def per_record(row: dict, n: int) -> float:
