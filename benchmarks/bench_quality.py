@@ -207,8 +207,9 @@ def bench_models(records: list[dict], root: str, device: str, clips: int = 12) -
     )
 
 
-def floor(clips: list[tuple], durations: list[float], device: str, settings) -> float:
-    """Seconds of the models alone over the stage's groups of batch_seconds, one process."""
+def floor(clips: list[tuple], durations: list[float], device: str, settings, by_model: bool = False):
+    """(seconds of the models alone over the stage's groups of batch_seconds, one process; with
+    by_model, {model: seconds} of each alone over the same groups, one after another)."""
     import torch
 
     from sharflow.models.speaker_embedders import embed_each
@@ -228,7 +229,7 @@ def floor(clips: list[tuple], durations: list[float], device: str, settings) -> 
                 embed_each(embedder, [clip for clip, _ in group])
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-    return time.perf_counter() - t
+    return time.perf_counter() - t, (each_model(meters, groups, device) if by_model else {})
 
 
 def grouped(clips: list[tuple], durations: list[float], batch_seconds: float) -> list[list[tuple]]:
@@ -243,23 +244,21 @@ def grouped(clips: list[tuple], durations: list[float], batch_seconds: float) ->
     return groups + ([group] if group else [])
 
 
-def by_model(clips: list[tuple], durations: list[float], device: str, settings) -> dict[str, float]:
-    """--by-model: seconds of each of the floor's models alone over the same groups, one model after
-    another (a second pass; on a GPU each model's kernels waited for): where a rank's time goes."""
+def each_model(meters, groups: list[list[tuple]], device: str) -> dict[str, float]:
+    """--by-model: seconds of each of the floor's models alone over its groups, one model after another
+    (a second pass; on a GPU each model's kernels waited for): where a rank's time goes."""
     import torch
 
     from sharflow.models.speaker_embedders import embed_each
-    from sharflow.quality.rank import Meters
 
-    meters = Meters(device, settings)
     models = {"DNSMOS": meters.dnsmos.score, "VAD": meters.vad.speech}
     for kind, model in (("context", meters.embedder), ("voices", meters.voices)):
         models |= {f"GE2E ({kind})": partial(embed_each, model)} if model else {}
     seconds = {}
     for name, run in models.items():
-        run([clips[0][0]])  # warm-up
+        run([groups[0][0][0]])  # warm-up
         t = time.perf_counter()
-        for group in grouped(clips, durations, settings.batch_seconds):
+        for group in groups:
             run([a for a, _ in group])
         if device.startswith("cuda"):
             torch.cuda.synchronize()
@@ -344,8 +343,7 @@ def bench_throughput(args) -> None:
         floor_device = "cuda:0" if args.device == "cuda" else "cpu"
         asr_rate = 16000 if asr else None
         clips, durations = decoded(records, root, asr_rate), [r["duration"] for r in records]
-        floor_s = floor(clips, durations, floor_device, settings)
-        models = by_model(clips, durations, floor_device, settings) if args.by_model else {}
+        floor_s, models = floor(clips, durations, floor_device, settings, args.by_model)
         cpu_s = cpu_side(prepared, settings)
         # on a GPU a second run with 2 CPU workers: its metrics must be the same bytes
         runs = (
@@ -379,8 +377,8 @@ def bench_throughput(args) -> None:
     rows += [(f"stage (one part), {dev}, {w} worker(s)", results[(dev, w)][0], gpus) for dev, w in runs]
     for name, s, count in rows:
         print(f"{name:<62}{s:>9.2f}{n / s:>8.2f}{audio / s / count:>18.2f}")
-    alone = ", ".join(f"{name} {s:.2f} s ({audio / s:.0f} audio-s/s)" for name, s in models.items())
     if models:
+        alone = ", ".join(f"{name} {s:.2f} s ({audio / s:.0f} audio-s/s)" for name, s in models.items())
         print(f"the floor's models alone, one after another: {alone}")
     first_s, _, first_stats, _ = results[runs[0]]
     line = f"stage / floor speed (per GPU): {floor_s / (first_s * gpus):.3f} (bar >= 0.9)"

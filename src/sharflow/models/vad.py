@@ -20,10 +20,11 @@ may use TF32 (PyTorch's default for convolutions), which put the batched probabi
 from Silero's own on an H200 and moved one demo utterance's span end by a frame (32 ms) against a
 CPU, on 2026-11-30. TF32 cannot be turned off for the VAD alone (the switch is the process's, and
 DNSMOS, whose convolutions it speeds up 2.2x there, runs beside it); float64 never uses it, and
-costs the launch-bound VAD little (its convolutions are ~30 MFLOP an audio second). With TF32 off
+costs the launch-bound VAD little (its convolutions, by an estimate, ~30 MFLOP an audio second). With TF32 off
 there, float32's probabilities were within 3.6e-7 of Silero's own and no span differed from a CPU's
 over the demo. Float64 itself has not yet run on a GPU (the session's device time was spent): on a
-CPU it is within 8.8e-6 of float32 over the demo with the same spans (tests/test_quality.py).
+CPU it was within 8.8e-6 of float32 over the demo with the same spans (by hand; tests/test_quality.py
+asks within 1e-4 and the same spans).
 """
 
 import numpy as np

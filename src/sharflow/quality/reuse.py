@@ -63,7 +63,7 @@ def measure_digest(settings, dnsmos_engine: str) -> str:
         "measures": MEASURES_VERSION,
         "versions": package_versions(*MEASURING_PACKAGES),
     }
-    if dnsmos_engine.endswith("cuda"):  # a GPU rank's VAD runs in float64 since 2026-11-30 (models.vad)
+    if dnsmos_engine.endswith("cuda"):  # models.vad.GPU_DTYPE since 2026-11-30 (not imported: torch)
         parts["vad"] = "float64"
     embedder = getattr(settings, "embedder", None)
     if embedder is not None:  # the context stage's embeddings, measured in the same pass
