@@ -18,12 +18,13 @@ from sharflow.workflow import SnakemakeEngine, mend_group_components, warm_start
 from sharflow.workflow import Workflow as SharflowWorkflow
 
 mend_group_components()  # profiles/slurm's bundles of shard jobs (sharflow.workflow.engine)
-warm_starts()  # the jobs' warm starts (sharflow.work.warm)
+ENGINE = SnakemakeEngine(workflow, checkpoints, logger)
+warm_starts(ENGINE.target_jobs)  # the jobs' warm starts (sharflow.work.warm)
 try:
     validate_config(config, Path(workflow.basedir) / "config" / "schema.yaml")
     W = SharflowWorkflow(
         config,
-        SnakemakeEngine(workflow, checkpoints, logger),
+        ENGINE,
         host_shows_gpu=host_shows_gpu(),
         argv=sys.argv,
         basedir=workflow.basedir,

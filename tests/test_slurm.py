@@ -198,6 +198,10 @@ def test_slurm_profile_runs_the_demo_like_a_local_run(slurm_run, two_datasets):
         for rule in rules:
             assert where[jobid] == ("gpu" if rule in gpu_rules else "cpu"), (rule, jobid, where[jobid])
 
+    # every job ran cold: each runs in a job step of its own (a group's too: srun), whose Snakemake is
+    # started for it alone, so a warm server would serve that one job (it started one a heavy job)
+    assert not (work / ".snakemake" / "sharflow-warm").exists()
+
     # the GPU-stage jobs logged what they were granted
     assert (
         "asked for 0 GPU(s), sees no GPU"

@@ -160,8 +160,10 @@ def test_the_server_preloads_modules_that_exist():
 
 
 def test_each_snakemake_process_names_a_folder_of_its_own_unless_warm_starts_are_off(monkeypatch, tmp_path):
-    """...or a shared server is named (the test session's), which a Slurm job's Snakemake leaves alone."""
+    """...or a shared server is named (the test session's), which a Slurm job's Snakemake leaves alone;
+    a process started for one job (a Slurm job step's) names none: its job starts cold."""
     from sharflow.workflow import warm_starts
+    from sharflow.workflow.engine import target_jobs
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv(warm.ENV, "the calling process's")  # put back as it was after the test
@@ -176,6 +178,13 @@ def test_each_snakemake_process_names_a_folder_of_its_own_unless_warm_starts_are
     monkeypatch.setenv("SLURM_JOB_ID", "7")
     warm_starts()
     assert os.environ[warm.ENV] == own
+    submission = ["-m", "snakemake", "--target-jobs", "codes_block:dataset=demo,block=00000"]
+    assert target_jobs(submission) == 1 and target_jobs(["--cores", "2", "all"]) == 0
+    assert target_jobs([*submission, "shar_tail2:dataset=demo,first=00010", "--cores", "8"]) == 2
+    warm_starts(target_jobs=2)  # a group's submission (whose jobs Slurm starts a Snakemake each)
+    assert os.environ[warm.ENV] == own
+    warm_starts(target_jobs=1)
+    assert warm.ENV not in os.environ
     monkeypatch.setenv(warm.OFF, "0")
     warm_starts()
     assert warm.ENV not in os.environ

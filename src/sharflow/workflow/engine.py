@@ -15,6 +15,7 @@ would force it) and `mend_group_components` (a dry run of grouped jobs that neve
 
 import logging
 import os
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -100,6 +101,11 @@ class SnakemakeEngine:
         """Whether this process is a job's own start on a cluster node."""
         return bool(self._workflow.remote_exec)
 
+    @property
+    def target_jobs(self) -> int:
+        """How many jobs this process was started for: target_jobs of its command line."""
+        return target_jobs(sys.argv)
+
     def shard_plan(self, dataset: str) -> str:
         """The shar_plan checkpoint's plan file of a Shar set (Snakemake's IncompleteCheckpointException
         until the checkpoint has run)."""
@@ -124,6 +130,7 @@ class PlainEngine:
     dryrun: bool = False
     cluster_or_dryrun: bool = False
     remote_job: bool = False
+    target_jobs: int = 0
     forced: set[str] = field(default_factory=set)
     said: list[str] = field(default_factory=list)
 
@@ -147,16 +154,32 @@ class PlainEngine:
         log.info(message)
 
 
-def warm_starts() -> None:
+def target_jobs(argv: list[str]) -> int:
+    """How many jobs a Snakemake command line starts (`--target-jobs RULE:WILDCARDS ...`: a cluster
+    submission's, one a job of its group); 0 for a run that makes what its targets need."""
+    count, listing = 0, False
+    for arg in argv:
+        if arg.startswith("-"):
+            listing = arg == "--target-jobs"
+            count += arg.startswith("--target-jobs=")
+        elif listing:
+            count += 1
+    return count
+
+
+def warm_starts(target_jobs: int = 0) -> None:
     """Name the warm-start folder of this Snakemake process (sharflow.work.warm) in the environment its
     jobs inherit: each Snakemake process running jobs (a local run, a Slurm job's) has its own, in its
     working folder's .snakemake, unless $SHARFLOW_WARM_SHARED names a server that the local runs on this
     machine share (a test session's); a Slurm job's Snakemake keeps its own (its jobs stay in Slurm's
-    accounting). With $SHARFLOW_WARM_STARTS=0 none is named: every job starts cold."""
+    accounting). With $SHARFLOW_WARM_STARTS=0 none is named: every job starts cold. So is the job of a
+    process started for one job (`target_jobs`: on Slurm every job's, a group's jobs each in a job step
+    of their own): a server would import every stage's frameworks (sharflow.work.warm.PRELOAD) for the
+    one job it would serve."""
     from sharflow.work import warm
 
     shared = os.environ.get(warm.SHARED)
-    if os.environ.get(warm.OFF) == "0":
+    if os.environ.get(warm.OFF) == "0" or target_jobs == 1:
         os.environ.pop(warm.ENV, None)
     elif shared and not os.environ.get("SLURM_JOB_ID"):
         os.environ[warm.ENV] = shared
