@@ -43,6 +43,7 @@ def _run(request: dict, started: int) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        tempfile.tempdir = None  # the run's TMPDIR (the server's own was cached when it made its folder)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)

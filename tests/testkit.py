@@ -180,10 +180,13 @@ def process_group(cmd: list[str], stdout: Path, stderr: Path | None = None, env:
     (snakemake_server), any other a subprocess. Killed, with every process it started, if the block
     fails, or when the test session ends while it still runs (conftest.early_runs:
     stop_process_groups). The block ends once every process of the group is gone (wait_group_gone),
-    not only its leader: what a run that was killed left is read after its last write."""
+    not only its leader: what a run that was killed left is read after its last write. Its temporary
+    files go to a folder beside `stdout` (TMPDIR): a killed Snakemake leaves its own there, not in /tmp."""
     for path in {stdout, stderr or stdout}:
         open(path, "wb").close()  # the files hold this command's output alone
-    env = run_environment() if env is None else env
+    scratch = stdout.with_name(f".{stdout.name}.tmp")
+    scratch.mkdir(exist_ok=True)
+    env = {**(run_environment() if env is None else env), "TMPDIR": str(scratch)}
     if snakemake_server.is_snakemake(cmd):
         proc = snakemake_server.start(cmd, stdout, stderr or stdout, env)
     else:
