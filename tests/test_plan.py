@@ -428,11 +428,27 @@ def test_a_job_writes_its_cost_beside_its_log(tmp_path):
 def run_plan(work):
     """`snakemake plan` on the demo and its long recordings (talks), the demo's sample 24 records
     (conftest's planned_demo, in the background)."""
-    return work, run_snakemake(work, planned_config(), "plan", timeout=LONG_RUN)
+    return work, run_snakemake(work, planned_config(work), "plan", timeout=LONG_RUN)
 
 
-def planned_config(**overrides) -> dict:
-    return demo_config(talks=True, plan={"sample_records": 24}, **overrides)
+# The demo codec's encoder as it was before 2026-11-30 (~4x its cost a record): the plan test's codes jobs
+# must grow above the calibration's noise (a cold job's start-up), as a real codec's, far heavier, do
+HEAVIER_ENCODER = {"resblock_dilation_sizes": [1, 3, 5], "down_sample_rates": [2, 4, 4, 8, 4]}
+
+
+def planned_config(work: Path, **overrides) -> dict:
+    """The plan test's config: the demo's, its codec's encoder HEAVIER_ENCODER (its config in `work`)."""
+    config = demo_config(talks=True, plan={"sample_records": 24}, **overrides)
+    codec = yaml.safe_load((DEMO.parent / "config/models/tiny_codec.yaml").read_text())
+    codec["audio_encoder"].update(HEAVIER_ENCODER)
+    path = work / "heavier_codec.yaml"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(codec))
+    for spec in config["codecs"].values():
+        if spec.get("random_from_config"):
+            spec["random_from_config"] = str(path)
+    return config
 
 
 def test_snakemake_plan_calibrates_on_a_sample_and_plans_every_stage(planned_demo):
@@ -506,9 +522,9 @@ def test_a_run_after_the_plan_asks_for_the_plans_resources(planned_demo):
 
     work, _ = planned_demo
     table = yaml.safe_load((work / "results/plan/resources.yaml").read_text())
-    jobs = slurm_dry_run(work, planned_config())
+    jobs = slurm_dry_run(work, planned_config(work))
     # a dry run shows every stage of the plan, the shard jobs behind the checkpoint included
-    dry = run_snakemake(work, planned_config(), "-n")
+    dry = run_snakemake(work, planned_config(work), "-n")
     assert "sharflow: the cost plan" in dry.stderr + dry.stdout
     assert "codes (GPU)" in dry.stderr + dry.stdout
     for rule in ("prepare", "quality_part", "context_part", "text_part", "segment_part"):
@@ -522,7 +538,7 @@ def test_a_run_after_the_plan_asks_for_the_plans_resources(planned_demo):
     assert "was made for another" not in dry.stderr + dry.stdout
 
     # the same plan under another config (shard size, a second codec): not used, and said once
-    other = planned_config(shar={"shard_size": 8})
+    other = planned_config(work, shar={"shard_size": 8})
     other["codecs"]["second"] = dict(other["codecs"]["tiny_nemo"])
     dry = run_snakemake(work, other, "-n")
     said = dry.stderr + dry.stdout

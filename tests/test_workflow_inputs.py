@@ -347,7 +347,7 @@ def grouped_dry_run(folder: Path, mend: bool, seed: int, timeout: float) -> str 
     (folder / "Snakefile").write_text(GROUPED.format(mend=mend_line))
     (folder / "plan.txt").write_text("4\n")  # the checkpoint's output, as its job writes it
     cmd = [sys.executable, "-m", "snakemake", "-s", "Snakefile", "--cores", "1", "-n"]
-    env = {**os.environ, "PYTHONHASHSEED": str(seed)}
+    env = {**os.environ, "PYTHONHASHSEED": str(seed), "TMPDIR": str(folder)}  # killed: its temp folder here
     try:
         done = subprocess.run(
             [*cmd, "--group-components", "parts=2"], cwd=folder, env=env, capture_output=True,
