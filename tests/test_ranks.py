@@ -7,7 +7,15 @@ from pathlib import Path
 import pytest
 
 from sharflow.core.errors import SharflowError
-from sharflow.work.ranks import Rank, job_devices, rank_devices, rank_job, run_ranks
+from sharflow.work.ranks import (
+    CPU_RANK_SECONDS,
+    Rank,
+    cpu_ranks_for,
+    job_devices,
+    rank_devices,
+    rank_job,
+    run_ranks,
+)
 
 
 def _square(rank, x):
@@ -55,6 +63,22 @@ def test_a_rank_job_without_scratch_has_no_files(tmp_path):
         with pytest.raises(ValueError, match="no scratch folder"):
             result.rank.file(".jsonl")
     assert result.value == (0, "cpu", [49]) and result.units == ["x"]
+
+
+def test_all_cores_start_no_more_cpu_ranks_than_the_jobs_audio_pays_for(monkeypatch):
+    """workers 0 (all cores): a CPU rank per CPU_RANK_SECONDS of the job's audio, one at least, a core
+    each at most; workers set: that many, whatever the audio; no audio given: every core."""
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)))
+    step = CPU_RANK_SECONDS
+    assert [cpu_ranks_for(0, s) for s in (0.0, step / 2, step, step + 1, 3 * step, 10 * step)] == [
+        1, 1, 1, 2, 3, 4,
+    ]  # fmt: skip
+    assert cpu_ranks_for(0, None) == 4
+    assert cpu_ranks_for(3, step / 2) == 3 and cpu_ranks_for(1, 10 * step) == 1
+    with rank_job("small job", device="cpu", workers=0, seconds=step / 2) as job:
+        assert job.devices == ["cpu"]
+    with rank_job("large job", device="cpu", workers=0, seconds=3 * step) as job:
+        assert job.devices == ["cpu"] * 3
 
 
 def test_job_logs_devices_and_falls_back_to_cpu_outside_slurm(monkeypatch, caplog):

@@ -126,7 +126,10 @@ def run_context_part(
     rows = measured.rows(spans) if measured else {}
     costs = {k: mine[k]["cost"] for k in mine}
     what = f"context part {part}"
-    with rank_job(what, device=device, workers=workers, gpus=gpus, scratch_beside=out.records) as job:
+    seconds = sum(g["seconds"] for g in mine.values())
+    with rank_job(
+        what, device=device, workers=workers, gpus=gpus, scratch_beside=out.records, seconds=seconds
+    ) as job:
         n = sum(g["n"] for g in mine.values())
         log.info("context part %d: %d groups, %d records on ranks %s", part, len(mine), n, job.devices)
         ranks = job.run(

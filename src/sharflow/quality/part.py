@@ -91,7 +91,10 @@ def run_quality_part(
     settings, earlier = _with_identity(settings, out_identity)
     settings, previous, rows = _with_embeddings(settings, out_embeddings, previous, previous_embeddings)
     what = f"quality part {part}"
-    with rank_job(what, device=device, workers=workers, gpus=gpus, scratch_beside=out_metrics) as job:
+    seconds = sum(duration for _, _, duration in mine)
+    with rank_job(
+        what, device=device, workers=workers, gpus=gpus, scratch_beside=out_metrics, seconds=seconds
+    ) as job:
         digest = measure_digest(settings, engine_for(job.devices[0]))
         keyed, kept, todo = _todo(records, mine, settings, digest, previous, earlier)
         offsets = {line: offset for line, offset, _ in todo}

@@ -112,7 +112,8 @@ def segment_part(
     # clear another's result as it is written)
     for stale in out_dir.glob(".*.json.*.tmp"):
         stale.unlink(missing_ok=True)
-    with rank_job(what, device=device, workers=workers, gpus=gpus) as job:
+    seconds = sum(durations[r.path] for r in recordings)
+    with rank_job(what, device=device, workers=workers, gpus=gpus, seconds=seconds) as job:
         results = job.run(
             _rank,
             {r.path: durations[r.path] for r in recordings},

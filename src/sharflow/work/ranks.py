@@ -9,6 +9,7 @@ boundaries, outputs do not depend on the number of ranks.
 
 import glob
 import logging
+import math
 import multiprocessing
 import os
 import shutil
@@ -26,6 +27,12 @@ from sharflow.work.balance import loads, lpt_assign
 from sharflow.work.parallel import resolve_workers
 
 log = logging.getLogger(__name__)
+
+# The audio seconds of a job's work that a CPU rank beyond the first must have to be started when
+# `workers` is 0 (all cores): a spawned rank imports torch and loads its models before it measures a
+# second (about 2 CPU-s for a context part's; a segment part's imports NeMo, over 7 CPU-s: by hand on
+# the developers' machine), which a share of the demo's parts (a minute or two of audio) would not pay back
+CPU_RANK_SECONDS = 120.0
 
 
 def rank_devices(device: str, cpu_workers: int) -> list[str]:
@@ -184,13 +191,29 @@ class RankJob:
         ]
 
 
+def cpu_ranks_for(workers: int, seconds: float | None) -> int:
+    """CPU ranks for a job of `seconds` of audio: `workers` when set; with 0 (all cores), one per
+    CPU_RANK_SECONDS of audio, at least one and at most a core each (all cores when `seconds` is None)."""
+    cores = resolve_workers(workers)
+    if workers > 0 or seconds is None:
+        return cores
+    return max(1, min(cores, math.ceil(seconds / CPU_RANK_SECONDS)))
+
+
 @contextmanager
 def rank_job(
-    what: str, *, device: str, workers: int, gpus: int = 0, scratch_beside: str | None = None
+    what: str,
+    *,
+    device: str,
+    workers: int,
+    gpus: int = 0,
+    scratch_beside: str | None = None,
+    seconds: float | None = None,
 ) -> Iterator[RankJob]:
     """The ranks of a model job: job_devices (logged, checked against the `gpu` grant), and a scratch
     folder beside the file `scratch_beside` (removed when the block ends, and at the start of a rerun
-    when a killed run left it) for the ranks' own files.
+    when a killed run left it) for the ranks' own files. Without a GPU and with `workers` 0, a job of
+    `seconds` of audio starts no more CPU ranks than its work pays for (cpu_ranks_for).
 
     Example::
 
@@ -198,7 +221,7 @@ def rank_job(
             results = job.run(measure_records, {line: seconds}, unit=lambda line: (line, offsets[line]))
             merged = merge_by_line([r.rank.file(".jsonl") for r in results])
     """
-    devices = job_devices(device, resolve_workers(workers), gpus, what)
+    devices = job_devices(device, cpu_ranks_for(workers, seconds), gpus, what)
     if scratch_beside is None:
         yield RankJob(what, devices, None)
         return
