@@ -8,11 +8,14 @@ block), the identity stage on, two quality parts and two identity check parts: e
 function takes where the shipped run has one.
 """
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -338,24 +341,41 @@ rule part:
 """
 
 
-def grouped_dry_run(folder: Path, mend: bool, seed: int, timeout: float) -> str | None:
+# A dry run printing more than this is printing one group over and over (a finished one prints ~3 KB;
+# one that prints forever, ~170 KB a second, filled 24 GB on a cluster)
+PRINTING_FOREVER = 200_000
+
+
+def grouped_dry_run(folder: Path, mend: bool, seed: int) -> str | None:
     """A dry run of GROUPED's four parts, bundled two by two (--group-components parts=2), after its
-    checkpoint has run (Snakemake makes the DAG's groups again then); its output, None if it ran past
-    `timeout` (printing the same group over and over)."""
+    checkpoint has run (Snakemake makes the DAG's groups again then); its output, None once it printed
+    more than PRINTING_FOREVER (killed then: it prints the same group over and over)."""
     folder.mkdir()
     mend_line = "from sharflow.workflow import mend_group_components\nmend_group_components()" if mend else ""
     (folder / "Snakefile").write_text(GROUPED.format(mend=mend_line))
     (folder / "plan.txt").write_text("4\n")  # the checkpoint's output, as its job writes it
     cmd = [sys.executable, "-m", "snakemake", "-s", "Snakefile", "--cores", "1", "-n"]
+    cmd += ["--group-components", "parts=2"]
     env = {**os.environ, "PYTHONHASHSEED": str(seed), "TMPDIR": str(folder)}  # killed: its temp folder here
+    output = folder / "output.txt"
+    deadline = time.monotonic() + 600
+    with open(output, "wb") as f:
+        proc = subprocess.Popen(
+            cmd, cwd=folder, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
-        done = subprocess.run(
-            [*cmd, "--group-components", "parts=2"], cwd=folder, env=env, capture_output=True,
-            text=True, timeout=timeout,
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:
-        return None
-    return f"{done.returncode}\n{done.stdout}{done.stderr}"
+        while proc.poll() is None:
+            if output.stat().st_size > PRINTING_FOREVER:
+                return None
+            assert time.monotonic() < deadline, (
+                f"the dry run neither ended nor printed forever:\n{output.read_text()}"
+            )
+            time.sleep(0.1)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    return f"{proc.returncode}\n{output.read_text()}"
 
 
 def bundled_two_by_two(output: str | None) -> bool:
@@ -375,7 +395,7 @@ def test_bundled_group_components_stay_two_by_two_when_snakemake_groups_again(tm
     the check can fail) no run of a few does. If the control passes, Snakemake bundles right itself:
     the mend can go."""
     for seed in (1, 2, 3):
-        output = grouped_dry_run(tmp_path / f"mended-{seed}", mend=True, seed=seed, timeout=600)
+        output = grouped_dry_run(tmp_path / f"mended-{seed}", mend=True, seed=seed)
         assert bundled_two_by_two(output), output
-    unmended = [grouped_dry_run(tmp_path / f"own-{s}", mend=False, seed=s, timeout=20) for s in (2, 7)]
+    unmended = [grouped_dry_run(tmp_path / f"own-{s}", mend=False, seed=s) for s in (2, 7)]
     assert not any(bundled_two_by_two(output) for output in unmended), "Snakemake bundles right itself"
