@@ -71,6 +71,7 @@ wildcard_constraints:
 
 # ---- Threads and GPUs ---------------------------------------------------------------------------
 threads_of = W.run.threads_of
+fits_work = W.run.fits_work
 gpu_request = W.run.gpu_request
 SHAR_THREADS = W.shar_threads
 CODES_THREADS = W.codes_threads

@@ -35,6 +35,7 @@ rule context_part:
     params:
         settings=get_context_part_settings,
         device=CONTEXT_DEVICE,
+        fit_ranks=fits_work("context"),
     threads: threads_of("context")
     resources:
         gpu=CONTEXT_GPUS,

@@ -45,6 +45,7 @@ rule quality_part:
         identity=get_identity_options,
         # the context stage's speaker embeddings, from the same decode
         embedder=get_speaker_embedding,
+        fit_ranks=fits_work("quality"),
     threads: threads_of("quality")
     resources:
         gpu=QUALITY_GPUS,

@@ -37,6 +37,7 @@ rule segment_part:
         work=get_segment_work,
         settings=get_segment_settings,
         device=config["segment"]["device"],
+        fit_ranks=fits_work("segment"),
     threads: threads_of("segment")
     resources:
         gpu=SEGMENT_GPUS,

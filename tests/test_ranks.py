@@ -65,20 +65,23 @@ def test_a_rank_job_without_scratch_has_no_files(tmp_path):
     assert result.value == (0, "cpu", [49]) and result.units == ["x"]
 
 
-def test_all_cores_start_no_more_cpu_ranks_than_the_jobs_audio_pays_for(monkeypatch):
-    """workers 0 (all cores): a CPU rank per CPU_RANK_SECONDS of the job's audio, one at least, a core
-    each at most; workers set: that many, whatever the audio; no audio given: every core."""
+def test_a_job_fitted_to_its_audio_starts_no_more_cpu_ranks_than_it_pays_for(monkeypatch):
+    """Given its audio seconds, a job starts a CPU rank per CPU_RANK_SECONDS of it, one at least and
+    `workers` at most (0: every core); without, one per worker whatever the audio."""
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)))
     step = CPU_RANK_SECONDS
     assert [cpu_ranks_for(0, s) for s in (0.0, step / 2, step, step + 1, 3 * step, 10 * step)] == [
         1, 1, 1, 2, 3, 4,
     ]  # fmt: skip
-    assert cpu_ranks_for(0, None) == 4
-    assert cpu_ranks_for(3, step / 2) == 3 and cpu_ranks_for(1, 10 * step) == 1
+    assert cpu_ranks_for(2, 10 * step) == 2 and cpu_ranks_for(3, step / 2) == 1
+    assert cpu_ranks_for(0, None) == 4 and cpu_ranks_for(3, None) == 3
+    assert cpu_ranks_for(0, 600.0, per_rank=600.0) == 1 and cpu_ranks_for(0, 601.0, per_rank=600.0) == 2
     with rank_job("small job", device="cpu", workers=0, seconds=step / 2) as job:
         assert job.devices == ["cpu"]
     with rank_job("large job", device="cpu", workers=0, seconds=3 * step) as job:
         assert job.devices == ["cpu"] * 3
+    with rank_job("unfitted job", device="cpu", workers=2) as job:
+        assert job.devices == ["cpu"] * 2
 
 
 def test_job_logs_devices_and_falls_back_to_cpu_outside_slurm(monkeypatch, caplog):

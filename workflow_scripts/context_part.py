@@ -20,6 +20,7 @@ if __name__ == "__main__":
             device=snakemake.params.device,
             workers=snakemake.threads,
             gpus=snakemake.resources.gpu,
+            fit_ranks=snakemake.params.fit_ranks,
             out_embeddings=snakemake.output.get("embeddings"),
             out_embedding_ids=snakemake.output.get("embedding_ids"),
             measured=MeasuredEmbeddings.of(snakemake.input),

@@ -11,8 +11,7 @@ from sharflow.quality.part import measure_settings, run_quality_part
 # The guard keeps spawned rank processes, which re-run this file as __mp_main__, out of the body.
 if __name__ == "__main__":
     with job_log(snakemake.log[0]):
-        out = QualityPartFiles.of(snakemake.output)
-        params = snakemake.params
+        out, params = QualityPartFiles.of(snakemake.output), snakemake.params
         run_quality_part(
             int(snakemake.wildcards.part),
             records=snakemake.input.records,
@@ -23,6 +22,7 @@ if __name__ == "__main__":
             device=params.device,
             workers=snakemake.threads,
             gpus=snakemake.resources.gpu,
+            fit_ranks=params.fit_ranks,
             out_identity=IdentityPartFiles.of_optional(snakemake.output, prefix="identity_"),
             out_embeddings=out.embeddings,
             **params.last_run,  # previous, previous_embeddings

@@ -21,4 +21,5 @@ if __name__ == "__main__":
             device=params.device,
             workers=snakemake.threads,
             gpus=snakemake.resources.gpu,
+            fit_ranks=params.fit_ranks,
         )

@@ -32,9 +32,14 @@ from sharflow.core.splits import TRAIN, context_pool
 from sharflow.io.audio import load_span, resample, resolve_audio_path
 from sharflow.models.speaker_embedders import embed_each, embedder_label
 from sharflow.work.parallel import ahead
-from sharflow.work.ranks import Rank, rank_job
+from sharflow.work.ranks import CPU_RANK_SECONDS, Rank, rank_job
 
 log = logging.getLogger(__name__)
+
+# A context part fitted to its work (context.workers 0) starts a CPU rank per CPU_RANK_SECONDS of its
+# groups' audio when it decodes and embeds them, and per this many when it reads the quality parts'
+# embeddings: then it only compares them, far less work a second of audio than a rank's start-up
+MEASURED_RANK_SECONDS = 3600.0
 
 REASONS: dict[str, str] = {
     "no_context_candidate": "the speaker group has fewer than 2 usable utterances",
@@ -107,6 +112,7 @@ def run_context_part(
     device: str = "auto",
     workers: int = 1,
     gpus: int = 0,
+    fit_ranks: bool = False,
     out_embeddings: str | None = None,
     out_embedding_ids: str | None = None,
     measured: MeasuredEmbeddings | None = None,
@@ -126,10 +132,8 @@ def run_context_part(
     rows = measured.rows(spans) if measured else {}
     costs = {k: mine[k]["cost"] for k in mine}
     what = f"context part {part}"
-    seconds = sum(g["seconds"] for g in mine.values())
-    with rank_job(
-        what, device=device, workers=workers, gpus=gpus, scratch_beside=out.records, seconds=seconds
-    ) as job:
+    fit = _fitted(mine, measured is not None) if fit_ranks else {}
+    with rank_job(what, device=device, workers=workers, gpus=gpus, scratch_beside=out.records, **fit) as job:
         n = sum(g["n"] for g in mine.values())
         log.info("context part %d: %d groups, %d records on ranks %s", part, len(mine), n, job.devices)
         ranks = job.run(
@@ -145,20 +149,31 @@ def run_context_part(
         if settings.save_embeddings:
             dims = [r.value["embedding_dim"] for r in ranks]
             _merge_embeddings([r.rank.file(".emb") for r in ranks], dims, out_embeddings, out_embedding_ids)
+    stats = _part_stats(part, len(mine), planned["part_costs"][part], ranks)
+    write_json(out.stats, stats)
+    return stats
+
+
+def _fitted(mine: dict, measured: bool) -> dict:
+    """rank_job's arguments that fit a part's CPU ranks to its groups' audio."""
+    seconds = sum(g["seconds"] for g in mine.values())
+    return {"seconds": seconds, "rank_seconds": MEASURED_RANK_SECONDS if measured else CPU_RANK_SECONDS}
+
+
+def _part_stats(part: int, groups: int, planned_cost: float, ranks: list) -> dict:
+    """A part's stats from its ranks' (RankResult) own."""
     rank_stats = [{**r.value, "planned_cost": r.planned_cost} for r in ranks]
     counts = totals(rank_stats, ("records_in", "records_out"))
-    stats = {
+    return {
         "part": part,
-        "groups": len(mine),
+        "groups": groups,
         "records_in": counts["records_in"],
         "records_out": counts["records_out"],
         "rejected": dict(sorted(sum((Counter(s["rejected"]) for s in rank_stats), Counter()).items())),
-        "planned_cost": planned["part_costs"][part],
+        "planned_cost": planned_cost,
         "seconds": max((s["seconds"] for s in rank_stats), default=0.0),
         "ranks": rank_stats,
     }
-    write_json(out.stats, stats)
-    return stats
 
 
 def _group_offsets(prepared: str, plan: str, mine: dict, key_of) -> tuple[dict, dict]:

@@ -72,6 +72,7 @@ def run_quality_part(
     device: str = "auto",
     workers: int = 1,
     gpus: int = 0,
+    fit_ranks: bool = False,
     previous: str | None = None,
     out_identity: IdentityPartFiles | None = None,
     out_embeddings: str | None = None,
@@ -84,14 +85,13 @@ def run_quality_part(
     embedding for the context stage (rows in line order, kept from `previous_embeddings`, a row per
     line of `previous`). A record is decoded when any of them is not kept.
 
-    `workers` is the job's threads: CPU ranks without a GPU; with GPUs, one rank per GPU and the
-    other threads shared among them as the ranks' CPU workers."""
+    `workers` is the job's threads: CPU ranks without a GPU (with `fit_ranks`, as many as its audio pays
+    for: work.ranks.cpu_ranks_for); with GPUs, a rank per GPU, the other threads the ranks' CPU workers."""
     start = time.perf_counter()
     mine = part_records(records, part, parts)
     settings, earlier = _with_identity(settings, out_identity)
     settings, previous, rows = _with_embeddings(settings, out_embeddings, previous, previous_embeddings)
-    what = f"quality part {part}"
-    seconds = sum(duration for _, _, duration in mine)
+    what, seconds = f"quality part {part}", sum(d for _, _, d in mine) if fit_ranks else None
     with rank_job(
         what, device=device, workers=workers, gpus=gpus, scratch_beside=out_metrics, seconds=seconds
     ) as job:
@@ -118,11 +118,16 @@ def run_quality_part(
                 out_identity, settings, records, mine, offsets, earlier, keyed, scratch
             )
             writer.finish(out_identity.stats, part, parts, earlier.reused, time.perf_counter() - start)
-    rank_stats = [{**r.value, "planned_seconds": round(r.planned_cost, 3)} for r in ranks]
-    stats = {"part": part, "parts": parts, **_counts(len(mine), len(todo), rank_stats)}
-    stats |= {"asr_model": settings.asr.model if settings.asr else None, "ranks": rank_stats}
+    stats = _part_stats(part, parts, len(mine), len(todo), settings, ranks)
     write_json(out_stats, stats)
     return stats
+
+
+def _part_stats(part: int, parts: int, records: int, measured: int, settings: MeasureSettings, ranks) -> dict:
+    """A part's stats from its ranks' (RankResult) own."""
+    rank_stats = [{**r.value, "planned_seconds": round(r.planned_cost, 3)} for r in ranks]
+    stats = {"part": part, "parts": parts, **_counts(records, measured, rank_stats)}
+    return stats | {"asr_model": settings.asr.model if settings.asr else None, "ranks": rank_stats}
 
 
 def _write_metrics(out: str, reused: str, scratch: list[str], kept, keyed, measured_lines) -> None:

@@ -223,6 +223,7 @@ def run_planned_part(
     device: str = "auto",
     workers: int = 1,
     gpus: int = 0,
+    fit_ranks: bool = False,
 ) -> dict:
     """Segment part `part` of the plan into `<work_root>/<settings key>/`, then write the part's
     stats (what it did; written last, so the job's output appears only when every recording is)."""
@@ -241,6 +242,7 @@ def run_planned_part(
             device=device,
             workers=workers,
             gpus=gpus,
+            fit_ranks=fit_ranks,
             what=f"segment part {part}",
         )
     summary = {

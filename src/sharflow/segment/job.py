@@ -39,6 +39,11 @@ from sharflow.work.ranks import Rank, rank_job
 
 log = logging.getLogger(__name__)
 
+# A segment part fitted to its work (segment.workers 0) starts a CPU rank per this many seconds of its
+# recordings: a rank runs ~88 audio-s a second (docs: performance) and its start-up imports NeMo's ASR
+# (over 7 CPU-s, by hand), so a rank pays for itself from about ten minutes of audio
+CPU_RANK_SECONDS = 600.0
+
 
 @dataclass(frozen=True)
 class Recording:
@@ -103,17 +108,21 @@ def segment_part(
     device: str = "auto",
     workers: int = 1,
     gpus: int = 0,
+    fit_ranks: bool = False,
     what: str = "segment part",
 ) -> dict[str, int]:
-    """A part's recordings over the job's ranks, bin-packed by hours; {"done": n, "resumed": n}."""
+    """A part's recordings over the job's ranks, bin-packed by hours (with `fit_ranks`, no more CPU
+    ranks than their audio pays for: work.ranks.cpu_ranks_for); {"done": n, "resumed": n}."""
     by_path = {r.path: r for r in recordings}
     out_dir.mkdir(parents=True, exist_ok=True)
     # a result a killed run was writing; cleared before the ranks start (not by each: one rank would
     # clear another's result as it is written)
     for stale in out_dir.glob(".*.json.*.tmp"):
         stale.unlink(missing_ok=True)
-    seconds = sum(durations[r.path] for r in recordings)
-    with rank_job(what, device=device, workers=workers, gpus=gpus, seconds=seconds) as job:
+    seconds = sum(durations[r.path] for r in recordings) if fit_ranks else None
+    with rank_job(
+        what, device=device, workers=workers, gpus=gpus, seconds=seconds, rank_seconds=CPU_RANK_SECONDS
+    ) as job:
         results = job.run(
             _rank,
             {r.path: durations[r.path] for r in recordings},

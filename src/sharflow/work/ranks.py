@@ -28,10 +28,10 @@ from sharflow.work.parallel import resolve_workers
 
 log = logging.getLogger(__name__)
 
-# The audio seconds of a job's work that a CPU rank beyond the first must have to be started when
-# `workers` is 0 (all cores): a spawned rank imports torch and loads its models before it measures a
-# second (about 2 CPU-s for a context part's; a segment part's imports NeMo, over 7 CPU-s: by hand on
-# the developers' machine), which a share of the demo's parts (a minute or two of audio) would not pay back
+# The audio seconds of work that a CPU rank beyond the first must have to be started in a job fitted to
+# its work (a stage's `workers: 0`, all cores: sharflow.workflow.run.Run.fits_work), unless the stage
+# says otherwise: a spawned rank imports torch and loads its models before it measures a second (a few
+# CPU-seconds), which a share of the demo's parts (a minute or two of audio) would not pay back
 CPU_RANK_SECONDS = 120.0
 
 
@@ -191,13 +191,13 @@ class RankJob:
         ]
 
 
-def cpu_ranks_for(workers: int, seconds: float | None) -> int:
-    """CPU ranks for a job of `seconds` of audio: `workers` when set; with 0 (all cores), one per
-    CPU_RANK_SECONDS of audio, at least one and at most a core each (all cores when `seconds` is None)."""
+def cpu_ranks_for(workers: int, seconds: float | None, per_rank: float = CPU_RANK_SECONDS) -> int:
+    """CPU ranks for `workers` (0: every core this process may use); for a job fitted to its work,
+    `seconds` of audio, one per `per_rank` seconds of it, at least one and at most `workers`."""
     cores = resolve_workers(workers)
-    if workers > 0 or seconds is None:
+    if seconds is None:
         return cores
-    return max(1, min(cores, math.ceil(seconds / CPU_RANK_SECONDS)))
+    return max(1, min(cores, math.ceil(seconds / per_rank)))
 
 
 @contextmanager
@@ -209,11 +209,13 @@ def rank_job(
     gpus: int = 0,
     scratch_beside: str | None = None,
     seconds: float | None = None,
+    rank_seconds: float = CPU_RANK_SECONDS,
 ) -> Iterator[RankJob]:
     """The ranks of a model job: job_devices (logged, checked against the `gpu` grant), and a scratch
     folder beside the file `scratch_beside` (removed when the block ends, and at the start of a rerun
-    when a killed run left it) for the ranks' own files. Without a GPU and with `workers` 0, a job of
-    `seconds` of audio starts no more CPU ranks than its work pays for (cpu_ranks_for).
+    when a killed run left it) for the ranks' own files. Without a GPU, a job given the `seconds` of
+    audio it holds starts no more CPU ranks than that work pays for (cpu_ranks_for: a rank per
+    `rank_seconds` of it).
 
     Example::
 
@@ -221,7 +223,7 @@ def rank_job(
             results = job.run(measure_records, {line: seconds}, unit=lambda line: (line, offsets[line]))
             merged = merge_by_line([r.rank.file(".jsonl") for r in results])
     """
-    devices = job_devices(device, cpu_ranks_for(workers, seconds), gpus, what)
+    devices = job_devices(device, cpu_ranks_for(workers, seconds, rank_seconds), gpus, what)
     if scratch_beside is None:
         yield RankJob(what, devices, None)
         return

@@ -119,6 +119,11 @@ class Run:
         workers = resolve_workers(self.config[section]["workers"])
         return lambda wildcards: min(workers, self.engine.cores)
 
+    def fits_work(self, section: str) -> bool:
+        """Whether a model job of `section` fits its CPU ranks to its audio (config[section].workers 0,
+        all cores: sharflow.work.ranks.cpu_ranks_for) rather than start one per thread."""
+        return self.config[section]["workers"] == 0
+
     def gpu_request(self, section: str, gpus: int = 1):
         """A GPU rule's `gpu` resource: `gpus`, or 0 for device: cpu or a local run on a machine without
         a GPU.
