@@ -97,8 +97,6 @@ CHAINED = {
     "split_run": ("test_splits", "run_splits"),
     "long_form_run": ("test_segment", "run_long_form"),
 }
-# The share of the unit tests that run before the two-dataset run's tests (pytest_collection_modifyitems)
-UNIT_SHARE = 0.4
 # Session fixtures that build the demo through stages or run whole workflows: minutes each.
 RUNS = frozenset({"two_datasets", "slurm_run", "crash", "with_context", "demo_shards", "coded", *CHAINED})
 
@@ -114,24 +112,15 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests that need a background workflow run (early_runs) go after the unit tests, in their
-    order (the two-dataset run's own tests after UNIT_SHARE of them): the unit tests run while those
-    runs finish instead of after a test that waits for them. With
+    """Tests that need a background workflow run (early_runs) go last, in their order: the unit
+    tests run while those runs finish instead of after a test that waits for them. With
     --without-runs, the tests that need any of RUNS are deselected."""
     if config.getoption("--without-runs"):
         kept = [item for item in items if not RUNS & set(getattr(item, "fixturenames", ()))]
         config.hook.pytest_deselected(items=[item for item in items if item not in kept])
         items[:] = kept
     waiting = {"two_datasets", "slurm_run", "crash", *CHAINED}
-    needs = [waiting & set(getattr(item, "fixturenames", ())) for item in items]
-    unit = [item for item, n in zip(items, needs, strict=True) if not n]
-    # the tests of the two-dataset run alone (reruns of copies of it, minutes in all) go after the
-    # first UNIT_SHARE of the unit tests, by when that run (about four minutes) has ended: they then
-    # overlap the chained and Slurm runs instead of running at the end with a core idle
-    first = unit[: int(len(unit) * UNIT_SHARE)]
-    two = [item for item, n in zip(items, needs, strict=True) if n == {"two_datasets"}]
-    rest = [item for item, n in zip(items, needs, strict=True) if n and n != {"two_datasets"}]
-    items[:] = first + two + unit[len(first) :] + rest
+    items.sort(key=lambda item: bool(waiting & set(getattr(item, "fixturenames", ()))))
 
 
 @pytest.fixture(scope="session")
