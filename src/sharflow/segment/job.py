@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 # A segment part fitted to its work (segment.workers 0) starts a CPU rank per this many seconds of its
 # recordings: a rank runs ~88 audio-s a second (docs: performance) and its start-up imports NeMo's ASR
 # (over 7 CPU-s, by hand), so a rank pays for itself from about ten minutes of audio
-CPU_RANK_SECONDS = 600.0
+SEGMENT_RANK_SECONDS = 600.0
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ def segment_part(
         stale.unlink(missing_ok=True)
     seconds = sum(durations[r.path] for r in recordings) if fit_ranks else None
     with rank_job(
-        what, device=device, workers=workers, gpus=gpus, seconds=seconds, rank_seconds=CPU_RANK_SECONDS
+        what, device=device, workers=workers, gpus=gpus, seconds=seconds, rank_seconds=SEGMENT_RANK_SECONDS
     ) as job:
         results = job.run(
             _rank,
