@@ -1,6 +1,7 @@
 """Fixtures shared by test modules: the demo corpus through the stages, a tiny codec, workflow runs."""
 
 import importlib
+import inspect
 import multiprocessing
 import os
 import shutil
@@ -74,6 +75,7 @@ def pytest_configure(config):
         raise KeyboardInterrupt(f"signal {signum}")
 
     signal.signal(signal.SIGTERM, interrupt)
+    config.addinivalue_line("markers", f"ahead: {AHEAD_DOC}")
     if not os.environ.get(_SESSION_CACHE):
         os.environ["SHARFLOW_CACHE_DIR"] = os.environ[_SESSION_CACHE] = tempfile.mkdtemp(
             prefix="sharflow-cache-"
@@ -210,6 +212,52 @@ def run_two_datasets(tmp):
     return work, proc, manifest
 
 
+# Tests marked `ahead`: each one's body runs in a background thread, in one of AHEAD_STREAMS chains that
+# start once the CHAINED runs have ended (on two cores the session's last minutes ran one test's
+# Snakemake runs at a time, with a core idle); the test itself waits for that body's outcome
+# (pytest_pyfunc_call). Such a test asks for no fixture but AHEAD_FIXTURES, and its body must be safe
+# beside other tests: no monkeypatch, no chdir, nothing process-wide.
+AHEAD_DOC = "the test's body runs in a background thread at the session's end (conftest: AHEAD)"
+AHEAD_STREAMS = 2
+AHEAD_FIXTURES = ("two_datasets", "tmp_path", "lhotse2", "chromium")
+
+
+def _ahead(items, previous, runs, request, tmp_path_factory) -> dict:
+    """{"ahead:<nodeid>": Background} of the marked `items`, dealt in turn to AHEAD_STREAMS chains that
+    start after `previous` (a Background, or None). Session fixtures are resolved here, in the main
+    thread; two_datasets in the body's thread, when it needs it."""
+    out, streams = {}, [previous] * AHEAD_STREAMS
+    for i, item in enumerate(items):
+        names = list(inspect.signature(item.function).parameters)
+        if set(names) - set(AHEAD_FIXTURES) or hasattr(item, "callspec"):
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked ahead but asks for {names} or is parametrized: an ahead test asks "
+                f"for {', '.join(AHEAD_FIXTURES)} only (tests/conftest.py: AHEAD)"
+            )
+        given = {name: request.getfixturevalue(name) for name in names if name in ("lhotse2", "chromium")}
+
+        def body(tmp, function=item.function, names=names, given=given):
+            args = {**given, "tmp_path": tmp}
+            if "two_datasets" in names:
+                args["two_datasets"] = runs["two_datasets"].result()
+            return function(**{name: args[name] for name in names})
+
+        tmp = tmp_path_factory.mktemp(item.name[:40])
+        out[f"ahead:{item.nodeid}"] = streams[i % AHEAD_STREAMS] = Background(
+            _after, streams[i % AHEAD_STREAMS], body, tmp
+        )
+    return out
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A test marked ahead reports what its body did in the background (raised, or returned)."""
+    if pyfuncitem.get_closest_marker("ahead") is None:
+        return None
+    pyfuncitem.funcargs["early_runs"][f"ahead:{pyfuncitem.nodeid}"].result()
+    return True
+
+
 def _after(previous, run, tmp):
     """`run(tmp)` once `previous` (a Background, or None) has ended; its result or failure is its
     own tests' to report."""
@@ -224,8 +272,9 @@ def early_runs(request, tmp_path_factory):
 
     The two-dataset run overlaps the unit tests; the crash test's killed runs (one core) start when
     it is done and overlap the tests after it; the Slurm run (which mostly waits on Slurm's queue)
-    overlaps everything; the CHAINED runs go one after another beside them. Most unit tests use one
-    core of two: the suite takes minutes less than running them in turn. When the session ends
+    overlaps everything; the CHAINED runs go one after another beside them, and the bodies of the
+    tests marked ahead after those (_ahead). Most unit tests use one core of two: the suite takes
+    minutes less than running them in turn. When the session ends
     (passed, failed or interrupted) a Slurm cluster the session started is stopped again.
     """
     wanted = {name for item in request.session.items for name in getattr(item, "fixturenames", ())}
@@ -253,6 +302,8 @@ def early_runs(request, tmp_path_factory):
             run_on_slurm, tmp_path_factory.mktemp("slurm"), request.getfixturevalue("s3")
         )
     try:
+        ahead = [item for item in request.session.items if item.get_closest_marker("ahead")]
+        runs.update(_ahead(ahead, previous, runs, request, tmp_path_factory))
         yield runs
     finally:
         stop_process_groups()  # runs still going when the session ends early (failed, interrupted)

@@ -104,9 +104,13 @@ def _alive_in_group(pgid: int):
             yield int(stat.parent.name)
 
 
-def test_a_background_runs_commands_with_the_environment_the_session_had_when_it_started_it(monkeypatch):
-    """A test that sets a variable for a while (monkeypatch) does not reach the commands that a run in
-    the background starts meanwhile (testkit.run_environment); the test's own commands see it."""
+def test_a_background_runs_commands_with_the_environment_the_session_had_when_it_started_it(
+    monkeypatch, tmp_path
+):
+    """A test that sets a variable or Python's temporary folder for a while (monkeypatch) does not reach
+    the commands that a run in the background starts meanwhile (testkit.run_environment, run_command's
+    folder); the test's own commands see them."""
+    import tempfile
     import threading
 
     monkeypatch.setenv("SHARFLOW_HARNESS_VALUE", "the session's")
@@ -115,13 +119,73 @@ def test_a_background_runs_commands_with_the_environment_the_session_had_when_it
     def later():
         asked.wait(60)
         try:
-            return run_environment()["SHARFLOW_HARNESS_VALUE"]
+            said = run_command(
+                [sys.executable, "-c", "import os; print(os.environ['SHARFLOW_HARNESS_VALUE'])"]
+            )
+            return run_environment()["SHARFLOW_HARNESS_VALUE"], said.stdout.strip()
         finally:
             answered.set()
 
     run = Background(later)
     monkeypatch.setenv("SHARFLOW_HARNESS_VALUE", "a test's, for a while")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-folder"))  # as test_storage's
     asked.set()
     assert answered.wait(60)
-    assert run.result() == "the session's"
+    assert run.result() == ("the session's", "the session's")
     assert run_environment()["SHARFLOW_HARNESS_VALUE"] == "a test's, for a while"
+    with pytest.raises(FileNotFoundError):
+        run_command([sys.executable, "-c", "pass"])
+
+
+_AHEAD_TESTS = """
+import threading
+import pytest
+
+@pytest.mark.ahead
+def test_its_body_runs_beside_the_main_thread(tmp_path):
+    assert threading.current_thread() is not threading.main_thread()
+    assert tmp_path.is_dir() and not any(tmp_path.iterdir())
+
+@pytest.mark.ahead
+def test_its_failure_is_the_tests(tmp_path):
+    assert 1 + 1 == 3, "the body's own message"
+
+def test_an_unmarked_test_runs_in_the_main_thread():
+    assert threading.current_thread() is threading.main_thread()
+"""
+
+
+AHEAD_DEMO = "test_ahead_demo.py"
+
+
+def test_an_ahead_tests_body_runs_in_the_background_and_the_test_reports_what_it_did(tmp_path):
+    """conftest's `ahead` marker, in a pytest session of its own with the suite's conftest as a plugin:
+    the marked bodies run in background threads, and a body's failure is its test's, with its message."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / AHEAD_DEMO).write_text(_AHEAD_TESTS)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO / "src")])}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "conftest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            AHEAD_DEMO,
+            "--basetemp",
+            str(tmp_path / "base"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and "1 failed, 2 passed" in out, out[-3000:]
+    assert "FAILED test_ahead_demo.py::test_its_failure_is_the_tests" in out
+    assert "the body's own message" in out
+    assert "assert 1 + 1 == 3" in out  # the body's own line, as an unmarked test's failure shows it

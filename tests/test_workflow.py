@@ -71,6 +71,7 @@ def test_dirty_dataset_accounting_through_the_workflow(two_datasets):
     assert "duplicate" in log and "first: line" in log  # the human-readable summary
 
 
+@pytest.mark.ahead
 def test_rerun_is_a_no_op_a_new_codec_runs_alone_and_a_named_shard_reruns_alone(
     two_datasets, lhotse2, tmp_path
 ):
@@ -298,6 +299,7 @@ def test_training_hand_off_in_the_workflow(two_datasets):
     assert buckets["cuts"] == 56 and len(buckets["bucket_duration_bins_2d"]) == 2 * buckets["num_buckets"]
 
 
+@pytest.mark.ahead
 def test_verify_and_report_in_the_workflow(two_datasets, tmp_path, chromium):
     work, _, _ = two_datasets
     for ds, cuts in (("demo", 56), ("dirty", None)):
@@ -334,6 +336,7 @@ def test_verify_and_report_in_the_workflow(two_datasets, tmp_path, chromium):
             assert info["screen_pixels"] > 0.2 * info["plot_pixels"], (key, info)
 
 
+@pytest.mark.ahead
 def test_damaged_shard_fails_verify_then_a_targeted_rerun_repairs_it(two_datasets, tmp_path):
     work, _, _ = two_datasets
     copy = tmp_path / "copy"
@@ -397,6 +400,7 @@ def folder_digest(root: Path) -> dict[str, tuple]:
 LOOKS = (("-n",), ("--dag",), ("--rulegraph",), ("--summary",), ("--list-changes", "params"))
 
 
+@pytest.mark.ahead
 def test_looking_changes_nothing_and_the_run_repairs_what_the_look_named(two_datasets, tmp_path):
     """A finished run broken four ways: shard files lost or cut short (of a block job, a tail job and
     a one-shard job, shar and codes), a job record deleted, a cost plan made for another config, a
@@ -540,6 +544,7 @@ def test_a_fresh_dry_run_says_how_many_shard_jobs_will_come_after_the_plan(two_d
     )
 
 
+@pytest.mark.ahead
 def test_a_grown_and_corrected_corpus_remakes_only_the_new_shards_and_the_corrected_cuts(
     two_datasets, tmp_path
 ):
@@ -882,6 +887,7 @@ def test_asr_check_in_the_workflow(tmp_path):
     assert planned == {"build_random_asr": 1, "quality_part": 1, "quality_merge": 1, "quality_filter": 1}
 
 
+@pytest.mark.ahead
 def test_blocks_of_a_hundred_end_in_blocks_of_ten_then_one_job_for_the_rest(two_datasets, tmp_path):
     """shar and codes shards_per_job 100 over a plan of 123 shards (the run's plan, rewritten; a dry
     run): one job for shards 0-99, <stage>_block10 for 100-109 and 110-119, one job for 120-122."""

@@ -163,7 +163,7 @@ def snakemake_cmd(workdir: Path, config: dict, *args: str, profile: str = "local
 
 
 _GROUPS: set[int] = set()  # process groups of the runs still going (stop_process_groups)
-_THREAD = threading.local()  # .env: the environment of the runs a Background's thread starts
+_THREAD = threading.local()  # .env, .tmpdir: a Background's session environment and temporary folder
 
 
 def run_environment() -> dict:
@@ -262,7 +262,10 @@ def run_command(
     the end of the file: a run that prints without end cannot fill the suite's memory)."""
     with contextlib.ExitStack() as stack:
         if outputs is None:
-            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sharflow-run-")))
+            scratch = tempfile.TemporaryDirectory(
+                prefix="sharflow-run-", dir=getattr(_THREAD, "tmpdir", None)
+            )
+            folder = Path(stack.enter_context(scratch))
             outputs = (folder / "stdout", folder / "stderr")
         out, err = outputs
         with process_group(cmd, out, err, env) as proc:
@@ -638,10 +641,11 @@ class Background(threading.Thread):
         self.fn, self.args = fn, args
         self.value, self.error = None, None
         self.env = dict(os.environ)  # its runs' (run_environment): not what a later test sets meanwhile
+        self.tmpdir = tempfile.gettempdir()  # run_command's folders: not where a later test points tempfile
         self.start()
 
     def run(self):
-        _THREAD.env = self.env
+        _THREAD.env, _THREAD.tmpdir = self.env, self.tmpdir
         try:
             self.value = self.fn(*self.args)
         except BaseException as e:
