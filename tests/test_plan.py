@@ -432,7 +432,7 @@ def run_plan(work):
 
 
 # The demo codec's encoder as it was before 2026-11-30 (~4x its cost a record): the plan test's codes jobs
-# must grow above the calibration's noise (a cold job's start-up), as a real codec's, far heavier, do
+# must grow above the calibration's noise (a job's start-up), as a real codec's, far heavier, do
 HEAVIER_ENCODER = {"resblock_dilation_sizes": [1, 3, 5], "down_sample_rates": [2, 4, 4, 8, 4]}
 
 

@@ -7,7 +7,10 @@ recordings, which the calibration segments) and its relative paths made absolute
 part rules run one part per dataset (a sample is small; the plan counts the real parts' start-up
 per job), and nothing is published. The nested `snakemake` is started without a shell, with the
 options of the run that asked for the plan that say where jobs go (profiles, executor, jobs,
-cores): GPU stages run where the real run will put them. Its jobs start cold (sharflow.work.warm).
+cores): GPU stages run where the real run will put them. Its jobs start as the real run's will
+(sharflow.work.warm): on a cluster each cold, in a job step of its own; in a local run as forks of
+a warm server, so that a local plan counts a local job's start-up, not a fresh interpreter's NeMo
+import in each (about 10 CPU-s a job).
 """
 
 import copy
@@ -24,7 +27,6 @@ import yaml
 from sharflow.core.atomic import atomic_file, write_json
 from sharflow.core.errors import SharflowError
 from sharflow.io import storage
-from sharflow.work import warm
 
 PATH_KEYS = {"manifest", "recordings", "audio_root", "model", "random_from_config", "weights", "cache_dir"}
 PART_SECTIONS = ("segment", "text", "quality", "context", "identity")
@@ -153,10 +155,11 @@ def _run_once(config, manifests, folder: Path, snakefile, options, cwd, models: 
         *options,
     ]
     start = time.perf_counter()
-    # cold jobs: each measures its own interpreter and imports, as a job of its own (a Slurm job) pays
-    # them, and a peak memory of its own (a warm fork's counts the pages it shares with its server)
-    env = {**os.environ, warm.OFF: "0"}
-    proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, env=env, check=False)
+    # the jobs start as the real run's do (sharflow.workflow.engine.warm_starts): warm in a local run
+    # (a fork's peak memory counts the pages it shares with its server, above a cold job's: a merge's
+    # 557 MB against 177 here), cold in a job step of their own on a cluster or with
+    # SHARFLOW_WARM_STARTS=0
+    proc = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, check=False)
     if proc.returncode != 0:
         raise SharflowError(
             f"the calibration run in {folder} failed (exit status {proc.returncode}); its log is above and "
