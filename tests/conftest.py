@@ -213,33 +213,34 @@ def run_two_datasets(tmp):
 
 
 # Tests marked `ahead`: each one's body runs in a background thread, in one of AHEAD_STREAMS chains that
-# start once the CHAINED runs have ended (on two cores the session's last minutes ran one test's
-# Snakemake runs at a time, with a core idle); the test itself waits for that body's outcome
-# (pytest_pyfunc_call). Such a test asks for no fixture but AHEAD_FIXTURES, and its body must be safe
-# beside other tests: no monkeypatch, no chdir, nothing process-wide.
-AHEAD_DOC = "the test's body runs in a background thread at the session's end (conftest: AHEAD)"
+# start once the CHAINED runs have ended (on two cores the session's last minutes ran one test at a
+# time, with a core idle); the test itself waits for that body's outcome (pytest_pyfunc_call). Such a
+# test asks for tmp_path, the session's runs (two_datasets, split_run, ...: the body waits for them) and
+# session-scoped fixtures only (resolved before the first test), and its body must be safe beside other
+# tests: absolute paths, its commands given run_environment(), no monkeypatch, no chdir, no torch seed.
+AHEAD_DOC = "the test's body runs in a background thread at the session's end (conftest: _ahead)"
 AHEAD_STREAMS = 2
-AHEAD_FIXTURES = ("two_datasets", "tmp_path", "lhotse2", "chromium")
 
 
 def _ahead(items, previous, runs, request, tmp_path_factory) -> dict:
     """{"ahead:<nodeid>": Background} of the marked `items`, dealt in turn to AHEAD_STREAMS chains that
-    start after `previous` (a Background, or None). Session fixtures are resolved here, in the main
-    thread; two_datasets in the body's thread, when it needs it."""
+    start after `previous` (a Background, or None)."""
     out, streams = {}, [previous] * AHEAD_STREAMS
     for i, item in enumerate(items):
         names = list(inspect.signature(item.function).parameters)
-        if set(names) - set(AHEAD_FIXTURES) or hasattr(item, "callspec"):
+        early = {name: "slurm" if name == "slurm_run" else name for name in names}
+        early = {name: key for name, key in early.items() if key in runs}
+        try:
+            assert not hasattr(item, "callspec"), "it is parametrized"
+            given = {n: request.getfixturevalue(n) for n in names if n != "tmp_path" and n not in early}
+        except Exception as e:
             raise pytest.UsageError(
-                f"{item.nodeid} is marked ahead but asks for {names} or is parametrized: an ahead test asks "
-                f"for {', '.join(AHEAD_FIXTURES)} only (tests/conftest.py: AHEAD)"
-            )
-        given = {name: request.getfixturevalue(name) for name in names if name in ("lhotse2", "chromium")}
+                f"{item.nodeid} is marked ahead, but {e}: an ahead test asks for tmp_path, the session's "
+                "runs and session-scoped fixtures only (tests/conftest.py: _ahead)"
+            ) from None
 
-        def body(tmp, function=item.function, names=names, given=given):
-            args = {**given, "tmp_path": tmp}
-            if "two_datasets" in names:
-                args["two_datasets"] = runs["two_datasets"].result()
+        def body(tmp, function=item.function, names=names, given=given, early=early):
+            args = {**given, "tmp_path": tmp, **{name: runs[key].result() for name, key in early.items()}}
             return function(**{name: args[name] for name in names})
 
         tmp = tmp_path_factory.mktemp(item.name[:40])

@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from sharflow.core import blocks
 from sharflow.core.layout import DatasetFiles
 from sharflow.core.shar_fields import fields, shard_files
+from testkit import run_environment
 
 READER = Path(__file__).with_name("read_shar_sets.py")
 
@@ -32,7 +35,7 @@ def shar_sets(results: Path, names: list[str], codec: str) -> dict[str, dict[str
 def read(sets: dict, indexed: bool, tmp: Path, pythonpath: Path | None = None) -> dict:
     spec = tmp / f"spec-{indexed}.json"
     spec.write_text(json.dumps({"sets": sets, "indexed": indexed}))
-    env = dict(os.environ)
+    env = run_environment()  # (the session's, in a test marked ahead: conftest._ahead)
     if pythonpath is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
@@ -64,6 +67,7 @@ def check_sets(sets: dict, lhotse2: Path, tmp: Path) -> dict:
     return new
 
 
+@pytest.mark.ahead
 def test_lhotse_2_reads_the_demo_runs_indexed_set_as_lhotse_1_does(two_datasets, lhotse2, tmp_path):
     results = two_datasets[0] / "results"
     sets = shar_sets(results, ["demo", "dirty"], "tiny_nemo")
@@ -74,6 +78,7 @@ def test_lhotse_2_reads_the_demo_runs_indexed_set_as_lhotse_1_does(two_datasets,
     )
 
 
+@pytest.mark.ahead
 def test_lhotse_2_reads_a_runs_held_out_sets_too(split_run, lhotse2, tmp_path):
     work, config = split_run
     held = sorted(f"demo/{p.parent.name}" for p in (work / "results" / "demo").glob("*/shard_plan.json"))

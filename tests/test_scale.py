@@ -7,7 +7,9 @@ from one to the other has a step that grows faster than its records (a quadratic
 import sys
 from collections import Counter
 
-from testkit import REPO
+import pytest
+
+from testkit import REPO, run_environment
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from scale.corpus import corpus
@@ -52,9 +54,10 @@ def test_each_job_alone_gets_the_inputs_it_reads_and_no_more(tmp_path):
         assert measure(job, folder)["cpu"] > 0
 
 
+@pytest.mark.ahead
 def test_whole_dataset_jobs_cost_no_more_per_record_at_ten_thousand_than_at_a_thousand(tmp_path):
     # each job once: a 3x bar needs no least-of-three (bench_scale's REPEATS, for its 1.5x bar)
-    rows = ladder(list(SIZES), list(JOBS), tmp_path, repeats={}, forked=True)
+    rows = ladder(list(SIZES), list(JOBS), tmp_path, repeats={}, forked=True, env=run_environment())
     columns = corpus(SIZES[-1])
     # the inputs carry information: speakers of many sizes, durations over the range, held-out speakers
     counts = sorted(Counter(columns["speaker"].tolist()).values())

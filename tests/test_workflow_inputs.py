@@ -19,12 +19,14 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
+
 from sharflow.core import blocks, layout
 from sharflow.core.config import validate_config
 from sharflow.work import jobs
 from sharflow.workflow import PlainEngine, Workflow
 from sharflow.workflow.inputs import TEXT_SETTINGS
-from testkit import DEMO, REPO, demo_config, write_tone
+from testkit import DEMO, REPO, demo_config, run_environment, write_tone
 
 SCHEMA = REPO / "config" / "schema.yaml"
 demo, degraded = SimpleNamespace(dataset="demo"), SimpleNamespace(dataset="degraded")
@@ -297,6 +299,7 @@ rule make:
 """
 
 
+@pytest.mark.ahead
 def test_forcing_a_file_from_an_input_function_reruns_its_job_in_this_snakemake(tmp_path):
     """The one use of Snakemake's internal API (workflow.dag.forcefiles): a real run, then one whose
     input function forces the file. If a Snakemake upgrade changes how forced files are read, the job
@@ -310,6 +313,7 @@ def test_forcing_a_file_from_an_input_function_reruns_its_job_in_this_snakemake(
             capture_output=True,
             text=True,
             timeout=600,
+            env=run_environment(),
         )
         assert done.returncode == 0, done.stderr[-2000:]
         return (tmp_path / "made.txt").read_text(), done.stderr
@@ -356,7 +360,11 @@ def grouped_dry_run(folder: Path, mend: bool, seed: int) -> str | None:
     (folder / "plan.txt").write_text("4\n")  # the checkpoint's output, as its job writes it
     cmd = [sys.executable, "-m", "snakemake", "-s", "Snakefile", "--cores", "1", "-n"]
     cmd += ["--group-components", "parts=2"]
-    env = {**os.environ, "PYTHONHASHSEED": str(seed), "TMPDIR": str(folder)}  # killed: its temp folder here
+    env = {
+        **run_environment(),
+        "PYTHONHASHSEED": str(seed),
+        "TMPDIR": str(folder),
+    }  # killed: its temp folder here
     output = folder / "output.txt"
     deadline = time.monotonic() + 600
     with open(output, "wb") as f:
@@ -386,6 +394,7 @@ def bundled_two_by_two(output: str | None) -> bool:
     return output.count("Group job parts") == 2 and sorted(parts) == [f"part{i}.txt" for i in range(4)]
 
 
+@pytest.mark.ahead
 def test_bundled_group_components_stay_two_by_two_when_snakemake_groups_again(tmp_path):
     """Snakemake 9.27.1 grows a bundle of group components in place, and its group job factory hands
     the grown job back for its first component when the DAG's groups are made again (after a

@@ -139,11 +139,15 @@ def zygote() -> None:
 class Zygote:
     """bench_scale.py --zygote as a subprocess: `run(job, folder)` gives a job's figures, each job in a
     process of its own without paying the imports again (about a second each); stopped when the
-    block ends."""
+    block ends. `env`: its environment (None: this process's)."""
+
+    def __init__(self, env: dict | None = None):
+        self.env = env
 
     def __enter__(self):
         cmd = [sys.executable, str(BENCH), "--zygote"]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
+        self.proc = subprocess.Popen(cmd, **pipes, text=True, cwd=REPO, env=self.env)
         return self
 
     def run(self, name: str, folder: Path) -> dict:
@@ -192,12 +196,17 @@ def measure(name: str, folder: Path, repeats: dict[str, int] = REPEATS, zygote: 
 
 
 def ladder(
-    sizes: list[int], jobs: list[str], work: Path, repeats: dict[str, int] = REPEATS, forked: bool = False
+    sizes: list[int],
+    jobs: list[str],
+    work: Path,
+    repeats: dict[str, int] = REPEATS,
+    forked: bool = False,
+    env: dict | None = None,
 ) -> dict[str, dict[int, dict]]:
     """{job: {size: figures}} over the ladder (the inputs made once per size; measure's `repeats`; with
-    `forked`, every job forked by one zygote: CPU alone is compared)."""
+    `forked`, every job forked by one zygote started with `env`: CPU alone is compared)."""
     rows: dict[str, dict[int, dict]] = {job: {} for job in jobs}
-    with Zygote() if forked else contextlib.nullcontext() as zygote:
+    with Zygote(env) if forked else contextlib.nullcontext() as zygote:
         for n in sizes:
             _rung(n, work, jobs, repeats, zygote, rows)
     return rows
