@@ -156,6 +156,16 @@ def coded(demo_shards, tiny_nemo_codec, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_asr(tmp_path_factory):
+    """The tiny random NeMo CTC model of config/models/tiny_asr.yaml (its .nemo file)."""
+    from sharflow.models.asr import build_random_asr
+
+    return build_random_asr(
+        REPO / "config" / "models" / "tiny_asr.yaml", tmp_path_factory.mktemp("asr") / "asr.nemo"
+    )
+
+
+@pytest.fixture(scope="session")
 def s3(tmp_path_factory):
     """A real S3 API (testkit.S3Server: moto's server on 127.0.0.1) for the session, the environment
     pointing at it; stopped when the session ends, passed or failed."""

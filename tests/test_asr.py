@@ -15,20 +15,13 @@ from sharflow.core.jsonl import merge_by_line
 from sharflow.core.metrics import MEASURED as METRICS
 from sharflow.core.metrics import TEXT_METRICS
 from sharflow.io.audio import load_span, resample
-from sharflow.models.asr import Transcriber, build_random_asr
+from sharflow.models.asr import Transcriber
 from sharflow.quality.filter import with_metrics
 from sharflow.quality.part import AsrOptions, MeasureSettings, measure_records
 from sharflow.quality.text import asr_fields, error_rates, normalize_text, reference_text
 from sharflow.report.quality_costs import quality_view
 from sharflow.work.ranks import Rank
 from testkit import DEMO, REPO, demo_config, prepare_demo, run_quality_filter
-
-
-@pytest.fixture(scope="module")
-def tiny_asr(tmp_path_factory):
-    return build_random_asr(
-        REPO / "config" / "models" / "tiny_asr.yaml", tmp_path_factory.mktemp("asr") / "asr.nemo"
-    )
 
 
 def edit_distance(a: list, b: list) -> int:

@@ -848,14 +848,13 @@ def test_quality_measures_every_record_into_the_cuts_and_a_new_threshold_reruns_
     assert not {"prepare", "quality_part", "quality_merge"} & set(counts)
 
 
-def test_asr_check_in_the_workflow(tmp_path):
+@pytest.mark.ahead
+def test_asr_check_in_the_workflow(tiny_asr, tmp_path):
     """Four degraded-demo records to the quality filter with a tiny random NeMo ASR model; the
     manifest's own cer is kept aside; a cer threshold reruns only the filter; random_from_config
     puts the model's build in the plan (the loud log: test_asr)."""
-    from sharflow.models.asr import build_random_asr
-
     models = REPO / "config" / "models"
-    model = build_random_asr(models / "tiny_asr.yaml", tmp_path / "asr.nemo")
+    model = tiny_asr
     records = read_jsonl(REPO / "demo" / "degraded" / "manifest.json")
     records = [
         r for r in records if any(k in r["audio_filepath"] for k in ("slt_005", "silence_only", "noise"))
