@@ -243,7 +243,7 @@ def _ahead(items, previous, runs, request, tmp_path_factory) -> dict:
         try:
             assert not hasattr(item, "callspec"), "it is parametrized"
             given = {n: request.getfixturevalue(n) for n in names if n != "tmp_path" and n not in early}
-        except Exception as e:
+        except (Exception, pytest.fail.Exception) as e:  # (a scope mismatch is pytest's Failed)
             raise pytest.UsageError(
                 f"{item.nodeid} is marked ahead, but {e}: an ahead test asks for tmp_path, the session's "
                 "runs and session-scoped fixtures only (tests/conftest.py: _ahead)"
