@@ -238,8 +238,7 @@ def _ahead(items, previous, runs, request, tmp_path_factory) -> dict:
     out, streams = {}, [previous] * AHEAD_STREAMS
     for i, item in enumerate(items):
         names = list(inspect.signature(item.function).parameters)
-        early = {name: "slurm" if name == "slurm_run" else name for name in names}
-        early = {name: key for name, key in early.items() if key in runs}
+        early = [name for name in names if name in runs]  # runs are keyed by their fixtures' names
         try:
             assert not hasattr(item, "callspec"), "it is parametrized"
             given = {n: request.getfixturevalue(n) for n in names if n != "tmp_path" and n not in early}
@@ -250,7 +249,7 @@ def _ahead(items, previous, runs, request, tmp_path_factory) -> dict:
             ) from None
 
         def body(tmp, function=item.function, names=names, given=given, early=early):
-            args = {**given, "tmp_path": tmp, **{name: runs[key].result() for name, key in early.items()}}
+            args = {**given, "tmp_path": tmp, **{name: runs[name].result() for name in early}}
             return function(**{name: args[name] for name in names})
 
         tmp = tmp_path_factory.mktemp(item.name[:40])
@@ -309,7 +308,7 @@ def early_runs(request, tmp_path_factory):
     if "slurm_run" in wanted:
         from test_slurm import run_on_slurm
 
-        runs["slurm"] = Background(
+        runs["slurm_run"] = Background(
             run_on_slurm, tmp_path_factory.mktemp("slurm"), request.getfixturevalue("s3")
         )
     try:
@@ -318,10 +317,10 @@ def early_runs(request, tmp_path_factory):
         yield runs
     finally:
         stop_process_groups()  # runs still going when the session ends early (failed, interrupted)
-        if "slurm" in runs:
+        if "slurm_run" in runs:
             from test_slurm import stop_the_cluster_this_session_started
 
-            runs["slurm"].join(timeout=5)
+            runs["slurm_run"].join(timeout=5)
             stop_the_cluster_this_session_started()
 
 
@@ -364,4 +363,4 @@ def split_run(early_runs):
 @pytest.fixture(scope="session")
 def slurm_run(early_runs):
     """(work dir, snakemake output, Slurm state dir, real profile) of test_slurm.run_on_slurm."""
-    return early_runs["slurm"].result()
+    return early_runs["slurm_run"].result()

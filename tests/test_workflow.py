@@ -854,7 +854,6 @@ def test_asr_check_in_the_workflow(tiny_asr, tmp_path):
     manifest's own cer is kept aside; a cer threshold reruns only the filter; random_from_config
     puts the model's build in the plan (the loud log: test_asr)."""
     models = REPO / "config" / "models"
-    model = tiny_asr
     records = read_jsonl(REPO / "demo" / "degraded" / "manifest.json")
     records = [
         r for r in records if any(k in r["audio_filepath"] for k in ("slt_005", "silence_only", "noise"))
@@ -863,7 +862,7 @@ def test_asr_check_in_the_workflow(tiny_asr, tmp_path):
     manifest.write_text("".join(json.dumps({**r, "cer": 0.01}) + "\n" for r in records))
     filters = {"speech_ratio": {"min": 0.001}, "cer": {"max": 50.0}}
     config = demo_config(
-        degraded=True, quality={"parts": 1, "workers": 1, "asr": {"model": str(model)}, "filters": filters}
+        degraded=True, quality={"parts": 1, "workers": 1, "asr": {"model": str(tiny_asr)}, "filters": filters}
     )
     config["datasets"] = {"degraded": {**config["datasets"]["degraded"], "manifest": str(manifest)}}
     work = tmp_path / "w"
@@ -877,7 +876,7 @@ def test_asr_check_in_the_workflow(tiny_asr, tmp_path):
     # slt_005 and slt_005_wrong_text hold the same audio: one transcript, two references, two cers
     assert len({r["asr_text"] for r in kept}) == 2 and len({r["cer"] for r in kept}) == 3
     assert all(r["manifest_cer"] == 0.01 and r["cer"] != 0.01 for r in kept)
-    assert json.loads(Path(files.quality_metrics_stats).read_text())["asr_model"] == str(model)
+    assert json.loads(Path(files.quality_metrics_stats).read_text())["asr_model"] == str(tiny_asr)
 
     config["quality"]["filters"]["cer"] = {"max": 1.0}
     assert job_counts(run_snakemake(work, config, target, "-n").stdout) == {"quality_filter": 1}

@@ -360,11 +360,8 @@ def grouped_dry_run(folder: Path, mend: bool, seed: int) -> str | None:
     (folder / "plan.txt").write_text("4\n")  # the checkpoint's output, as its job writes it
     cmd = [sys.executable, "-m", "snakemake", "-s", "Snakefile", "--cores", "1", "-n"]
     cmd += ["--group-components", "parts=2"]
-    env = {
-        **run_environment(),
-        "PYTHONHASHSEED": str(seed),
-        "TMPDIR": str(folder),
-    }  # killed: its temp folder here
+    # (TMPDIR: a killed run leaves its temporary folder here)
+    env = {**run_environment(), "PYTHONHASHSEED": str(seed), "TMPDIR": str(folder)}
     output = folder / "output.txt"
     deadline = time.monotonic() + 600
     with open(output, "wb") as f:

@@ -146,8 +146,9 @@ class Zygote:
 
     def __enter__(self):
         cmd = [sys.executable, str(BENCH), "--zygote"]
-        pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE}
-        self.proc = subprocess.Popen(cmd, **pipes, text=True, cwd=REPO, env=self.env)
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO, env=self.env
+        )
         return self
 
     def run(self, name: str, folder: Path) -> dict:
